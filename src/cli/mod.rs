@@ -1,3 +1,30 @@
+//! People-facing tools: `roce-emu <command>`.
+
+pub mod pcap;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "roce-emu",
+    version,
+    about = "A user-space RoCEv2 software NIC and its tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Decode the RoCEv2 frames of a pcap or pcapng file, one line (or JSON object) per frame.
+    Pcap(pcap::Args),
+}
+
+/// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
-    0
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Pcap(args) => pcap::run(&args),
+    }
 }

@@ -1,0 +1,280 @@
+//! `roce-emu pcap FILE`: decode every frame of a capture.
+//!
+//! Reads classic pcap and pcapng (pcap-file crate); links Ethernet, raw IP and Linux
+//! cooked captures. One line per frame, or with `--json` one JSON object per frame with
+//! the fields Wireshark's `infiniband` dissector shows. Exit status: 0, or 1 if any ICRC
+//! was bad (the frames are named on stderr), or 2 if the file cannot be read.
+
+use crate::wire::pretty::{self, FrameDecode, Link, RoceDecode};
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::DataLink;
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// The capture to read (pcap or pcapng).
+    pub file: PathBuf,
+    /// One JSON object per frame instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Why a capture could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PcapError {
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("not a pcap or pcapng file (magic number {0:02x?})")]
+    NotPcap([u8; 4]),
+    #[error("capture unreadable after frame {after}: {source}")]
+    Format {
+        after: usize,
+        source: pcap_file::PcapError,
+    },
+}
+
+/// What decoding a capture found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub frames: usize,
+    pub roce: usize,
+    pub skipped: usize,
+    pub malformed: usize,
+    /// 1-based numbers of the frames whose ICRC did not match.
+    pub bad_icrc: Vec<usize>,
+}
+
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+fn link_of(dl: DataLink) -> Option<Link> {
+    match dl {
+        DataLink::ETHERNET => Some(Link::Ethernet),
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(Link::Ip),
+        DataLink::LINUX_SLL => Some(Link::LinuxSll),
+        DataLink::LINUX_SLL2 => Some(Link::LinuxSll2),
+        _ => None,
+    }
+}
+
+/// Calls `each(frame_number, link, bytes)` for every packet of a pcap or pcapng file held
+/// in memory. `None` link means a link type this tool does not decode.
+pub fn for_each_frame(
+    bytes: &[u8],
+    mut each: impl FnMut(usize, Option<Link>, &[u8]),
+) -> Result<usize, PcapError> {
+    let magic: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|m| m.try_into().ok())
+        .ok_or(PcapError::NotPcap([0; 4]))?;
+    let mut n = 0;
+    let fmt_err = |after, source| PcapError::Format { after, source };
+    if magic == PCAPNG_MAGIC {
+        let mut r = PcapNgReader::new(bytes).map_err(|e| fmt_err(0, e))?;
+        // Link types by interface id, per section (the reader's own list is borrowed
+        // while a block is alive).
+        let mut links: Vec<Option<Link>> =
+            r.interfaces().iter().map(|i| link_of(i.linktype)).collect();
+        while let Some(block) = r.next_block() {
+            let block = block.map_err(|e| fmt_err(n, e))?;
+            let (iface, data): (u32, &[u8]) = match &block {
+                Block::SectionHeader(_) => {
+                    links.clear();
+                    continue;
+                }
+                Block::InterfaceDescription(i) => {
+                    links.push(link_of(i.linktype));
+                    continue;
+                }
+                Block::EnhancedPacket(p) => (p.interface_id, &p.data),
+                Block::SimplePacket(p) => (0, &p.data),
+                Block::Packet(p) => (u32::from(p.interface_id), &p.data),
+                _ => continue,
+            };
+            n += 1;
+            each(n, links.get(iface as usize).copied().flatten(), data);
+        }
+    } else {
+        let mut r = PcapReader::new(bytes).map_err(|e| match e {
+            pcap_file::PcapError::InvalidField(_) => PcapError::NotPcap(magic),
+            e => fmt_err(0, e),
+        })?;
+        let link = link_of(r.header().datalink);
+        while let Some(p) = r.next_packet() {
+            let p = p.map_err(|e| fmt_err(n, e))?;
+            n += 1;
+            each(n, link, &p.data);
+        }
+    }
+    Ok(n)
+}
+
+/// Decodes a capture held in memory, writing one line or JSON object per frame to `out`.
+/// Never panics on any input. Output errors (a closed pipe) end the listing quietly.
+pub fn decode_capture(bytes: &[u8], json: bool, out: &mut dyn Write) -> Result<Summary, PcapError> {
+    let mut s = Summary::default();
+    let mut out_ok = true;
+    for_each_frame(bytes, |n, link, data| {
+        s.frames += 1;
+        let d = match link {
+            Some(link) => pretty::decode(link, data),
+            None => FrameDecode::NotRoce("link type not decoded"),
+        };
+        match &d {
+            FrameDecode::NotRoce(_) => s.skipped += 1,
+            FrameDecode::BadFrame(_) => s.malformed += 1,
+            FrameDecode::Roce(r) => {
+                s.roce += 1;
+                if r.repr.is_err() {
+                    s.malformed += 1;
+                }
+                if r.icrc.is_some_and(|i| !i.ok()) {
+                    s.bad_icrc.push(n);
+                }
+            }
+        }
+        if out_ok {
+            let res = if json {
+                writeln!(out, "{}", to_json(n, &d))
+            } else {
+                writeln!(out, "{n} {d}")
+            };
+            out_ok = res.is_ok();
+        }
+    })?;
+    Ok(s)
+}
+
+/// The JSON object of one frame. Keys follow the list; numbers are JSON numbers.
+pub fn to_json(n: usize, d: &FrameDecode<'_>) -> Value {
+    let mut o = Map::new();
+    o.insert("frame".into(), json!(n));
+    match d {
+        FrameDecode::NotRoce(why) => {
+            o.insert("skipped".into(), json!(why));
+        }
+        FrameDecode::BadFrame(e) => {
+            error_fields(&mut o, e);
+        }
+        FrameDecode::Roce(r) => roce_fields(&mut o, r),
+    }
+    Value::Object(o)
+}
+
+fn error_fields(o: &mut Map<String, Value>, e: &crate::wire::WireError) {
+    o.insert("error".into(), json!(e.to_string()));
+    if let Some(h) = e.header() {
+        o.insert("error_header".into(), json!(h.name()));
+    }
+    if let crate::wire::WireError::Truncated { offset, .. } = e {
+        o.insert("error_offset".into(), json!(offset));
+    }
+}
+
+fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
+    o.insert("src".into(), json!(r.frame.ip.src().to_string()));
+    o.insert("dst".into(), json!(r.frame.ip.dst().to_string()));
+    o.insert("udp_sport".into(), json!(r.frame.udp.source_port()));
+    if let Some(b) = &r.bth {
+        o.insert("opcode".into(), json!(b.opcode.0));
+        o.insert("opcode_name".into(), json!(b.opcode.name()));
+        o.insert("dqpn".into(), json!(b.dqpn));
+        o.insert("psn".into(), json!(b.psn.value()));
+        o.insert("ack_req".into(), json!(b.ack_req));
+        o.insert("se".into(), json!(b.solicited));
+        o.insert("migreq".into(), json!(b.migreq));
+        o.insert("pad".into(), json!(b.pad));
+        o.insert("tver".into(), json!(b.tver));
+        o.insert("pkey".into(), json!(b.pkey));
+        o.insert("fecn".into(), json!(b.fecn));
+        o.insert("becn".into(), json!(b.becn));
+    }
+    match &r.repr {
+        Ok(p) => {
+            o.insert("payload_len".into(), json!(p.payload_len));
+            if let Some(h) = &p.reth {
+                o.insert(
+                    "reth".into(),
+                    json!({"va": h.va, "rkey": h.rkey, "dma_len": h.dma_len}),
+                );
+            }
+            if let Some(h) = &p.aeth {
+                o.insert(
+                    "aeth".into(),
+                    json!({"syndrome": h.syndrome.to_u8(), "msn": h.msn}),
+                );
+            }
+            if let Some(h) = &p.atomic_eth {
+                o.insert(
+                    "atomiceth".into(),
+                    json!({"va": h.va, "rkey": h.rkey, "swap_add": h.swap_add, "compare": h.compare}),
+                );
+            }
+            if let Some(h) = &p.atomic_ack_eth {
+                o.insert("atomicacketh".into(), json!({"orig": h.orig}));
+            }
+            if let Some(h) = &p.immdt {
+                o.insert("immdt".into(), json!({"imm": h.imm}));
+            }
+            if let Some(h) = &p.ieth {
+                o.insert("ieth".into(), json!({"rkey": h.rkey}));
+            }
+            if let Some(h) = &p.deth {
+                o.insert("deth".into(), json!({"qkey": h.qkey, "src_qp": h.src_qpn}));
+            }
+        }
+        Err(e) => error_fields(o, e),
+    }
+    if let Some(i) = &r.icrc {
+        o.insert("icrc".into(), json!(i.wire_be()));
+        o.insert("icrc_ok".into(), json!(i.ok()));
+    }
+}
+
+/// `roce-emu pcap`.
+pub fn run(args: &Args) -> i32 {
+    let bytes = match std::fs::read(&args.file) {
+        Ok(b) => b,
+        Err(source) => {
+            let e = PcapError::Io {
+                path: args.file.display().to_string(),
+                source,
+            };
+            eprintln!("roce-emu pcap: {e}");
+            return 2;
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let res = decode_capture(&bytes, args.json, &mut out);
+    let _ = out.flush();
+    match res {
+        Err(e) => {
+            eprintln!("roce-emu pcap: {}: {e}", args.file.display());
+            2
+        }
+        Ok(s) => {
+            eprintln!(
+                "{}: {} frames, {} RoCEv2, {} skipped, {} malformed, {} bad ICRC",
+                args.file.display(),
+                s.frames,
+                s.roce,
+                s.skipped,
+                s.malformed,
+                s.bad_icrc.len()
+            );
+            if s.bad_icrc.is_empty() {
+                0
+            } else {
+                let list: Vec<String> = s.bad_icrc.iter().map(|n| n.to_string()).collect();
+                eprintln!("roce-emu pcap: bad ICRC in frame(s) {}", list.join(", "));
+                1
+            }
+        }
+    }
+}
