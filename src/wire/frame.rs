@@ -252,12 +252,22 @@ impl FrameRepr {
     /// frame length.
     pub fn emit(&self, buf: &mut [u8], roce: &RoceRepr, payload: &[u8]) -> Result<usize> {
         let hl = self.header_len();
-        let rl = roce.buffer_len();
-        let total = hl + rl;
+        let total = hl + roce.buffer_len();
         if buf.len() < total {
             return Err(trunc(Header::Ethernet, 0, total, buf.len()));
         }
         roce.emit(&mut buf[hl..total], payload)?;
+        self.emit_headers(buf, roce.buffer_len())
+    }
+
+    /// Writes the headers in front of a RoCE packet of `roce_len` bytes already at
+    /// `buf[header_len()..]`, then its ICRC. Returns the frame length.
+    pub fn emit_headers(&self, buf: &mut [u8], roce_len: usize) -> Result<usize> {
+        let hl = self.header_len();
+        let total = hl + roce_len;
+        if buf.len() < total {
+            return Err(trunc(Header::Ethernet, 0, total, buf.len()));
+        }
         let mut off = 0;
         if let Some(eth) = &self.eth {
             buf[..Ethernet2Header::LEN].copy_from_slice(&eth.to_bytes());
@@ -267,7 +277,7 @@ impl FrameRepr {
             buf[off..off + SingleVlanHeader::LEN].copy_from_slice(&v.to_bytes());
             off += SingleVlanHeader::LEN;
         }
-        let udp_len = UdpHeader::LEN + rl;
+        let udp_len = UdpHeader::LEN + roce_len;
         let too_big = |header| WireError::Malformed {
             header,
             reason: "packet too large for the length field",

@@ -1,0 +1,71 @@
+//! The layering rules of the design (shared/design/README.md §6.1), checked by reading the
+//! sources: `wire` imports nothing else of the crate and does no I/O.
+
+use std::path::Path;
+
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// (folder under src, crate modules it may import, forbidden paths)
+const RULES: &[(&str, &[&str], &[&str])] = &[(
+    "wire",
+    &["wire"],
+    &[
+        "std::fs",
+        "std::thread",
+        "std::time::Instant",
+        "std::time::SystemTime",
+        "std::net::UdpSocket",
+        "std::net::TcpStream",
+        "println!",
+        "serde",
+        "clap",
+    ],
+)];
+
+#[test]
+fn layers_import_only_what_they_may() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut violations = Vec::new();
+    let mut scanned = 0;
+    for (folder, allowed, forbidden) in RULES {
+        let mut files = Vec::new();
+        rust_files(&src.join(folder), &mut files);
+        assert!(!files.is_empty(), "src/{folder} is empty");
+        for f in files {
+            scanned += 1;
+            let text = std::fs::read_to_string(&f).unwrap();
+            for (i, line) in text.lines().enumerate() {
+                let l = line.trim_start();
+                if l.starts_with("//") {
+                    continue;
+                }
+                for (pos, _) in l.match_indices("crate::") {
+                    let rest = &l[pos + "crate::".len()..];
+                    let module: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !allowed.contains(&module.as_str()) {
+                        violations.push(format!("{}:{}: imports crate::{module}", f.display(), i + 1));
+                    }
+                }
+                for bad in *forbidden {
+                    if l.contains(bad) {
+                        violations.push(format!("{}:{}: uses {bad}", f.display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    assert!(scanned > 10, "scanned only {scanned} files");
+    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+}
