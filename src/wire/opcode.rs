@@ -509,7 +509,7 @@ mod test {
             if code != 0x81 {
                 assert!(pos >= 1, "{name} has no position");
             }
-            assert_eq!(info.is(Flags::REQ) && info.is(Flags::RESP), false, "{name}");
+            assert!(!(info.is(Flags::REQ) && info.is(Flags::RESP)), "{name}");
         }
         let known = OPCODES.iter().filter(|e| e.is_some()).count();
         assert_eq!(known, list.len(), "table has entries not in the IBA list");
