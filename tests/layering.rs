@@ -43,7 +43,9 @@ fn layers_import_only_what_they_may() {
         for f in files {
             scanned += 1;
             let text = std::fs::read_to_string(&f).unwrap();
-            for (i, line) in text.lines().enumerate() {
+            // Unit tests at the end of a file may read files; the rules are for the code.
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            for (i, line) in code.lines().enumerate() {
                 let l = line.trim_start();
                 if l.starts_with("//") {
                     continue;
