@@ -57,7 +57,11 @@ fn layers_import_only_what_they_may() {
                         .take_while(|c| c.is_alphanumeric() || *c == '_')
                         .collect();
                     if !allowed.contains(&module.as_str()) {
-                        violations.push(format!("{}:{}: imports crate::{module}", f.display(), i + 1));
+                        violations.push(format!(
+                            "{}:{}: imports crate::{module}",
+                            f.display(),
+                            i + 1
+                        ));
                     }
                 }
                 for bad in *forbidden {
@@ -69,5 +73,9 @@ fn layers_import_only_what_they_may() {
         }
     }
     assert!(scanned > 10, "scanned only {scanned} files");
-    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "layering violations:\n{}",
+        violations.join("\n")
+    );
 }

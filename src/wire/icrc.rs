@@ -206,7 +206,10 @@ mod test {
     /// its addresses, ports, length and IP ID rebuild exactly the bytes under its ICRC.
     #[test]
     fn pseudo_headers_match_a_real_frame() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/rc_pingpong_s64.pcap");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/rc_pingpong_s64.pcap"
+        );
         let bytes = std::fs::read(path).unwrap();
         // Find the first RoCE frame by hand: classic pcap, 24-byte file header, 16-byte
         // record headers, Ethernet.
