@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Regenerates the fuzz seed corpora from tests/data/*.pcap (the corpus directories are
+# gitignored; this script is their source):
+#   fuzz/corpus/frame_parse/  every frame of every capture (Ethernet, as captured)
+#   fuzz/corpus/roce_parse/   the UDP payload (BTH..ICRC) of every UDP/4791 frame
+#   fuzz/corpus/pcap_decode/  the capture files themselves
+# Seeds are named by the SHA-1 of their contents, as libFuzzer names its own, so
+# duplicates collapse. Existing corpus entries (e.g. what fuzzing found) are kept.
+# Usage: tools/fuzz-seed.sh   (from anywhere; needs python3)
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode
+
+python3 - fuzz/corpus tests/data/*.pcap <<'PY'
+import hashlib, os, struct, sys
+
+out, files = sys.argv[1], sys.argv[2:]
+ETH, VLANS, IPV4, IPV6, UDP, ROCE_PORT = 1, (0x8100, 0x88a8, 0x9100), 0x0800, 0x86dd, 17, 4791
+
+def save(kind, data):
+    path = os.path.join(out, kind, hashlib.sha1(data).hexdigest())
+    if os.path.exists(path):
+        return 0
+    with open(path, "wb") as f:
+        f.write(data)
+    return 1
+
+def frames(path):
+    """(linktype, frame bytes) of a classic pcap file, either byte order, us or ns."""
+    b = open(path, "rb").read()
+    magic = b[:4]
+    if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"):
+        e = "<"
+    elif magic in (b"\xa1\xb2\xc3\xd4", b"\xa1\xb2\x3c\x4d"):
+        e = ">"
+    else:
+        sys.exit(f"{path}: not a classic pcap file (magic {magic.hex()})")
+    link = struct.unpack(e + "I", b[20:24])[0] & 0x0FFFFFFF
+    off = 24
+    while off + 16 <= len(b):
+        incl = struct.unpack(e + "I", b[off + 8:off + 12])[0]
+        off += 16
+        yield link, b[off:off + incl]
+        off += incl
+
+def udp_payload(f):
+    """The UDP payload of an Ethernet frame to port 4791, cut to the IP and UDP lengths."""
+    if len(f) < 14:
+        return None
+    et, off = struct.unpack(">H", f[12:14])[0], 14
+    while et in VLANS and len(f) >= off + 4:
+        et, off = struct.unpack(">H", f[off + 2:off + 4])[0], off + 4
+    if et == IPV4 and len(f) >= off + 20:
+        ihl = (f[off] & 0x0F) * 4
+        total = struct.unpack(">H", f[off + 2:off + 4])[0]
+        if f[off + 9] != UDP:
+            return None
+        l4 = f[off + ihl:off + total]
+    elif et == IPV6 and len(f) >= off + 40:
+        plen = struct.unpack(">H", f[off + 4:off + 6])[0]
+        if f[off + 6] != UDP:
+            return None
+        l4 = f[off + 40:off + 40 + plen]
+    else:
+        return None
+    if len(l4) < 8:
+        return None
+    dport, ulen = struct.unpack(">HH", l4[2:6])
+    if dport != ROCE_PORT:
+        return None
+    return l4[8:ulen]
+
+n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0}
+for path in files:
+    n["pcap_decode"] += save("pcap_decode", open(path, "rb").read())
+    for link, f in frames(path):
+        if link != ETH:
+            continue
+        n["frame_parse"] += save("frame_parse", f)
+        p = udp_payload(f)
+        if p is not None:
+            n["roce_parse"] += save("roce_parse", p)
+print("fuzz-seed: new seeds " + ", ".join(f"{k} {v}" for k, v in n.items())
+      + f" (from {len(files)} captures)")
+PY
+for d in fuzz/corpus/*/; do
+    printf '  %s: %s files\n' "$d" "$(find "$d" -type f ! -name .keep | wc -l)"
+done
