@@ -10,8 +10,14 @@
 //!       wire                 (bytes: headers, opcode table, ICRC, frames; imports nothing of ours)
 //! ```
 //!
+//! `mem` is registered memory (PDs, MRs, L_Key/R_Key checks, SGE copies); it imports nothing
+//! of ours either and knows nothing about packets.
+//!
 //! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod engine;
+pub mod mem;
+pub mod sim;
 pub mod wire;

@@ -1,5 +1,6 @@
 //! The layering rules of the design (shared/design/README.md §6.1), checked by reading the
-//! sources: `wire` imports nothing else of the crate and does no I/O.
+//! sources: `wire` and `mem` import nothing else of the crate and do no I/O; `mem` also
+//! never spawns threads or reads the clock (the engine above it must stay deterministic).
 
 use std::path::Path;
 
@@ -15,21 +16,35 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 }
 
 /// (folder under src, crate modules it may import, forbidden paths)
-const RULES: &[(&str, &[&str], &[&str])] = &[(
-    "wire",
-    &["wire"],
-    &[
-        "std::fs",
-        "std::thread",
-        "std::time::Instant",
-        "std::time::SystemTime",
-        "std::net::UdpSocket",
-        "std::net::TcpStream",
-        "println!",
-        "serde",
-        "clap",
-    ],
-)];
+const RULES: &[(&str, &[&str], &[&str])] = &[
+    (
+        "wire",
+        &["wire"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::time::Instant",
+            "std::time::SystemTime",
+            "std::net::UdpSocket",
+            "std::net::TcpStream",
+            "println!",
+            "serde",
+            "clap",
+        ],
+    ),
+    (
+        "mem",
+        &["mem"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::net",
+            "Instant",
+            "SystemTime",
+            "println!",
+        ],
+    ),
+];
 
 #[test]
 fn layers_import_only_what_they_may() {

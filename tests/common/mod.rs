@@ -1,6 +1,8 @@
 //! Helpers shared by integration tests.
 #![allow(dead_code)]
 
+pub mod rc;
+
 use std::path::PathBuf;
 
 /// Every capture under tests/data, sorted.

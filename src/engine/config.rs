@@ -1,0 +1,51 @@
+//! Engine configuration: fixed at creation, deterministic.
+
+use std::net::IpAddr;
+
+/// What the engine needs to know about its NIC.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The NIC's address (its GID, in RoCEv2 an IP address).
+    pub local_ip: IpAddr,
+    /// IPv4 identification the transmit path will put on packets: the ICRC covers it.
+    /// Linux writes 0 on an unconnected UDP socket with DF set (IP_PMTUDISC_DO).
+    pub tx_ipv4_id: u16,
+    /// Accept IPv4 packets whose identification is unknown (UDP socket receive path) without
+    /// an ICRC check, counting them as `icrc_unverified`. When false they are dropped.
+    pub accept_unverified_icrc: bool,
+    /// Most PSNs a requester may have sent and not seen acknowledged (rxe: 128 unacked
+    /// PSNs); bounds the retransmission window well inside the 2^23 PSN half-space.
+    pub max_inflight_psns: u32,
+    /// Largest number of SGEs in one work request.
+    pub max_sge: usize,
+    /// Largest inline send.
+    pub max_inline_data: usize,
+    /// Largest queue depth a QP or CQ may ask for.
+    pub max_queue_depth: usize,
+    /// Most outstanding READ/atomic requests per QP (either direction).
+    pub max_rd_atomic: u8,
+    /// A requester asks for an ACK at least every this many packets of a long message
+    /// (rxe: RXE_MAX_PKT_PER_ACK = 64), so retransmission does not wait for the message end.
+    pub ack_req_every: u32,
+}
+
+impl EngineConfig {
+    pub fn new(local_ip: IpAddr) -> EngineConfig {
+        EngineConfig {
+            local_ip,
+            tx_ipv4_id: 0,
+            accept_unverified_icrc: true,
+            max_inflight_psns: 128,
+            max_sge: MAX_SGE,
+            max_inline_data: MAX_INLINE,
+            max_queue_depth: 16_384,
+            max_rd_atomic: 16,
+            ack_req_every: 64,
+        }
+    }
+}
+
+/// Capacity of the fixed SGE array in a work request (no allocation per WR).
+pub const MAX_SGE: usize = 8;
+/// Capacity of the inline-data array in a send work request.
+pub const MAX_INLINE: usize = 256;

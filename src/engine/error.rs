@@ -1,0 +1,107 @@
+//! Errors returned to the application for API misuse. Network input never produces an
+//! error: it is counted ([`super::stats`]) and maybe NAKed.
+
+use super::qp::QpState;
+use crate::mem::MemError;
+
+/// Which work queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queue {
+    Send,
+    Recv,
+}
+
+impl core::fmt::Display for Queue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Queue::Send => "send",
+            Queue::Recv => "receive",
+        })
+    }
+}
+
+/// A verbs call the engine refused, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerbsError {
+    /// No QP with this number.
+    #[error("no QP {0:#x}")]
+    NoSuchQp(u32),
+    /// No CQ with this handle.
+    #[error("no CQ {0}")]
+    NoSuchCq(u32),
+    /// The CQ is still used by a QP.
+    #[error("CQ {cq} is in use by QP {qpn:#x}")]
+    CqInUse { cq: u32, qpn: u32 },
+    /// The operation is not allowed in the QP's current state.
+    #[error("QP {qpn:#x} is in state {state}: cannot {op}")]
+    InvalidState {
+        qpn: u32,
+        state: QpState,
+        op: &'static str,
+    },
+    /// The work queue is full (its depth was set at create time).
+    #[error("QP {qpn:#x} {queue} queue is full ({depth} work requests outstanding)")]
+    QueueFull {
+        qpn: u32,
+        queue: Queue,
+        depth: usize,
+    },
+    /// More SGEs than the QP was created for.
+    #[error("{n} SGEs given, the QP allows {max}")]
+    TooManySge { n: usize, max: usize },
+    /// Inline data longer than the QP allows.
+    #[error("{len} bytes of inline data, the QP allows {max}")]
+    InlineTooLong { len: usize, max: usize },
+    /// A message longer than 2^31 bytes (IBA 9.4.1: message size limit).
+    #[error("message of {len} bytes exceeds the 2^31-byte limit")]
+    MessageTooLong { len: u64 },
+    /// An atomic needs exactly one 8-byte local buffer (or 8 bytes inline is refused).
+    #[error("atomic operations need one 8-byte local SGE, got {len} bytes")]
+    AtomicLength { len: u64 },
+    /// A remote atomic address that is not 8-byte aligned (IBA 9.4.5).
+    #[error("atomic remote address {va:#x} is not 8-byte aligned")]
+    AtomicAlignment { va: u64 },
+    /// This transition is not in the QP state diagram (IBA 10.3.1, Figure 124).
+    #[error("QP {qpn:#x}: no transition from {from} to {to}")]
+    InvalidTransition {
+        qpn: u32,
+        from: QpState,
+        to: QpState,
+    },
+    /// A transition requires an attribute that was not given (ibv_modify_qp rules).
+    #[error("QP {qpn:#x}: {from} -> {to} requires attribute {attr}")]
+    MissingAttr {
+        qpn: u32,
+        from: QpState,
+        to: QpState,
+        attr: &'static str,
+    },
+    /// An attribute given that this transition does not accept.
+    #[error("QP {qpn:#x}: {from} -> {to} does not accept attribute {attr}")]
+    UnexpectedAttr {
+        qpn: u32,
+        from: QpState,
+        to: QpState,
+        attr: &'static str,
+    },
+    /// An attribute with a value out of range.
+    #[error("attribute {attr} = {value}: {why}")]
+    InvalidAttr {
+        attr: &'static str,
+        value: u64,
+        why: &'static str,
+    },
+    /// A queue depth, SGE or inline capacity beyond the engine's limits.
+    #[error("{what} = {asked} exceeds the limit {max}")]
+    CapTooLarge {
+        what: &'static str,
+        asked: usize,
+        max: usize,
+    },
+    /// Only RC is implemented so far.
+    #[error("QP type {0} is not supported yet")]
+    UnsupportedQpType(&'static str),
+    /// A memory registration problem.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}

@@ -1,0 +1,515 @@
+//! The sans-IO protocol core: one [`Engine`] is one NIC.
+//!
+//! It performs no I/O and reads no clock (quinn-proto's shape). The caller:
+//!
+//! - **commands** it: `create_cq`, `create_qp`, `modify_qp`, `post_send`, `post_recv`,
+//!   `destroy_*`, and reads `poll_cq`;
+//! - **feeds** it: `handle_datagram(now, ..)` for every received RoCEv2 datagram and
+//!   `handle_timeout(now)` when `poll_timeout()` has passed;
+//! - **drains** it: `poll_transmit(now, buf)` until it returns `None` after every input
+//!   and command, sends each packet, then sleeps until `poll_timeout()` or the next datagram;
+//!   `poll_event()` for asynchronous errors.
+//!
+//! `now` must never go backwards. Same inputs, same outputs: nothing here is random.
+//! Network input never returns an error: every problem is a counted drop
+//! ([`stats::Counter`]) or the NAK the IBA demands. `Result` is for API misuse
+//! ([`VerbsError`]).
+
+pub mod config;
+pub mod cq;
+pub mod error;
+pub mod event;
+pub mod qp;
+pub mod stats;
+pub mod time;
+pub mod wr;
+
+pub use config::EngineConfig;
+pub use error::{Queue, VerbsError};
+pub use event::{AsyncEvent, Datagram, Transmit};
+pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
+pub use stats::{Counter, Counters};
+pub use time::Instant;
+pub use wr::{Completion, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
+
+use crate::mem::MrTable;
+use crate::wire::icrc::{self, PseudoHeaders};
+use crate::wire::opcode::{Flags, Transport};
+use crate::wire::{RocePacket, RoceRepr, ICRC_LEN, ROCE_UDP_PORT};
+use cq::Cq;
+use qp::wqe::{LocalData, RecvWqe, SendWqe, SgeList};
+use qp::{Ctx, Qp};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The first QPN handed out (0 and 1 are the special QPs; rxe starts at 0x11 too).
+pub const FIRST_QPN: u32 = 0x11;
+/// Largest message (IBA 9.4.1 / ibverbs max_msg_sz for RC).
+pub const MAX_MSG: u64 = 1 << 31;
+
+/// One NIC: QPs, CQs and counters over a registered-memory table.
+pub struct Engine {
+    cfg: EngineConfig,
+    mem: Arc<MrTable>,
+    qps: BTreeMap<u32, Qp>,
+    cqs: BTreeMap<u32, Cq>,
+    next_qpn: u32,
+    next_cq: u32,
+    stats: Counters,
+    events: VecDeque<AsyncEvent>,
+    overrun: Vec<u32>,
+    /// Where the round-robin over QPs resumes in `poll_transmit`.
+    tx_cursor: u32,
+}
+
+macro_rules! ctx {
+    ($self:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            cfg: &$self.cfg,
+            mem: &$self.mem,
+            stats: &mut $self.stats,
+            cqs: &mut $self.cqs,
+            events: &mut $self.events,
+            overrun: &mut $self.overrun,
+        }
+    };
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig, mem: Arc<MrTable>) -> Engine {
+        Engine {
+            cfg,
+            mem,
+            qps: BTreeMap::new(),
+            cqs: BTreeMap::new(),
+            next_qpn: FIRST_QPN,
+            next_cq: 1,
+            stats: Counters::default(),
+            events: VecDeque::new(),
+            overrun: Vec::new(),
+            tx_cursor: 0,
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// The registered-memory table this NIC serves.
+    pub fn mem(&self) -> &Arc<MrTable> {
+        &self.mem
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.stats
+    }
+
+    // ---- commands -------------------------------------------------------------------
+
+    pub fn create_cq(&mut self, depth: usize) -> Result<u32, VerbsError> {
+        if depth == 0 || depth > self.cfg.max_queue_depth {
+            return Err(VerbsError::CapTooLarge {
+                what: "cq depth",
+                asked: depth,
+                max: self.cfg.max_queue_depth,
+            });
+        }
+        let id = self.next_cq;
+        self.next_cq += 1;
+        self.cqs.insert(id, Cq::new(depth));
+        Ok(id)
+    }
+
+    pub fn destroy_cq(&mut self, cq: u32) -> Result<(), VerbsError> {
+        if let Some(q) = self
+            .qps
+            .values()
+            .find(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
+            return Err(VerbsError::CqInUse { cq, qpn: q.qpn });
+        }
+        self.cqs
+            .remove(&cq)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuchCq(cq))
+    }
+
+    /// Takes up to `out.len()` completions from a CQ, oldest first.
+    pub fn poll_cq(&mut self, cq: u32, out: &mut [Completion]) -> Result<usize, VerbsError> {
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
+        let mut n = 0;
+        while n < out.len() {
+            match q.pop() {
+                Some(c) => {
+                    out[n] = c;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        Ok(n)
+    }
+
+    pub fn create_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
+        if init.qp_type != QpType::Rc {
+            return Err(VerbsError::UnsupportedQpType(match init.qp_type {
+                QpType::Uc => "UC",
+                _ => "UD",
+            }));
+        }
+        for cq in [init.send_cq, init.recv_cq] {
+            if !self.cqs.contains_key(&cq) {
+                return Err(VerbsError::NoSuchCq(cq));
+            }
+        }
+        let c = &init.cap;
+        let limits = [
+            ("max_send_wr", c.max_send_wr, self.cfg.max_queue_depth),
+            ("max_recv_wr", c.max_recv_wr, self.cfg.max_queue_depth),
+            (
+                "max_send_sge",
+                c.max_send_sge,
+                self.cfg.max_sge.min(config::MAX_SGE),
+            ),
+            (
+                "max_recv_sge",
+                c.max_recv_sge,
+                self.cfg.max_sge.min(config::MAX_SGE),
+            ),
+            (
+                "max_inline_data",
+                c.max_inline_data,
+                self.cfg.max_inline_data.min(config::MAX_INLINE),
+            ),
+        ];
+        for (what, asked, max) in limits {
+            if asked > max {
+                return Err(VerbsError::CapTooLarge { what, asked, max });
+            }
+        }
+        self.mem.check_pd(init.pd)?;
+        let qpn = self.next_qpn;
+        self.next_qpn = (self.next_qpn + 1) & crate::wire::bth::QPN_MASK;
+        self.qps.insert(qpn, Qp::new(qpn, init));
+        Ok(qpn)
+    }
+
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
+        self.qps
+            .remove(&qpn)
+            .map(|_| ())
+            .ok_or(VerbsError::NoSuchQp(qpn))
+    }
+
+    pub fn qp(&self, qpn: u32) -> Result<&Qp, VerbsError> {
+        self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))
+    }
+
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let mut ctx = ctx!(self, Instant::ZERO);
+        let r = qp.modify(attr, &mut ctx);
+        self.after_call();
+        r
+    }
+
+    /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
+    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
+            return Err(VerbsError::InvalidState {
+                qpn,
+                state: qp.state,
+                op: "post a send WR (RTS, SQD or ERR needed)",
+            });
+        }
+        if qp.sq.len() >= qp.cap.max_send_wr {
+            return Err(VerbsError::QueueFull {
+                qpn,
+                queue: Queue::Send,
+                depth: qp.cap.max_send_wr,
+            });
+        }
+        let (local, len) = match wr.local {
+            Local::Sges(s) => {
+                if s.len() > qp.cap.max_send_sge {
+                    return Err(VerbsError::TooManySge {
+                        n: s.len(),
+                        max: qp.cap.max_send_sge,
+                    });
+                }
+                let l = SgeList::new(s);
+                let len = s.iter().map(|g| u64::from(g.length)).sum::<u64>();
+                (LocalData::Sges(l), len)
+            }
+            Local::Inline(d) => {
+                if d.len() > qp.cap.max_inline_data || wr.op.is_read_or_atomic() {
+                    return Err(VerbsError::InlineTooLong {
+                        len: d.len(),
+                        max: if wr.op.is_read_or_atomic() {
+                            0
+                        } else {
+                            qp.cap.max_inline_data
+                        },
+                    });
+                }
+                let mut buf = [0u8; config::MAX_INLINE];
+                buf[..d.len()].copy_from_slice(d);
+                (LocalData::Inline { buf, len: d.len() }, d.len() as u64)
+            }
+        };
+        if len > MAX_MSG {
+            return Err(VerbsError::MessageTooLong { len });
+        }
+        if let SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } = wr.op {
+            if len != 8 {
+                return Err(VerbsError::AtomicLength { len });
+            }
+            if remote.va % 8 != 0 {
+                return Err(VerbsError::AtomicAlignment { va: remote.va });
+            }
+        }
+        // Local keys are checked when the data moves (rxe does the same): a bad one
+        // completes the WR with LOC_PROT_ERR, as ibverbs specifies.
+        let mut flags = wr.flags;
+        flags.signaled |= qp.sq_sig_all;
+        let wqe = SendWqe {
+            wr_id: wr.wr_id,
+            op: wr.op,
+            flags,
+            local,
+            len: len as u32,
+            started: false,
+            first_psn: Default::default(),
+            last_psn: Default::default(),
+            read_done: 0,
+            error: None,
+        };
+        qp.sq.push_back(wqe);
+        if qp.state == QpState::Err {
+            let mut ctx = ctx!(self, Instant::ZERO);
+            qp.flush_now(&mut ctx);
+            self.after_call();
+        }
+        Ok(())
+    }
+
+    /// `ibv_post_recv`. Allowed from INIT on; in ERR the WR is flushed at once.
+    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if qp.state == QpState::Reset {
+            return Err(VerbsError::InvalidState {
+                qpn,
+                state: qp.state,
+                op: "post a receive WR (INIT or later needed)",
+            });
+        }
+        if qp.rq.len() >= qp.cap.max_recv_wr {
+            return Err(VerbsError::QueueFull {
+                qpn,
+                queue: Queue::Recv,
+                depth: qp.cap.max_recv_wr,
+            });
+        }
+        if wr.sges.len() > qp.cap.max_recv_sge {
+            return Err(VerbsError::TooManySge {
+                n: wr.sges.len(),
+                max: qp.cap.max_recv_sge,
+            });
+        }
+        let sges = SgeList::new(wr.sges);
+        let len = sges.total().ok_or(VerbsError::MessageTooLong {
+            len: wr.sges.iter().map(|s| u64::from(s.length)).sum(),
+        })?;
+        qp.rq.push_back(RecvWqe {
+            wr_id: wr.wr_id,
+            sges,
+            len,
+        });
+        if qp.state == QpState::Err {
+            let mut ctx = ctx!(self, Instant::ZERO);
+            qp.flush_now(&mut ctx);
+            self.after_call();
+        }
+        Ok(())
+    }
+
+    // ---- inputs ---------------------------------------------------------------------
+
+    /// One received datagram. The ingress pipeline, in rxe's order (`rxe_rcv`): ICRC,
+    /// parse (lengths, opcode, pad), TVer, QP lookup, transport, state, P_Key, source,
+    /// then requests to the responder and responses to the completer.
+    pub fn handle_datagram(&mut self, now: Instant, d: Datagram<'_>) {
+        if !self.check_icrc(&d) {
+            return;
+        }
+        let pkt = match RocePacket::new_checked(d.data) {
+            Ok(p) => p,
+            Err(_) => {
+                self.stats.inc(Counter::DropMalformed);
+                return;
+            }
+        };
+        let repr = match RoceRepr::parse(&pkt) {
+            Ok(r) => r,
+            Err(_) => {
+                self.stats.inc(Counter::DropMalformed);
+                return;
+            }
+        };
+        if repr.bth.tver != 0 {
+            self.stats.inc(Counter::DropBadTver);
+            return;
+        }
+        let info = pkt.info();
+        let Some(qp) = self.qps.get_mut(&repr.bth.dqpn) else {
+            self.stats.inc(Counter::DropUnknownQp);
+            return;
+        };
+        let transport_ok = matches!(
+            (info.transport, qp.qp_type),
+            (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            self.stats.inc(Counter::DropWrongTransport);
+            return;
+        }
+        if repr.bth.pkey != qp.attrs.pkey {
+            self.stats.inc(Counter::DropPkeyMismatch);
+            return;
+        }
+        // RC: only the connected peer may talk to the QP (rxe check_addr).
+        if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
+            self.stats.inc(Counter::DropWrongSource);
+            return;
+        }
+        let is_req = info.is(Flags::REQ);
+        let ok_state = if is_req { qp.receives() } else { qp.sends() };
+        if !ok_state {
+            self.stats.inc(Counter::DropBadState);
+            return;
+        }
+        self.stats.inc(Counter::RcvdPkts);
+        let payload = pkt.payload();
+        let mut ctx = ctx!(self, now);
+        if is_req {
+            qp.on_request(&mut ctx, &repr, payload);
+        } else {
+            qp.on_response(&mut ctx, &repr, payload);
+        }
+        self.after_call();
+    }
+
+    /// Whether the datagram's ICRC is acceptable (checked, or uncheckable and accepted).
+    fn check_icrc(&mut self, d: &Datagram<'_>) -> bool {
+        if d.data.len() < ICRC_LEN {
+            self.stats.inc(Counter::DropMalformed);
+            return false;
+        }
+        if cfg!(fuzzing) {
+            return true;
+        }
+        let id = match (d.src, d.ipv4_id) {
+            (SocketAddr::V4(_), None) => {
+                self.stats.inc(Counter::IcrcUnverified);
+                return self.cfg.accept_unverified_icrc;
+            }
+            (_, id) => id.unwrap_or(0),
+        };
+        let ph = PseudoHeaders::new(d.src, d.dst, id, d.data.len());
+        match icrc::verify(ph.ip(), ph.udp(), d.data) {
+            Ok(()) => true,
+            Err(_) => {
+                self.stats.inc(Counter::DropBadIcrc);
+                false
+            }
+        }
+    }
+
+    /// Runs every timer that has expired by `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for qp in self.qps.values_mut() {
+            if qp.next_timeout().is_some_and(|t| t <= now) {
+                let mut ctx = ctx!(self, now);
+                qp.handle_timeout(&mut ctx);
+            }
+        }
+        self.after_call();
+    }
+
+    // ---- outputs --------------------------------------------------------------------
+
+    /// Writes the next packet to send into `buf` (which should hold at least path MTU +
+    /// 64 bytes), ICRC included. Responses go before new requests, QPs take turns.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let mut found = None;
+        // Round robin: QPs from the cursor on, wrapping to the start; each once.
+        let mut next = self.next_qpn_from(self.tx_cursor);
+        for _ in 0..self.qps.len() {
+            let Some(qpn) = next else { break };
+            next = self.next_qpn_from(qpn.wrapping_add(1));
+            let qp = self.qps.get_mut(&qpn).expect("key from the map");
+            if !(qp.resp.has_pending() || qp.sends() && qp.req.sq_idx < qp.sq.len()) {
+                continue;
+            }
+            let mut ctx = ctx!(self, now);
+            if let Some(n) = qp
+                .next_response(&mut ctx, buf)
+                .or_else(|| qp.next_request(&mut ctx, buf))
+            {
+                found = Some((qpn, n));
+                break;
+            }
+        }
+        self.after_call();
+        let (qpn, len) = found?;
+        self.tx_cursor = qpn.wrapping_add(1);
+        let qp = &self.qps[&qpn];
+        let av = qp.attrs.av?;
+        let src = SocketAddr::new(self.cfg.local_ip, qp.src_port);
+        let dst = SocketAddr::new(av.dest_ip, ROCE_UDP_PORT);
+        let ph = PseudoHeaders::new(src, dst, self.cfg.tx_ipv4_id, len);
+        icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
+        self.stats.inc(Counter::SentPkts);
+        Some(Transmit { src, dst, len })
+    }
+
+    /// The first QPN at or after `from`, wrapping around.
+    fn next_qpn_from(&self, from: u32) -> Option<u32> {
+        self.qps
+            .range(from..)
+            .next()
+            .or_else(|| self.qps.iter().next())
+            .map(|(k, _)| *k)
+    }
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(|q| q.next_timeout()).min()
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// CQ overruns found during a call move every QP on the CQ to ERR.
+    fn after_call(&mut self) {
+        while let Some(cq) = self.overrun.pop() {
+            let qpns: Vec<u32> = self
+                .qps
+                .values()
+                .filter(|q| q.send_cq == cq || q.recv_cq == cq)
+                .map(|q| q.qpn)
+                .collect();
+            for qpn in qpns {
+                let qp = self.qps.get_mut(&qpn).expect("listed");
+                let mut ctx = ctx!(self, Instant::ZERO);
+                qp.enter_error(&mut ctx, true);
+            }
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! The completer (IBA 9.7.5-9.7.6, rxe_comp.c): ACKs, NAKs, READ responses and atomic
+//! ACKs come in; completions, retries and errors go out.
+//!
+//! Rules:
+//! - An ACK with PSN p acknowledges every request up to p (IBA 9.7.5.1: coalesced ACKs);
+//!   READ responses and atomic ACKs also acknowledge everything before them.
+//! - WQEs complete strictly in order; a READ or atomic completes only with its data.
+//! - A sequence NAK, a missing READ response or the local ACK timeout start a go-back-N
+//!   retry from the oldest unacknowledged PSN; each costs one retry unless progress was
+//!   made since (retry_cnt, IBA 9.7.6.1.3); an RNR NAK waits its timer first and costs one
+//!   RNR retry (7 = forever, IBA 9.7.5.2.8).
+//! - Fatal NAKs complete the WQE with the matching error; the QP goes to ERR and the rest
+//!   is flushed.
+
+use super::timers::QpTimer;
+use super::{Attrs, Ctx, Qp, RNR_RETRY_INFINITE};
+use crate::engine::stats::Counter;
+use crate::engine::time::{ack_timeout, rnr_timer};
+use crate::engine::wr::{Completion, SendOp, WcStatus};
+use crate::wire::opcode::{op, Flags};
+use crate::wire::{NakCode, Psn, RoceRepr, Syndrome};
+
+#[derive(Debug, Default)]
+pub struct Completer {
+    /// The oldest PSN not yet acknowledged (the next response PSN expected).
+    pub psn: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    /// READ and atomic WQEs started and not complete.
+    pub outstanding_rd_atomic: u8,
+}
+
+impl Completer {
+    pub fn reset(&mut self, psn: Psn, a: &Attrs) {
+        self.psn = psn;
+        self.outstanding_rd_atomic = 0;
+        self.reset_retries(a);
+    }
+    pub fn reset_retries(&mut self, a: &Attrs) {
+        self.retry_left = a.retry_cnt;
+        self.rnr_left = a.rnr_retry;
+    }
+}
+
+impl Qp {
+    pub(crate) fn arm_retransmit(&mut self, ctx: &mut Ctx<'_>) {
+        match ack_timeout(self.attrs.timeout) {
+            Some(d) => self
+                .timers
+                .set(QpTimer::Retransmit, ctx.now.saturating_add(d)),
+            None => self.timers.stop(QpTimer::Retransmit),
+        }
+    }
+
+    /// Whether any sent request awaits its acknowledgement or data.
+    fn outstanding(&self) -> bool {
+        self.sq.front().is_some_and(|w| w.started)
+    }
+
+    /// Retires the front WQE with `status`.
+    fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        let Some(w) = self.sq.pop_front() else {
+            return;
+        };
+        if w.op.is_read_or_atomic() {
+            self.comp.outstanding_rd_atomic = self.comp.outstanding_rd_atomic.saturating_sub(1);
+        }
+        if self.req.sq_idx > 0 {
+            self.req.sq_idx -= 1;
+        } else {
+            // The requester was (re)sending this WQE: move it on to the next.
+            self.req.offset = 0;
+        }
+        if w.flags.signaled || status != WcStatus::Success {
+            ctx.complete(
+                self.send_cq,
+                Completion {
+                    wr_id: w.wr_id,
+                    status,
+                    opcode: w.op.wc_opcode(),
+                    qpn: self.qpn,
+                    byte_len: w.len,
+                    imm: None,
+                    invalidated_rkey: None,
+                    src_qp: self.attrs.dest_qpn,
+                },
+            );
+        }
+    }
+
+    /// Completes SEND and WRITE WQEs wholly before `upto` (exclusive). Returns whether a
+    /// READ/atomic before `upto` still lacks its response (its response was lost).
+    fn ack_before(&mut self, ctx: &mut Ctx<'_>, upto: Psn) -> (bool, bool) {
+        let mut progress = false;
+        while let Some(w) = self.sq.front() {
+            if !w.started || w.last_psn.diff(upto) >= 0 {
+                break;
+            }
+            if w.op.is_read_or_atomic() {
+                return (progress, true);
+            }
+            let next = w.last_psn.add(1);
+            if next.diff(self.comp.psn) > 0 {
+                self.comp.psn = next;
+            }
+            self.complete_front(ctx, WcStatus::Success);
+            progress = true;
+        }
+        (progress, false)
+    }
+
+    /// Records that everything before `psn` is acknowledged.
+    fn advance(&mut self, ctx: &mut Ctx<'_>, psn: Psn, progress: bool) {
+        if psn.diff(self.comp.psn) > 0 {
+            self.comp.psn = psn;
+        }
+        if progress {
+            self.comp.reset_retries(&self.attrs);
+        }
+        // The requester may have rewound behind what is now acknowledged.
+        if self.req.psn.diff(self.comp.psn) < 0 {
+            self.seek(self.comp.psn);
+        }
+        if self.outstanding() {
+            if progress {
+                self.arm_retransmit(ctx);
+            }
+        } else {
+            self.timers.stop(QpTimer::Retransmit);
+            self.check_drained(ctx);
+        }
+    }
+
+    /// The PSN a retry should start from: the oldest unacknowledged one; within a READ,
+    /// the first response not received.
+    fn retry_point(&self) -> Psn {
+        match self.sq.front() {
+            Some(w) if w.started => {
+                if let SendOp::Read { .. } = w.op {
+                    w.first_psn.add(w.read_done / self.mtu())
+                } else if w.first_psn.diff(self.comp.psn) > 0 {
+                    w.first_psn
+                } else {
+                    self.comp.psn
+                }
+            }
+            _ => self.comp.psn,
+        }
+    }
+
+    /// Go-back-N from the oldest unacknowledged PSN, if retries remain.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>) {
+        if !self.outstanding() {
+            return;
+        }
+        if self.comp.retry_left == 0 {
+            ctx.stats.inc(Counter::RetryExceededErr);
+            self.complete_front(ctx, WcStatus::RetryExcErr);
+            self.enter_error(ctx, true);
+            return;
+        }
+        self.comp.retry_left -= 1;
+        ctx.stats.inc(Counter::CompleterRetryErr);
+        let p = self.retry_point();
+        self.comp.psn = p;
+        self.seek(p);
+        self.arm_retransmit(ctx);
+    }
+
+    pub(crate) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.outstanding() && self.sends() {
+            ctx.stats.inc(Counter::RetransmitTimeouts);
+            self.retry(ctx);
+        }
+    }
+
+    pub(crate) fn on_rnr_wait_over(&mut self, ctx: &mut Ctx<'_>) {
+        // The requester was pointed at the NAKed PSN; now it may send again.
+        if self.outstanding() {
+            self.arm_retransmit(ctx);
+        }
+    }
+
+    /// Handles a response packet (ACK, atomic ACK, READ response) for this QP.
+    pub(crate) fn on_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
+        let psn = r.bth.psn;
+        // A response to a PSN never sent is bogus (or from an old incarnation).
+        if psn.diff(self.req.psn_high) >= 0 || !self.outstanding() {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        let info = r.bth.opcode.info().expect("parsed");
+        if info.is(Flags::READ) {
+            return self.on_read_response(ctx, r, payload);
+        }
+        let Some(aeth) = r.aeth else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        };
+        if r.bth.opcode == op::RC_ATOMIC_ACKNOWLEDGE {
+            let orig = r.atomic_ack_eth.map(|a| a.orig).unwrap_or_default();
+            return self.on_atomic_ack(ctx, psn, orig);
+        }
+        match aeth.syndrome {
+            Syndrome::Ack { .. } => self.on_ack(ctx, psn),
+            Syndrome::Nak(NakCode::PsnSequenceError) => self.on_seq_nak(ctx, psn),
+            Syndrome::RnrNak { timer } => self.on_rnr_nak(ctx, psn, timer),
+            Syndrome::Nak(code) => self.on_fatal_nak(ctx, psn, code),
+        }
+    }
+
+    fn on_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        if psn.diff(self.comp.psn) < 0 {
+            // Older than what is already acknowledged: a duplicate or reordered ACK.
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        let (progress, lost) = self.ack_before(ctx, psn.add(1));
+        if lost {
+            // An ACK beyond a READ/atomic whose response never came (rxe: ERROR_RETRY).
+            self.advance(ctx, self.retry_point(), progress);
+            self.retry(ctx);
+            return;
+        }
+        self.advance(ctx, psn.add(1), progress);
+    }
+
+    fn on_seq_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        ctx.stats.inc(Counter::RcvdSeqErr);
+        if psn.diff(self.comp.psn) < 0 {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        // The NAK acknowledges everything before its PSN (IBA 9.7.5.1.3).
+        let (progress, _) = self.ack_before(ctx, psn);
+        self.advance(ctx, psn, progress);
+        self.retry(ctx);
+    }
+
+    fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
+        ctx.stats.inc(Counter::RcvdRnrErr);
+        if psn.diff(self.comp.psn) < 0 {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        let (progress, _) = self.ack_before(ctx, psn);
+        self.advance(ctx, psn, progress);
+        if self.comp.rnr_left == 0 {
+            ctx.stats.inc(Counter::RetryRnrExceededErr);
+            self.complete_front(ctx, WcStatus::RnrRetryExcErr);
+            self.enter_error(ctx, true);
+            return;
+        }
+        if self.comp.rnr_left != RNR_RETRY_INFINITE {
+            self.comp.rnr_left -= 1;
+        }
+        self.comp.psn = psn;
+        self.seek(psn);
+        self.timers.stop(QpTimer::Retransmit);
+        self.timers
+            .set(QpTimer::RnrWait, ctx.now.saturating_add(rnr_timer(timer)));
+    }
+
+    fn on_fatal_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
+        if psn.diff(self.comp.psn) < 0 {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        let (progress, _) = self.ack_before(ctx, psn);
+        self.advance(ctx, psn, progress);
+        let status = match code {
+            NakCode::InvalidRequest | NakCode::InvalidRdRequest => WcStatus::RemInvReqErr,
+            NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+            NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+            NakCode::PsnSequenceError => unreachable!("handled as a retry"),
+        };
+        self.complete_front(ctx, status);
+        self.enter_error(ctx, true);
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
+        let psn = r.bth.psn;
+        if psn.diff(self.comp.psn) < 0 {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        // A READ response acknowledges every request before it.
+        let (progress, _) = self.ack_before(ctx, psn);
+        if progress {
+            self.advance(ctx, self.comp.psn, true);
+        }
+        let mtu = self.mtu();
+        let Some(&w) = self.sq.front() else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        };
+        if !matches!(w.op, SendOp::Read { .. }) || !w.contains(psn) {
+            if w.op.is_read_or_atomic() && w.started && psn.diff(w.last_psn) > 0 {
+                // Responses for a later READ: this one's were lost.
+                self.retry(ctx);
+            } else {
+                ctx.stats.inc(Counter::DropUnexpectedResponse);
+            }
+            return;
+        }
+        let expected = w.first_psn.add(w.read_done / mtu);
+        match psn.diff(expected) {
+            d if d < 0 => {
+                ctx.stats.inc(Counter::DropUnexpectedResponse); // duplicate
+                return;
+            }
+            d if d > 0 => {
+                // A response is missing (IBA 9.7.5.1.5): go back to it.
+                self.comp.psn = expected;
+                self.retry(ctx);
+                return;
+            }
+            _ => {}
+        }
+        let rest = w.len - w.read_done;
+        let info = r.bth.opcode.info().expect("parsed");
+        let want_last = rest <= mtu;
+        let want_first = w.read_done == 0;
+        let len_ok = if want_last {
+            payload.len() as u32 == rest
+        } else {
+            payload.len() as u32 == mtu
+        };
+        if info.is(Flags::START) != want_first || info.is(Flags::END) != want_last || !len_ok {
+            self.complete_front(ctx, WcStatus::BadRespErr);
+            self.enter_error(ctx, true);
+            return;
+        }
+        if !payload.is_empty()
+            && w.local
+                .scatter(ctx.mem, self.pd, u64::from(w.read_done), payload)
+                .is_err()
+        {
+            self.complete_front(ctx, WcStatus::LocProtErr);
+            self.enter_error(ctx, true);
+            return;
+        }
+        self.sq[0].read_done += payload.len() as u32;
+        if want_last {
+            self.complete_front(ctx, WcStatus::Success);
+        }
+        self.advance(ctx, psn.add(1), true);
+    }
+
+    fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
+        if psn.diff(self.comp.psn) < 0 {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        }
+        let (progress, _) = self.ack_before(ctx, psn);
+        if progress {
+            self.advance(ctx, self.comp.psn, true);
+        }
+        let Some(&w) = self.sq.front() else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        };
+        if !w.op.is_atomic() || w.first_psn != psn || !w.started {
+            if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
+                self.retry(ctx);
+            } else {
+                ctx.stats.inc(Counter::DropUnexpectedResponse);
+            }
+            return;
+        }
+        // The original value, as the 8 bytes of a u64 in host order (x86: little-endian).
+        if w.local
+            .scatter(ctx.mem, self.pd, 0, &orig.to_ne_bytes())
+            .is_err()
+        {
+            self.complete_front(ctx, WcStatus::LocProtErr);
+            self.enter_error(ctx, true);
+            return;
+        }
+        self.complete_front(ctx, WcStatus::Success);
+        self.advance(ctx, psn.add(1), true);
+    }
+}

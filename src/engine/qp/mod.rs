@@ -1,0 +1,488 @@
+//! One queue pair: its attributes and state (`attr.rs`), work queues (`wqe.rs`), and the
+//! three roles of IBA chapter 9 operating on it — requester (`requester.rs`: send queue to
+//! packets), completer (`completer.rs`: ACKs and responses to completions, retries) and
+//! responder (`responder.rs`: requests to memory operations, ACK/NAK/responses).
+//!
+//! One owner, no flags between roles: each role returns what happens next (a packet, a
+//! completion, a rewind of the requester, a state change) to code that runs in the same
+//! call (after rxe's role split, without its cross-task flags).
+
+pub mod attr;
+mod completer;
+mod requester;
+mod responder;
+pub mod timers;
+pub mod wqe;
+
+pub use attr::{AddressVector, Attr, Mtu, QpAttr, QpState};
+
+use super::cq::Cq;
+use super::error::VerbsError;
+use super::event::AsyncEvent;
+use super::stats::{Counter, Counters};
+use super::time::Instant;
+use super::wr::{Completion, WcOpcode, WcStatus};
+use super::EngineConfig;
+use crate::mem::{Access, MrTable, Pd};
+use crate::wire::Psn;
+use std::collections::{BTreeMap, VecDeque};
+use timers::{QpTimer, TimerTable};
+use wqe::{RecvWqe, SendWqe};
+
+/// QP transport type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+/// Queue sizes asked for at creation (ibv_qp_cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCap {
+    pub max_send_wr: usize,
+    pub max_recv_wr: usize,
+    pub max_send_sge: usize,
+    pub max_recv_sge: usize,
+    pub max_inline_data: usize,
+}
+
+impl Default for QpCap {
+    fn default() -> Self {
+        QpCap {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        }
+    }
+}
+
+/// What `create_qp` needs (ibv_qp_init_attr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInit {
+    pub qp_type: QpType,
+    pub pd: Pd,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub cap: QpCap,
+    /// Every send WR generates a completion, whatever its `signaled` flag.
+    pub sq_sig_all: bool,
+}
+
+/// Everything a role needs from the engine for one call.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub cfg: &'a EngineConfig,
+    pub mem: &'a MrTable,
+    pub stats: &'a mut Counters,
+    pub cqs: &'a mut BTreeMap<u32, Cq>,
+    pub events: &'a mut VecDeque<AsyncEvent>,
+    /// CQs that overran during this call; the engine moves their QPs to ERR afterwards.
+    pub overrun: &'a mut Vec<u32>,
+}
+
+impl Ctx<'_> {
+    /// Delivers a completion to `cq`, reporting an overrun (never a silent loss).
+    pub fn complete(&mut self, cq: u32, c: Completion) {
+        let Some(q) = self.cqs.get_mut(&cq) else {
+            return;
+        };
+        let was_in_error = q.in_error;
+        if !q.push(c) {
+            self.stats.inc(Counter::CqOverrun);
+            if !was_in_error {
+                self.events
+                    .push_back(AsyncEvent::CqError { cq, lost: q.lost });
+                self.overrun.push(cq);
+            }
+        }
+    }
+}
+
+/// Attributes in force (set by `modify`).
+#[derive(Debug, Clone, Copy)]
+pub struct Attrs {
+    pub access: Access,
+    pub pkey: u16,
+    pub mtu: Mtu,
+    pub av: Option<AddressVector>,
+    pub dest_qpn: u32,
+    pub max_dest_rd_atomic: u8,
+    pub max_rd_atomic: u8,
+    pub min_rnr_timer: u8,
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub sq_draining_notify: bool,
+}
+
+/// RNR retry count meaning "retry forever" (IBA 9.7.5.2.8).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+/// The default P_Key (full membership, default partition): pkey_index 0.
+pub const DEFAULT_PKEY: u16 = 0xffff;
+
+#[derive(Debug)]
+pub struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: Pd,
+    pub send_cq: u32,
+    pub recv_cq: u32,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub state: QpState,
+    pub attrs: Attrs,
+    /// UDP source port of every packet this QP sends (fixed per QP, as rxe does).
+    pub src_port: u16,
+    pub(crate) sq: VecDeque<SendWqe>,
+    pub(crate) rq: VecDeque<RecvWqe>,
+    pub(crate) req: requester::Requester,
+    pub(crate) comp: completer::Completer,
+    pub(crate) resp: responder::Responder,
+    pub(crate) timers: TimerTable,
+}
+
+impl Qp {
+    pub fn new(qpn: u32, init: &QpInit) -> Qp {
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            pd: init.pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            attrs: Attrs {
+                access: Access::empty(),
+                pkey: DEFAULT_PKEY,
+                mtu: Mtu::M1024,
+                av: None,
+                dest_qpn: 0,
+                max_dest_rd_atomic: 0,
+                max_rd_atomic: 0,
+                min_rnr_timer: 0,
+                timeout: 0,
+                retry_cnt: 0,
+                rnr_retry: 0,
+                sq_draining_notify: false,
+            },
+            src_port: udp_sport(qpn, 0),
+            sq: VecDeque::with_capacity(init.cap.max_send_wr),
+            rq: VecDeque::with_capacity(init.cap.max_recv_wr),
+            req: requester::Requester::default(),
+            comp: completer::Completer::default(),
+            resp: responder::Responder::default(),
+            timers: TimerTable::default(),
+        }
+    }
+
+    /// `ibv_modify_qp`: checks the transition and its attributes, then applies them.
+    pub(crate) fn modify(&mut self, a: &QpAttr, ctx: &mut Ctx<'_>) -> Result<(), VerbsError> {
+        let from = self.state;
+        let to = a.state.unwrap_or(from);
+        let qpn = self.qpn;
+        let (required, optional) =
+            attr::rc_rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
+        for &r in required {
+            if !a.given().any(|g| g == r) {
+                return Err(VerbsError::MissingAttr {
+                    qpn,
+                    from,
+                    to,
+                    attr: r.name(),
+                });
+            }
+        }
+        if let Some(bad) = a
+            .given()
+            .find(|g| !required.contains(g) && !optional.contains(g))
+        {
+            return Err(VerbsError::UnexpectedAttr {
+                qpn,
+                from,
+                to,
+                attr: bad.name(),
+            });
+        }
+        validate(a, ctx.cfg)?;
+
+        // Apply.
+        let t = &mut self.attrs;
+        if let Some(v) = a.access {
+            t.access = v;
+        }
+        if let Some(v) = a.pkey_index {
+            // One partition: index 0 is the default P_Key.
+            let _ = v;
+            t.pkey = DEFAULT_PKEY;
+        }
+        if let Some(v) = a.path_mtu {
+            t.mtu = v;
+        }
+        if let Some(v) = a.av {
+            t.av = Some(v);
+        }
+        if let Some(v) = a.dest_qpn {
+            t.dest_qpn = v;
+            // rxe: rdma_get_udp_sport(0, qpn, dest_qpn), chosen when the peer is known.
+            self.src_port = udp_sport(qpn, v);
+        }
+        if let Some(v) = a.max_dest_rd_atomic {
+            t.max_dest_rd_atomic = v;
+        }
+        if let Some(v) = a.max_rd_atomic {
+            t.max_rd_atomic = v;
+        }
+        if let Some(v) = a.min_rnr_timer {
+            t.min_rnr_timer = v;
+        }
+        if let Some(v) = a.timeout {
+            t.timeout = v;
+        }
+        if let Some(v) = a.retry_cnt {
+            t.retry_cnt = v;
+        }
+        if let Some(v) = a.rnr_retry {
+            t.rnr_retry = v;
+        }
+        if let Some(v) = a.sq_draining_notify {
+            t.sq_draining_notify = v;
+        }
+        if let Some(psn) = a.rq_psn {
+            self.resp
+                .reset(psn, usize::from(self.attrs.max_dest_rd_atomic));
+        }
+        if let Some(psn) = a.sq_psn {
+            self.req.reset(psn);
+            self.comp.reset(psn, &self.attrs);
+        }
+        if a.retry_cnt.is_some() || a.rnr_retry.is_some() {
+            self.comp.reset_retries(&self.attrs);
+        }
+
+        match to {
+            QpState::Reset => self.reset(),
+            QpState::Err if from != QpState::Err => self.enter_error(ctx, false),
+            QpState::Sqd if from == QpState::Rts => {
+                self.state = QpState::Sqd;
+                self.check_drained(ctx);
+            }
+            _ => self.state = to,
+        }
+        Ok(())
+    }
+
+    /// Back to RESET: queues emptied without completions (IBA 10.3.1: RESET discards).
+    fn reset(&mut self) {
+        self.state = QpState::Reset;
+        self.sq.clear();
+        self.rq.clear();
+        self.req = requester::Requester::default();
+        self.comp = completer::Completer::default();
+        self.resp = responder::Responder::default();
+        self.timers = TimerTable::default();
+    }
+
+    /// Moves the QP to ERR: every outstanding work request completes with WR_FLUSH_ERR
+    /// (IBA 10.3.1, Error state), timers stop, and pending NAKs still go out. `fatal` says
+    /// the QP went there on its own (an asynchronous event is raised).
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        self.timers = TimerTable::default();
+        self.resp.keep_only_naks();
+        if fatal {
+            ctx.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
+        }
+        self.flush(ctx);
+    }
+
+    /// In ERR, work requests posted later are flushed at once.
+    pub(crate) fn flush_now(&mut self, ctx: &mut Ctx<'_>) {
+        self.flush(ctx);
+    }
+
+    /// Completes everything left on both queues: WR_FLUSH_ERR, or the error a WQE already
+    /// carries (a local protection error found while sending it).
+    fn flush(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(w) = self.sq.pop_front() {
+            ctx.complete(
+                self.send_cq,
+                Completion {
+                    wr_id: w.wr_id,
+                    status: w.error.unwrap_or(WcStatus::WrFlushErr),
+                    opcode: w.op.wc_opcode(),
+                    qpn: self.qpn,
+                    byte_len: 0,
+                    imm: None,
+                    invalidated_rkey: None,
+                    src_qp: self.attrs.dest_qpn,
+                },
+            );
+        }
+        self.req.sq_idx = 0;
+        self.req.offset = 0;
+        self.comp.outstanding_rd_atomic = 0;
+        self.resp.drop_current_message();
+        while let Some(w) = self.rq.pop_front() {
+            ctx.complete(
+                self.recv_cq,
+                Completion {
+                    wr_id: w.wr_id,
+                    status: WcStatus::WrFlushErr,
+                    opcode: WcOpcode::Recv,
+                    qpn: self.qpn,
+                    byte_len: 0,
+                    imm: None,
+                    invalidated_rkey: None,
+                    src_qp: self.attrs.dest_qpn,
+                },
+            );
+        }
+    }
+
+    /// In SQD with nothing in flight: raise `SqDrained` if asked for.
+    pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
+        if self.state == QpState::Sqd && self.attrs.sq_draining_notify && self.sq.is_empty() {
+            self.attrs.sq_draining_notify = false;
+            ctx.events
+                .push_back(AsyncEvent::SqDrained { qpn: self.qpn });
+        }
+    }
+
+    /// Earliest timer deadline.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.timers.next()
+    }
+
+    /// Runs expired timers.
+    pub(crate) fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        for t in QpTimer::VALUES {
+            if self.timers.expired(t, ctx.now) {
+                self.timers.stop(t);
+                match t {
+                    QpTimer::Retransmit => self.on_retransmit_timeout(ctx),
+                    QpTimer::RnrWait => self.on_rnr_wait_over(ctx),
+                }
+            }
+        }
+    }
+
+    /// The MTU in bytes.
+    pub fn mtu(&self) -> u32 {
+        self.attrs.mtu.bytes()
+    }
+
+    /// Whether the requester side runs.
+    pub fn sends(&self) -> bool {
+        matches!(self.state, QpState::Rts | QpState::Sqd)
+    }
+
+    /// Whether the responder side runs (IBA 10.3.1: from RTR on).
+    pub fn receives(&self) -> bool {
+        matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+    }
+
+    /// The PSN the requester will send next.
+    pub fn sq_psn(&self) -> Psn {
+        self.req.psn
+    }
+
+    /// The PSN the responder expects next.
+    pub fn rq_psn(&self) -> Psn {
+        self.resp.epsn
+    }
+}
+
+fn validate(a: &QpAttr, cfg: &EngineConfig) -> Result<(), VerbsError> {
+    let bad = |attr, value: u64, why| Err(VerbsError::InvalidAttr { attr, value, why });
+    if let Some(v) = a.timeout {
+        if v > 31 {
+            return bad("timeout", v.into(), "5-bit code 0..=31");
+        }
+    }
+    if let Some(v) = a.retry_cnt {
+        if v > 7 {
+            return bad("retry_cnt", v.into(), "3-bit count 0..=7");
+        }
+    }
+    if let Some(v) = a.rnr_retry {
+        if v > 7 {
+            return bad("rnr_retry", v.into(), "3-bit count 0..=7 (7 = infinite)");
+        }
+    }
+    if let Some(v) = a.min_rnr_timer {
+        if v > 31 {
+            return bad("min_rnr_timer", v.into(), "5-bit code 0..=31");
+        }
+    }
+    if let Some(v) = a.dest_qpn {
+        if v > crate::wire::bth::QPN_MASK {
+            return bad("dest_qpn", v.into(), "QPNs are 24 bits");
+        }
+    }
+    if let Some(v) = a.pkey_index {
+        if v != 0 {
+            return bad("pkey_index", v.into(), "only P_Key index 0 exists");
+        }
+    }
+    if let Some(v) = a.port {
+        if v != 1 {
+            return bad("port", v.into(), "the NIC has one port, number 1");
+        }
+    }
+    for (attr, v) in [
+        ("max_rd_atomic", a.max_rd_atomic),
+        ("max_dest_rd_atomic", a.max_dest_rd_atomic),
+    ] {
+        if let Some(v) = v {
+            if v > cfg.max_rd_atomic {
+                return bad(attr, v.into(), "above the NIC's max_qp_rd_atom");
+            }
+        }
+    }
+    if let Some(acc) = a.access {
+        let remote = Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC
+            | Access::LOCAL_WRITE;
+        if !remote.contains(acc) {
+            return bad(
+                "access",
+                acc.bits().into(),
+                "only LOCAL_WRITE and REMOTE_* apply to a QP",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// rxe's UDP source port for an RC QP: `rdma_get_udp_sport(0, qpn, dest_qpn)` (kernel
+/// `ib_verbs.h`): a flow label from both QPNs folded into 14 bits, above 0xC000. Matches
+/// the captures: QPN 0x11 to 0x11 -> 49441.
+pub fn udp_sport(qpn: u32, dest_qpn: u32) -> u16 {
+    const FLOW_LABEL_MASK: u64 = 0xfffff;
+    let mut v = u64::from(qpn) * u64::from(dest_qpn);
+    v ^= v >> 20;
+    v ^= v >> 40;
+    let fl = (v & FLOW_LABEL_MASK) as u32;
+    let low = (fl & 0x3fff) ^ ((fl & 0xfc000) >> 14);
+    0xc000 | low as u16
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn source_ports_match_rxe_captures() {
+        assert_eq!(udp_sport(0x11, 0x11), 49441);
+        assert_eq!(udp_sport(0x12, 0x12), 49476);
+        assert_eq!(udp_sport(0x11, 0), 0xc000);
+    }
+}

@@ -1,0 +1,150 @@
+//! Counters: every packet sent or received, every drop by reason, every retry. Names are
+//! rxe's (`rxe_hw_counters.c`) where the meaning matches, so the two can be compared.
+
+use core::fmt;
+
+macro_rules! counters {
+    ($( $(#[doc = $doc:literal])* $variant:ident => $name:literal, )*) => {
+        /// One counter. `name()` is the stable name printed by tools.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(usize)]
+        pub enum Counter {
+            $( $(#[doc = $doc])* $variant, )*
+        }
+
+        impl Counter {
+            /// Every counter, in declaration order.
+            pub const ALL: &'static [Counter] = &[$(Counter::$variant),*];
+
+            pub const fn name(self) -> &'static str {
+                match self { $(Counter::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+counters! {
+    /// RoCE packets handed to the caller for transmission.
+    SentPkts => "sent_pkts",
+    /// RoCE packets accepted into the QP pipeline.
+    RcvdPkts => "rcvd_pkts",
+    /// Requests whose PSN was already seen (C9-101): re-acknowledged or replayed.
+    DuplicateRequest => "duplicate_request",
+    /// Requests ahead of the expected PSN: sequence NAK (once per gap) and drop.
+    OutOfSeqRequest => "out_of_seq_request",
+    /// Sequence-error NAKs received by the requester.
+    RcvdSeqErr => "rcvd_seq_err",
+    /// RNR NAKs received by the requester.
+    RcvdRnrErr => "rcvd_rnr_err",
+    /// RNR NAKs sent by the responder (no receive WQE posted).
+    SendRnrErr => "send_rnr_err",
+    /// Work requests failed after the retry count ran out.
+    RetryExceededErr => "retry_exceeded_err",
+    /// Work requests failed after the RNR retry count ran out.
+    RetryRnrExceededErr => "retry_rnr_exceeded_err",
+    /// Go-back-N retransmissions started by the completer (timeout, NAK or lost response).
+    CompleterRetryErr => "completer_retry_err",
+    /// Retransmit timer expiries.
+    RetransmitTimeouts => "retransmit_timeouts",
+    /// SEND messages started by the requester.
+    RdmaSends => "rdma_sends",
+    /// SEND messages received completely by the responder.
+    RdmaRecvs => "rdma_recvs",
+    /// ACKs sent.
+    AcksSent => "acks_sent",
+    /// ACK requests answered by a later ACK (coalesced).
+    AcksCoalesced => "acks_coalesced",
+    /// NAKs sent (all kinds but RNR).
+    NaksSent => "naks_sent",
+    /// Dropped: the ICRC did not match.
+    DropBadIcrc => "drop_bad_icrc",
+    /// Accepted without an ICRC check: the receive path did not know every covered field
+    /// (IPv4 identification through a UDP socket).
+    IcrcUnverified => "icrc_unverified",
+    /// Dropped: the packet could not be parsed (truncated, unknown opcode, bad pad, ...).
+    DropMalformed => "drop_malformed",
+    /// Dropped: transport header version is not 0 (IBA 9.2.4).
+    DropBadTver => "drop_bad_tver",
+    /// Dropped: no QP with the destination QPN.
+    DropUnknownQp => "drop_unknown_qp",
+    /// Dropped: the opcode's transport does not match the QP type.
+    DropWrongTransport => "drop_wrong_transport",
+    /// Dropped: the QP's state does not accept this packet.
+    DropBadState => "drop_bad_state",
+    /// Dropped: the P_Key does not match the QP's.
+    DropPkeyMismatch => "drop_pkey_mismatch",
+    /// Dropped: the packet does not come from the QP's connected peer.
+    DropWrongSource => "drop_wrong_source",
+    /// Dropped: a response (ACK, read response, atomic ACK) the requester did not expect or
+    /// already had (ghost or duplicate).
+    DropUnexpectedResponse => "drop_unexpected_response",
+    /// Dropped: a duplicate READ or atomic request older than the replay ring.
+    DropReplayMissing => "drop_replay_missing",
+    /// Completions that did not fit in their CQ (reported as a CQ error).
+    CqOverrun => "cq_overrun",
+}
+
+/// A set of counters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counters([u64; Counter::ALL.len()]);
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters([0; Counter::ALL.len()])
+    }
+}
+
+impl Counters {
+    #[inline]
+    pub fn inc(&mut self, c: Counter) {
+        self.0[c as usize] += 1;
+    }
+
+    #[inline]
+    pub fn add(&mut self, c: Counter, n: u64) {
+        self.0[c as usize] += n;
+    }
+
+    #[inline]
+    pub fn get(&self, c: Counter) -> u64 {
+        self.0[c as usize]
+    }
+
+    /// Non-zero counters with their names.
+    pub fn nonzero(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Counter::ALL
+            .iter()
+            .map(|c| (c.name(), self.get(*c)))
+            .filter(|(_, v)| *v != 0)
+    }
+}
+
+impl fmt::Display for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, v) in self.nonzero() {
+            writeln!(f, "  {name} {v}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_indexed() {
+        let mut names: Vec<_> = Counter::ALL.iter().map(|c| c.name()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), Counter::ALL.len());
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i);
+        }
+        let mut k = Counters::default();
+        k.inc(Counter::SendRnrErr);
+        k.add(Counter::SentPkts, 3);
+        let v: Vec<_> = k.nonzero().collect();
+        assert_eq!(v, vec![("sent_pkts", 3), ("send_rnr_err", 1)]);
+    }
+}

@@ -1,0 +1,874 @@
+//! The table of protection domains and memory regions, and every check an access goes
+//! through.
+//!
+//! Lookups are the hot path (every RDMA WRITE/READ packet, every SGE): they take one
+//! DashMap shard lock for the time it takes to clone an `Arc`, then work on the region
+//! without holding any table lock. Registration and deregistration are rare; they
+//! serialise on one mutex that owns the index cursor and the key generator.
+//!
+//! Lock order (no cycles): the `alloc` mutex first, then at most one `mrs` or `pds`
+//! shard; no path holds a shard while taking the mutex or another shard.
+
+use super::key::{Key, KeyGen, Lkey, Rkey, MAX_INDEX};
+use super::mr::MemoryRegion;
+use super::{Access, MemError, Pd};
+use dashmap::DashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Limits and seed of a [`MrTable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MrTableConfig {
+    /// Seed of the key-byte generator: the same seed and the same sequence of calls give
+    /// the same keys.
+    pub seed: u64,
+    /// MR indices are `1..=max_mrs` (at most [`MAX_INDEX`], the 24 bits a key carries).
+    /// Index 0 is never used, so an all-zero key names nothing.
+    pub max_mrs: u32,
+    /// Largest region in bytes. Registration allocates (and zeroes) the bytes, the way
+    /// `ibv_reg_mr` pins pages, so this bounds what one call can take.
+    pub max_mr_len: u64,
+}
+
+impl Default for MrTableConfig {
+    fn default() -> Self {
+        MrTableConfig {
+            seed: 0x726f_6365_2d65_6d75, // "roce-emu"
+            max_mrs: MAX_INDEX,
+            max_mr_len: 1 << 30,
+        }
+    }
+}
+
+/// What registration and deregistration serialise on.
+#[derive(Debug)]
+struct Alloc {
+    next_pd: u32,
+    /// Where the search for a free index starts. Indices are handed out cyclically (as
+    /// rxe's pool does), so a freed index is reused as late as possible and a stale key
+    /// rarely finds its slot occupied at all.
+    next_index: u32,
+    keys: KeyGen,
+    /// The key byte each index had last (grown on demand, at most `max_mrs + 1` bytes),
+    /// so that a reused index always gets a different one.
+    last_key: Vec<u8>,
+}
+
+/// Protection domains and memory regions of one NIC.
+#[derive(Debug)]
+pub struct MrTable {
+    cfg: MrTableConfig,
+    mrs: DashMap<u32, Arc<MemoryRegion>>,
+    /// PD -> number of MRs registered in it.
+    pds: DashMap<u32, usize>,
+    alloc: Mutex<Alloc>,
+}
+
+impl Default for MrTable {
+    fn default() -> Self {
+        MrTable::new()
+    }
+}
+
+impl MrTable {
+    /// A table with the default limits and seed.
+    pub fn new() -> MrTable {
+        MrTable::with_config(MrTableConfig::default())
+    }
+
+    /// A table with these limits; `max_mrs` is clamped to `1..=MAX_INDEX`.
+    pub fn with_config(cfg: MrTableConfig) -> MrTable {
+        let cfg = MrTableConfig {
+            max_mrs: cfg.max_mrs.clamp(1, MAX_INDEX),
+            ..cfg
+        };
+        MrTable {
+            cfg,
+            mrs: DashMap::new(),
+            pds: DashMap::new(),
+            alloc: Mutex::new(Alloc {
+                next_pd: 1,
+                next_index: 1,
+                keys: KeyGen::new(cfg.seed),
+                last_key: Vec::new(),
+            }),
+        }
+    }
+
+    /// The limits in force.
+    pub fn config(&self) -> MrTableConfig {
+        self.cfg
+    }
+
+    /// Registered regions.
+    pub fn len(&self) -> usize {
+        self.mrs.len()
+    }
+
+    /// Whether no region is registered.
+    pub fn is_empty(&self) -> bool {
+        self.mrs.is_empty()
+    }
+
+    // The allocation state has no invariant a panic could break half-way (each field is
+    // updated in one statement), so a poisoned lock is still usable.
+    fn alloc(&self) -> std::sync::MutexGuard<'_, Alloc> {
+        self.alloc.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new protection domain (`ibv_alloc_pd`). Handles are never 0 and are not reused
+    /// until the 32-bit counter wraps.
+    pub fn alloc_pd(&self) -> Pd {
+        let mut a = self.alloc();
+        loop {
+            let pd = a.next_pd;
+            a.next_pd = a.next_pd.wrapping_add(1).max(1);
+            if let dashmap::Entry::Vacant(v) = self.pds.entry(pd) {
+                v.insert(0);
+                return Pd(pd);
+            }
+        }
+    }
+
+    /// Frees a protection domain (`ibv_dealloc_pd`). Refused while regions are
+    /// registered in it, as ibverbs returns `EBUSY`: the regions would otherwise belong
+    /// to a PD whose handle could be handed out again.
+    pub fn dealloc_pd(&self, pd: Pd) -> Result<(), MemError> {
+        if self.pds.remove_if(&pd.0, |_, n| *n == 0).is_some() {
+            return Ok(());
+        }
+        match self.pds.get(&pd.0) {
+            Some(n) => Err(MemError::PdInUse { pd, mrs: *n }),
+            None => Err(MemError::NoSuchPd { pd }),
+        }
+    }
+
+    /// Whether `pd` is allocated (for the engine's `create_qp`).
+    pub fn check_pd(&self, pd: Pd) -> Result<(), MemError> {
+        if self.pds.contains_key(&pd.0) {
+            Ok(())
+        } else {
+            Err(MemError::NoSuchPd { pd })
+        }
+    }
+
+    /// Registers a region of `length` zeroed bytes at `iova` in `pd` (`ibv_reg_mr`).
+    ///
+    /// Refused: REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE ([`MemError::InvalidAccess`],
+    /// ibverbs `EINVAL`); `length == 0` ([`MemError::ZeroLengthMr`]: rxe refuses it too,
+    /// since `ib_umem_get` pins no page, and it keeps "every region has a first byte"
+    /// true); a range past 2^64 ([`MemError::MrWraps`]; a region may end exactly at
+    /// 2^64); more than `max_mr_len` bytes; an unknown PD; a full table.
+    ///
+    /// The lkey and rkey have the same value (as rxe), whatever the access rights: an
+    /// rkey of a region without remote rights fails the access check, not the lookup.
+    pub fn reg_mr(
+        &self,
+        pd: Pd,
+        iova: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        if !access.is_consistent() {
+            return Err(MemError::InvalidAccess { access });
+        }
+        if length == 0 {
+            return Err(MemError::ZeroLengthMr { iova });
+        }
+        if iova.checked_add(length - 1).is_none() {
+            return Err(MemError::MrWraps { iova, length });
+        }
+        if length > self.cfg.max_mr_len {
+            return Err(MemError::MrTooLarge {
+                length,
+                max: self.cfg.max_mr_len,
+            });
+        }
+        // Count the region in its PD first, so `dealloc_pd` cannot succeed between this
+        // check and the insertion.
+        match self.pds.get_mut(&pd.0) {
+            Some(mut n) => *n += 1,
+            None => return Err(MemError::NoSuchPd { pd }),
+        }
+        let res = self.reg_counted(pd, iova, length, access);
+        if res.is_err() {
+            self.uncount(pd);
+        }
+        res
+    }
+
+    fn uncount(&self, pd: Pd) {
+        if let Some(mut n) = self.pds.get_mut(&pd.0) {
+            *n -= 1;
+        }
+    }
+
+    fn reg_counted(
+        &self,
+        pd: Pd,
+        iova: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        let max = self.cfg.max_mrs;
+        if self.mrs.len() >= max as usize {
+            // Checked again under the lock; this one avoids allocating for nothing.
+            return Err(MemError::TableFull { max });
+        }
+        // Fallible allocation: an absurd length is an error, not an abort.
+        let bytes = usize::try_from(length)
+            .ok()
+            .and_then(|n| {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n).ok()?;
+                v.resize(n, 0u8);
+                Some(v.into_boxed_slice())
+            })
+            .ok_or(MemError::OutOfMemory { length })?;
+
+        let mut a = self.alloc();
+        if self.mrs.len() >= max as usize {
+            return Err(MemError::TableFull { max });
+        }
+        let mut index = a.next_index;
+        while self.mrs.contains_key(&index) {
+            index = if index >= max { 1 } else { index + 1 };
+        }
+        a.next_index = if index >= max { 1 } else { index + 1 };
+        let previous = a.last_key.get(index as usize).copied();
+        let key = a.keys.next_key(previous);
+        let slot = index as usize;
+        if a.last_key.len() <= slot {
+            a.last_key.resize(slot + 1, 0);
+        }
+        a.last_key[slot] = key;
+        let mr = Arc::new(MemoryRegion::new(
+            pd,
+            iova,
+            access,
+            Lkey::new(index, key),
+            Rkey::new(index, key),
+            bytes,
+        ));
+        self.mrs.insert(index, Arc::clone(&mr));
+        Ok(mr)
+    }
+
+    /// Deregisters the region `lkey` names (`ibv_dereg_mr`). Operations that already
+    /// looked it up finish on their `Arc`; every later lookup fails with
+    /// [`MemError::NoSuchMr`].
+    pub fn dereg_mr(&self, lkey: Lkey) -> Result<(), MemError> {
+        let removed = {
+            let _a = self.alloc();
+            self.mrs
+                .remove_if(&lkey.index(), |_, mr| mr.lkey() == lkey)
+                .map(|(_, mr)| mr)
+        };
+        match removed {
+            Some(mr) => {
+                self.uncount(mr.pd());
+                Ok(())
+            }
+            None => Err(match self.get(Key::Local(lkey)) {
+                Some(mr) => MemError::KeyMismatch {
+                    asked: Key::Local(lkey),
+                    found: Key::Local(mr.lkey()),
+                },
+                None => MemError::NoSuchMr {
+                    key: Key::Local(lkey),
+                },
+            }),
+        }
+    }
+
+    fn get(&self, key: Key) -> Option<Arc<MemoryRegion>> {
+        // Clone the Arc and drop the shard guard at once: no table lock is held while
+        // the caller works on the region.
+        self.mrs.get(&key.index()).map(|r| Arc::clone(r.value()))
+    }
+
+    /// Index, key byte, PD: the identity checks shared by lookups and invalidation.
+    fn find(&self, pd: Pd, key: Key) -> Result<Arc<MemoryRegion>, MemError> {
+        let mr = self.get(key).ok_or(MemError::NoSuchMr { key })?;
+        let found = match key {
+            Key::Local(_) => mr.lkey().0,
+            Key::Remote(_) => mr.rkey().0,
+        };
+        if found != key.raw() {
+            return Err(MemError::KeyMismatch {
+                asked: key,
+                found: key.with_raw(found),
+            });
+        }
+        if mr.pd() != pd {
+            return Err(MemError::PdMismatch {
+                key,
+                asked: pd,
+                found: mr.pd(),
+            });
+        }
+        Ok(mr)
+    }
+
+    /// The checks of rxe's `lookup_mem`, each with its own error, in this order: index
+    /// exists, key byte matches, PD matches, region valid, access rights, range. The
+    /// order decides which error a request with several faults reports; identity comes
+    /// first so that nothing about a region is revealed to a caller that cannot name it.
+    fn lookup(
+        &self,
+        pd: Pd,
+        key: Key,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        let mr = self.find(pd, key)?;
+        if !mr.is_valid() {
+            return Err(MemError::MrInvalid { key });
+        }
+        if !mr.access().contains(need) {
+            return Err(MemError::AccessDenied {
+                key,
+                need,
+                have: mr.access(),
+            });
+        }
+        mr.check_range_for(key, va, len)?;
+        Ok(mr)
+    }
+
+    /// Validates a local access (an SGE) of `[va, va + len)` through `lkey` by a QP of
+    /// `pd`. `need` is [`Access::LOCAL_WRITE`] when the HCA writes (receive buffers, READ
+    /// responses, atomic results) and [`Access::empty`] when it reads: local read needs
+    /// no right (IBA 10.6, memory region access rights).
+    pub fn lookup_local(
+        &self,
+        pd: Pd,
+        lkey: Lkey,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        self.lookup(pd, Key::Local(lkey), va, len, need)
+    }
+
+    /// Validates a remote access of `[va, va + len)` through `rkey` arriving on a QP of
+    /// `pd`; `need` is REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC. A failure is an
+    /// R_Key violation the responder answers with a Remote Access Error NAK.
+    pub fn lookup_remote(
+        &self,
+        pd: Pd,
+        rkey: Rkey,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        self.lookup(pd, Key::Remote(rkey), va, len, need)
+    }
+
+    /// Invalidates the region `rkey` names, for SEND with Invalidate (the IETH key) and
+    /// Local Invalidate (`invalidate_rkey` of the work request), IBA 10.6, Memory
+    /// Management, invalidation. The key must match exactly and the region must be in
+    /// the QP's `pd`, otherwise nothing changes. Invalidating an invalid region
+    /// succeeds and changes nothing (rxe does the same). Afterwards every lookup of the
+    /// region fails with [`MemError::MrInvalid`] until it is deregistered.
+    pub fn invalidate(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
+        self.find(pd, Key::Remote(rkey))?.set_invalid();
+        Ok(())
+    }
+
+    /// RDMA WRITE: stores `data` at `va` after [`lookup_remote`](Self::lookup_remote)
+    /// with REMOTE_WRITE. All or nothing: a refused write changes no byte.
+    pub fn write_remote(&self, pd: Pd, rkey: Rkey, va: u64, data: &[u8]) -> Result<(), MemError> {
+        let key = Key::Remote(rkey);
+        self.lookup(pd, key, va, data.len() as u64, Access::REMOTE_WRITE)?
+            .write_for(key, va, data)
+    }
+
+    /// RDMA READ: copies the bytes at `va` into `out` after a lookup with REMOTE_READ.
+    pub fn read_remote(&self, pd: Pd, rkey: Rkey, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+        let key = Key::Remote(rkey);
+        self.lookup(pd, key, va, out.len() as u64, Access::REMOTE_READ)?
+            .read_for(key, va, out)
+    }
+
+    /// ATOMIC compare-and-swap on the 8 bytes at `va`: if the u64 there equals
+    /// `compare`, it becomes `swap`. Returns the original value either way.
+    ///
+    /// Needs REMOTE_ATOMIC, `[va, va + 8)` in range, and `va` 8-byte aligned
+    /// ([`MemError::MisalignedAtomic`], checked after the key checks as rxe does). The
+    /// word is a u64 in host byte order, what the host CPU sees, as a real NIC on x86
+    /// operates on little-endian host memory; the engine converts from and to the
+    /// big-endian AtomicETH/AtomicAckETH fields. It runs under the region's write lock,
+    /// so it is atomic with respect to every other access through this module.
+    pub fn compare_swap(
+        &self,
+        pd: Pd,
+        rkey: Rkey,
+        va: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, MemError> {
+        let key = Key::Remote(rkey);
+        self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
+            .atomic_for(key, va, |v| if v == compare { swap } else { v })
+    }
+
+    /// ATOMIC fetch-and-add on the 8 bytes at `va` (wrapping, like the hardware):
+    /// returns the original value. Same checks and byte order as
+    /// [`compare_swap`](Self::compare_swap).
+    pub fn fetch_add(&self, pd: Pd, rkey: Rkey, va: u64, add: u64) -> Result<u64, MemError> {
+        let key = Key::Remote(rkey);
+        self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
+            .atomic_for(key, va, |v| v.wrapping_add(add))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Access = Access::ALL;
+
+    fn table() -> (MrTable, Pd) {
+        let t = MrTable::new();
+        let pd = t.alloc_pd();
+        (t, pd)
+    }
+
+    #[test]
+    fn pd_lifecycle() {
+        let t = MrTable::new();
+        let a = t.alloc_pd();
+        let b = t.alloc_pd();
+        assert_ne!(a, b);
+        assert_ne!(a.raw(), 0);
+        t.check_pd(a).unwrap();
+        let mr = t.reg_mr(a, 0x1000, 64, Access::LOCAL_WRITE).unwrap();
+        let mr2 = t.reg_mr(a, 0x2000, 64, Access::empty()).unwrap();
+        assert_eq!(t.dealloc_pd(a), Err(MemError::PdInUse { pd: a, mrs: 2 }));
+        t.dereg_mr(mr.lkey()).unwrap();
+        assert_eq!(t.dealloc_pd(a), Err(MemError::PdInUse { pd: a, mrs: 1 }));
+        t.dereg_mr(mr2.lkey()).unwrap();
+        t.dealloc_pd(a).unwrap();
+        assert_eq!(t.dealloc_pd(a), Err(MemError::NoSuchPd { pd: a }));
+        assert_eq!(t.check_pd(a), Err(MemError::NoSuchPd { pd: a }));
+        assert_eq!(
+            t.reg_mr(a, 0, 8, Access::empty()).unwrap_err(),
+            MemError::NoSuchPd { pd: a }
+        );
+        t.dealloc_pd(b).unwrap();
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn reg_mr_refusals() {
+        let t = MrTable::with_config(MrTableConfig {
+            max_mr_len: 4096,
+            max_mrs: 2,
+            ..MrTableConfig::default()
+        });
+        let pd = t.alloc_pd();
+        for bad in [
+            Access::REMOTE_WRITE,
+            Access::REMOTE_ATOMIC,
+            Access::REMOTE_READ | Access::REMOTE_WRITE,
+        ] {
+            assert_eq!(
+                t.reg_mr(pd, 0, 8, bad).unwrap_err(),
+                MemError::InvalidAccess { access: bad }
+            );
+        }
+        assert_eq!(
+            t.reg_mr(pd, 7, 0, ALL).unwrap_err(),
+            MemError::ZeroLengthMr { iova: 7 }
+        );
+        assert_eq!(
+            t.reg_mr(pd, u64::MAX - 6, 8, ALL).unwrap_err(),
+            MemError::MrWraps {
+                iova: u64::MAX - 6,
+                length: 8
+            }
+        );
+        assert_eq!(
+            t.reg_mr(pd, 0, 4097, ALL).unwrap_err(),
+            MemError::MrTooLarge {
+                length: 4097,
+                max: 4096
+            }
+        );
+        // A region may end exactly at 2^64.
+        let top = t.reg_mr(pd, u64::MAX - 7, 8, ALL).unwrap();
+        assert_eq!(top.iova(), u64::MAX - 7);
+        t.reg_mr(pd, 0, 4096, ALL).unwrap();
+        assert_eq!(
+            t.reg_mr(pd, 0, 1, ALL).unwrap_err(),
+            MemError::TableFull { max: 2 }
+        );
+        // Refused registrations leave no count behind in the PD.
+        assert_eq!(t.dealloc_pd(pd), Err(MemError::PdInUse { pd, mrs: 2 }));
+    }
+
+    #[test]
+    fn absurd_length_is_an_error_not_an_abort() {
+        let t = MrTable::with_config(MrTableConfig {
+            max_mr_len: u64::MAX,
+            ..MrTableConfig::default()
+        });
+        let pd = t.alloc_pd();
+        // More than isize::MAX bytes: no allocator can provide it.
+        assert_eq!(
+            t.reg_mr(pd, 0, 1 << 63, Access::empty()).unwrap_err(),
+            MemError::OutOfMemory { length: 1 << 63 }
+        );
+        t.dealloc_pd(pd).unwrap();
+    }
+
+    #[test]
+    fn lookup_checks_in_rxe_order() {
+        let (t, pd) = table();
+        let pd2 = t.alloc_pd();
+        let mr = t
+            .reg_mr(pd, 0x1000, 0x100, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let (lk, rk) = (mr.lkey(), mr.rkey());
+        assert_eq!(lk.0, rk.0);
+        let wrong_tag = Rkey::new(rk.index(), rk.key().wrapping_add(1));
+        let nowhere = Rkey::new(rk.index() + 1, rk.key());
+
+        // Every fault at once: the first check in the order is reported.
+        assert_eq!(
+            t.lookup_remote(pd2, nowhere, 0, u64::MAX, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::NoSuchMr {
+                key: Key::Remote(nowhere)
+            }
+        );
+        assert_eq!(
+            t.lookup_remote(pd2, wrong_tag, 0, u64::MAX, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::KeyMismatch {
+                asked: Key::Remote(wrong_tag),
+                found: Key::Remote(rk)
+            }
+        );
+        assert_eq!(
+            t.lookup_remote(pd2, rk, 0, u64::MAX, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::PdMismatch {
+                key: Key::Remote(rk),
+                asked: pd2,
+                found: pd
+            }
+        );
+        assert_eq!(
+            t.lookup_remote(pd, rk, 0, u64::MAX, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::AccessDenied {
+                key: Key::Remote(rk),
+                need: Access::REMOTE_WRITE,
+                have: Access::LOCAL_WRITE | Access::REMOTE_READ
+            }
+        );
+        assert_eq!(
+            t.lookup_remote(pd, rk, 0x10ff, 2, Access::REMOTE_READ)
+                .unwrap_err(),
+            MemError::OutOfRange {
+                key: Key::Remote(rk),
+                va: 0x10ff,
+                len: 2,
+                mr_iova: 0x1000,
+                mr_len: 0x100
+            }
+        );
+        let got = t
+            .lookup_remote(pd, rk, 0x10ff, 1, Access::REMOTE_READ)
+            .unwrap();
+        assert!(Arc::ptr_eq(&got, &mr));
+        // Invalid comes before access and range.
+        t.invalidate(pd, rk).unwrap();
+        assert_eq!(
+            t.lookup_remote(pd, rk, 0, u64::MAX, Access::REMOTE_WRITE)
+                .unwrap_err(),
+            MemError::MrInvalid {
+                key: Key::Remote(rk)
+            }
+        );
+        // ... and after PD.
+        assert!(matches!(
+            t.lookup_remote(pd2, rk, 0, 0, Access::empty()),
+            Err(MemError::PdMismatch { .. })
+        ));
+        // Local keys see the invalidation too.
+        assert_eq!(
+            t.lookup_local(pd, lk, 0x1000, 1, Access::empty())
+                .unwrap_err(),
+            MemError::MrInvalid {
+                key: Key::Local(lk)
+            }
+        );
+    }
+
+    #[test]
+    fn local_read_needs_no_right_local_write_does() {
+        let (t, pd) = table();
+        let ro = t.reg_mr(pd, 0, 16, Access::REMOTE_READ).unwrap();
+        t.lookup_local(pd, ro.lkey(), 0, 16, Access::empty())
+            .unwrap();
+        assert_eq!(
+            t.lookup_local(pd, ro.lkey(), 0, 16, Access::LOCAL_WRITE)
+                .unwrap_err(),
+            MemError::AccessDenied {
+                key: Key::Local(ro.lkey()),
+                need: Access::LOCAL_WRITE,
+                have: Access::REMOTE_READ
+            }
+        );
+        // The same number as an lkey works, as an rkey without remote rights does not.
+        let norem = t.reg_mr(pd, 0, 16, Access::LOCAL_WRITE).unwrap();
+        assert!(matches!(
+            t.read_remote(pd, norem.rkey(), 0, &mut [0; 4]),
+            Err(MemError::AccessDenied { .. })
+        ));
+    }
+
+    #[test]
+    fn dereg_then_lookup_fails() {
+        let (t, pd) = table();
+        let mr = t.reg_mr(pd, 0x4000, 64, ALL).unwrap();
+        let (lk, rk) = (mr.lkey(), mr.rkey());
+        let wrong = Lkey::new(lk.index(), lk.key() ^ 0x80);
+        assert_eq!(
+            t.dereg_mr(wrong),
+            Err(MemError::KeyMismatch {
+                asked: Key::Local(wrong),
+                found: Key::Local(lk)
+            })
+        );
+        t.dereg_mr(lk).unwrap();
+        assert_eq!(
+            t.dereg_mr(lk),
+            Err(MemError::NoSuchMr {
+                key: Key::Local(lk)
+            })
+        );
+        assert_eq!(
+            t.lookup_local(pd, lk, 0x4000, 1, Access::empty())
+                .unwrap_err(),
+            MemError::NoSuchMr {
+                key: Key::Local(lk)
+            }
+        );
+        assert_eq!(
+            t.write_remote(pd, rk, 0x4000, &[1]).unwrap_err(),
+            MemError::NoSuchMr {
+                key: Key::Remote(rk)
+            }
+        );
+        // A holder of the Arc still sees consistent bytes.
+        mr.write(0x4000, &[5]).unwrap();
+        assert_eq!(t.len(), 0);
+        t.dealloc_pd(pd).unwrap();
+    }
+
+    #[test]
+    fn reregistration_changes_the_key_and_stale_keys_fail() {
+        let t = MrTable::with_config(MrTableConfig {
+            max_mrs: 1,
+            ..MrTableConfig::default()
+        });
+        let pd = t.alloc_pd();
+        let mut prev = t.reg_mr(pd, 0, 8, ALL).unwrap();
+        for _ in 0..1000 {
+            let old = prev.rkey();
+            t.dereg_mr(prev.lkey()).unwrap();
+            let next = t.reg_mr(pd, 0, 8, ALL).unwrap();
+            assert_eq!(next.rkey().index(), old.index(), "one slot only");
+            assert_ne!(next.rkey().key(), old.key());
+            // The previous registration's key no longer reaches memory.
+            assert_eq!(
+                t.write_remote(pd, old, 0, &[1]).unwrap_err(),
+                MemError::KeyMismatch {
+                    asked: Key::Remote(old),
+                    found: Key::Remote(next.rkey())
+                }
+            );
+            prev = next;
+        }
+    }
+
+    #[test]
+    fn indices_are_cyclic_and_keys_deterministic() {
+        let keys = |seed| {
+            let t = MrTable::with_config(MrTableConfig {
+                seed,
+                max_mrs: 4,
+                ..MrTableConfig::default()
+            });
+            let pd = t.alloc_pd();
+            let mut out = Vec::new();
+            for _ in 0..10 {
+                let mr = t.reg_mr(pd, 0, 1, ALL).unwrap();
+                out.push(mr.lkey().0);
+                t.dereg_mr(mr.lkey()).unwrap();
+            }
+            out
+        };
+        let a = keys(1);
+        assert_eq!(a, keys(1));
+        assert_ne!(a, keys(2));
+        let idx: Vec<u32> = a.iter().map(|k| k >> 8).collect();
+        assert_eq!(idx, [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]);
+    }
+
+    #[test]
+    fn remote_write_and_read() {
+        let (t, pd) = table();
+        let mr = t
+            .reg_mr(
+                pd,
+                0xdead_0000,
+                32,
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .unwrap();
+        let rk = mr.rkey();
+        t.write_remote(pd, rk, 0xdead_0010, b"hello").unwrap();
+        let mut b = [0u8; 5];
+        mr.read(0xdead_0010, &mut b).unwrap();
+        assert_eq!(&b, b"hello");
+        assert!(matches!(
+            t.read_remote(pd, rk, 0xdead_0010, &mut b),
+            Err(MemError::AccessDenied {
+                need: Access::REMOTE_READ,
+                ..
+            })
+        ));
+        // Out of range by one byte: nothing is written.
+        assert!(matches!(
+            t.write_remote(pd, rk, 0xdead_001c, &[0xff; 5]),
+            Err(MemError::OutOfRange { .. })
+        ));
+        mr.with_bytes(|bytes| assert!(bytes[0x1c..].iter().all(|&x| x == 0)));
+        // Zero-length write at the very end is in range and touches nothing.
+        t.write_remote(pd, rk, 0xdead_0020, &[]).unwrap();
+
+        let rd = t.reg_mr(pd, 0, 4, Access::REMOTE_READ).unwrap();
+        rd.write(0, &[1, 2, 3, 4]).unwrap();
+        let mut four = [0u8; 4];
+        t.read_remote(pd, rd.rkey(), 0, &mut four).unwrap();
+        assert_eq!(four, [1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn atomics() {
+        let (t, pd) = table();
+        let mr = t
+            .reg_mr(pd, 0x8000, 64, Access::LOCAL_WRITE | Access::REMOTE_ATOMIC)
+            .unwrap();
+        let rk = mr.rkey();
+        mr.write(0x8008, &5u64.to_ne_bytes()).unwrap();
+        // Compare fails: value unchanged, original returned.
+        assert_eq!(t.compare_swap(pd, rk, 0x8008, 4, 99), Ok(5));
+        assert_eq!(t.fetch_add(pd, rk, 0x8008, 0), Ok(5));
+        // Compare matches: swapped.
+        assert_eq!(t.compare_swap(pd, rk, 0x8008, 5, 99), Ok(5));
+        assert_eq!(t.fetch_add(pd, rk, 0x8008, 1), Ok(99));
+        assert_eq!(t.fetch_add(pd, rk, 0x8008, u64::MAX), Ok(100)); // wraps to 99
+        let mut b = [0u8; 8];
+        mr.read(0x8008, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 99);
+        // Host byte order: on a little-endian host the low byte comes first.
+        if cfg!(target_endian = "little") {
+            assert_eq!(b[0], 99);
+        }
+        assert_eq!(
+            t.fetch_add(pd, rk, 0x8004, 1),
+            Err(MemError::MisalignedAtomic { va: 0x8004 })
+        );
+        assert_eq!(
+            t.compare_swap(pd, rk, 0x8001, 0, 0),
+            Err(MemError::MisalignedAtomic { va: 0x8001 })
+        );
+        // Key checks come before alignment (rxe order).
+        assert!(matches!(
+            t.fetch_add(pd, Rkey(rk.0 ^ 1), 0x8004, 1),
+            Err(MemError::KeyMismatch { .. })
+        ));
+        assert!(matches!(
+            t.fetch_add(pd, rk, 0x803c, 1),
+            Err(MemError::OutOfRange { len: 8, .. })
+        ));
+        let plain = t
+            .reg_mr(pd, 0, 8, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        assert_eq!(
+            t.fetch_add(pd, plain.rkey(), 0, 1),
+            Err(MemError::AccessDenied {
+                key: Key::Remote(plain.rkey()),
+                need: Access::REMOTE_ATOMIC,
+                have: Access::LOCAL_WRITE | Access::REMOTE_WRITE
+            })
+        );
+    }
+
+    #[test]
+    fn atomics_are_atomic_across_threads() {
+        let (t, pd) = table();
+        let mr = t.reg_mr(pd, 0, 8, ALL).unwrap();
+        let t = Arc::new(t);
+        let rk = mr.rkey();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                let t = Arc::clone(&t);
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        t.fetch_add(pd, rk, 0, 1).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(t.fetch_add(pd, rk, 0, 0), Ok(4000));
+    }
+
+    #[test]
+    fn invalidate_refusals() {
+        let (t, pd) = table();
+        let pd2 = t.alloc_pd();
+        let mr = t.reg_mr(pd, 0, 8, ALL).unwrap();
+        let rk = mr.rkey();
+        let bad = Rkey::new(rk.index(), rk.key().wrapping_sub(1));
+        assert_eq!(
+            t.invalidate(pd, bad),
+            Err(MemError::KeyMismatch {
+                asked: Key::Remote(bad),
+                found: Key::Remote(rk)
+            })
+        );
+        assert_eq!(
+            t.invalidate(pd2, rk),
+            Err(MemError::PdMismatch {
+                key: Key::Remote(rk),
+                asked: pd2,
+                found: pd
+            })
+        );
+        let none = Rkey::new(rk.index() + 7, 0);
+        assert_eq!(
+            t.invalidate(pd, none),
+            Err(MemError::NoSuchMr {
+                key: Key::Remote(none)
+            })
+        );
+        assert!(mr.is_valid(), "refused invalidations change nothing");
+        t.invalidate(pd, rk).unwrap();
+        assert!(!mr.is_valid());
+        t.invalidate(pd, rk).unwrap(); // idempotent
+        assert!(matches!(
+            t.compare_swap(pd, rk, 0, 0, 1),
+            Err(MemError::MrInvalid { .. })
+        ));
+        // The application still owns its bytes; deregistration still works.
+        mr.write(0, &[1]).unwrap();
+        t.dereg_mr(mr.lkey()).unwrap();
+    }
+}

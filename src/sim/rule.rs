@@ -1,0 +1,147 @@
+//! Fault rules for a simulated link (turmoil's `Rule`/`Verdict` shape): each rule sees
+//! every packet of its direction and may drop, duplicate, delay or corrupt it. Rules own
+//! their seeded RNG and counters, so a run is reproducible.
+
+use crate::engine::Instant;
+use core::time::Duration;
+
+/// What happens to one packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// No opinion: later rules decide; if none does, deliver after the link latency.
+    Pass,
+    Drop,
+    /// Deliver twice.
+    Duplicate,
+    /// Deliver after the latency plus this much (lets later packets overtake: reordering).
+    Delay(Duration),
+    /// Flip one byte (the ICRC will catch it).
+    Corrupt {
+        at: usize,
+        xor: u8,
+    },
+}
+
+/// A small deterministic PRNG (splitmix64): no OS randomness in simulations.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in [0, n).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.unit() < p
+    }
+}
+
+/// A fault rule for one direction of a link.
+pub trait Rule: Send {
+    fn on_packet(&mut self, now: Instant, pkt: &[u8]) -> Verdict;
+}
+
+/// Random faults with fixed probabilities.
+#[derive(Debug, Clone)]
+pub struct Random {
+    pub rng: Rng,
+    pub drop: f64,
+    pub duplicate: f64,
+    /// Probability of an extra delay of up to `reorder_by`.
+    pub reorder: f64,
+    pub reorder_by: Duration,
+    pub corrupt: f64,
+}
+
+impl Random {
+    pub fn new(seed: u64) -> Random {
+        Random {
+            rng: Rng::new(seed),
+            drop: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            reorder_by: Duration::from_micros(50),
+            corrupt: 0.0,
+        }
+    }
+}
+
+impl Rule for Random {
+    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
+        if self.rng.chance(self.drop) {
+            Verdict::Drop
+        } else if self.rng.chance(self.corrupt) && !pkt.is_empty() {
+            let at = self.rng.below(pkt.len() as u64) as usize;
+            Verdict::Corrupt {
+                at,
+                xor: 1 + self.rng.below(255) as u8,
+            }
+        } else if self.rng.chance(self.duplicate) {
+            Verdict::Duplicate
+        } else if self.rng.chance(self.reorder) {
+            let ns = self.rng.below(self.reorder_by.as_nanos() as u64 + 1);
+            Verdict::Delay(Duration::from_nanos(ns))
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+/// Drops exactly the packets whose 1-based index in this direction is listed (the lab's
+/// nftables `numgen` rule).
+#[derive(Debug, Clone, Default)]
+pub struct DropNth {
+    pub which: Vec<u64>,
+    seen: u64,
+}
+
+impl DropNth {
+    pub fn new(which: &[u64]) -> DropNth {
+        DropNth {
+            which: which.to_vec(),
+            seen: 0,
+        }
+    }
+}
+
+impl Rule for DropNth {
+    fn on_packet(&mut self, _now: Instant, _pkt: &[u8]) -> Verdict {
+        self.seen += 1;
+        if self.which.contains(&self.seen) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+/// Drops every packet matching a predicate on its bytes (e.g. all ACKs).
+pub struct DropIf<F: FnMut(&[u8]) -> bool + Send>(pub F);
+
+impl<F: FnMut(&[u8]) -> bool + Send> Rule for DropIf<F> {
+    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
+        if (self.0)(pkt) {
+            Verdict::Drop
+        } else {
+            Verdict::Pass
+        }
+    }
+}
