@@ -44,6 +44,35 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "println!",
         ],
     ),
+    // The sans-IO core: no sockets, files, threads, channels, clocks or printing.
+    (
+        "engine",
+        &["engine", "wire", "mem"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::net::UdpSocket",
+            "std::net::TcpStream",
+            "std::time::Instant",
+            "SystemTime",
+            "crossbeam",
+            "println!",
+            "eprintln!",
+        ],
+    ),
+    // The simulator drives engines with a virtual clock only.
+    (
+        "sim",
+        &["sim", "engine", "wire", "mem"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::net::UdpSocket",
+            "std::time::Instant",
+            "SystemTime",
+            "println!",
+        ],
+    ),
 ];
 
 #[test]
