@@ -24,6 +24,10 @@ pub struct EngineConfig {
     pub max_queue_depth: usize,
     /// Most outstanding READ/atomic requests per QP (either direction).
     pub max_rd_atomic: u8,
+    /// Treat a transport `retry_cnt` of 7 as "retry forever", as rxe does
+    /// (`rxe_comp.c`: `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--`). The IBA makes
+    /// only the RNR retry count 7 infinite (9.7.5.2.8); off by default.
+    pub retry_cnt_7_infinite: bool,
     /// A requester asks for an ACK at least every this many packets of a long message
     /// (rxe: RXE_MAX_PKT_PER_ACK = 64), so retransmission does not wait for the message end.
     pub ack_req_every: u32,
@@ -40,6 +44,7 @@ impl EngineConfig {
             max_inline_data: MAX_INLINE,
             max_queue_depth: 16_384,
             max_rd_atomic: 16,
+            retry_cnt_7_infinite: false,
             ack_req_every: 64,
         }
     }

@@ -89,11 +89,18 @@ pub const MAX_PACKET: usize = 4096 + 128;
 impl Net {
     /// `n` NICs at 198.18.0.1, .2, ... (the benchmarking range: no real network).
     pub fn new(n: usize) -> Net {
+        Net::with_config(n, |_| {})
+    }
+
+    /// `n` NICs whose configuration `tweak` may change.
+    pub fn with_config(n: usize, mut tweak: impl FnMut(&mut EngineConfig)) -> Net {
         let nodes = (0..n)
             .map(|i| {
                 let ip = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1 + i as u8));
+                let mut cfg = EngineConfig::new(ip);
+                tweak(&mut cfg);
                 Node {
-                    engine: Engine::new(EngineConfig::new(ip), Arc::new(MrTable::new())),
+                    engine: Engine::new(cfg, Arc::new(MrTable::new())),
                     ip,
                 }
             })

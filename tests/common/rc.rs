@@ -8,7 +8,7 @@ use roce_emu::sim::Net;
 use roce_emu::wire::{Psn, RocePacket, RoceRepr};
 use std::sync::Arc;
 
-pub const BUF: u64 = 256 * 1024;
+pub const BUF: u64 = 1024 * 1024;
 
 /// One side: its node, QP and a registered buffer.
 pub struct Side {
@@ -59,6 +59,10 @@ pub struct Opts {
     pub depth: usize,
     pub cq_depth: usize,
     pub access: Access,
+    /// rxe's "retry_cnt 7 retries forever" (EngineConfig::retry_cnt_7_infinite).
+    pub retry7_forever: bool,
+    /// The QP's remote access flags, if not those of `access` (tests/sim_rc.rs).
+    pub qp_access: Option<Access>,
 }
 
 impl Default for Opts {
@@ -78,6 +82,8 @@ impl Default for Opts {
                 .union(Access::REMOTE_WRITE)
                 .union(Access::REMOTE_READ)
                 .union(Access::REMOTE_ATOMIC),
+            retry7_forever: false,
+            qp_access: None,
         }
     }
 }
@@ -134,7 +140,7 @@ fn connect(net: &mut Net, me: &Side, peer: &Side, o: &Opts, my_psn: u32, peer_ps
             state: Some(QpState::Init),
             pkey_index: Some(0),
             port: Some(1),
-            access: Some(o.access & remote_rights),
+            access: Some(o.qp_access.unwrap_or(o.access & remote_rights)),
             ..Default::default()
         },
     )
@@ -170,7 +176,7 @@ fn connect(net: &mut Net, me: &Side, peer: &Side, o: &Opts, my_psn: u32, peer_ps
 
 impl Pair {
     pub fn new(o: Opts) -> Pair {
-        let mut net = Net::new(2);
+        let mut net = Net::with_config(2, |c| c.retry_cnt_7_infinite = o.retry7_forever);
         let a = side(&mut net, 0, &o);
         let b = side(&mut net, 1, &o);
         connect(&mut net, &a, &b, &o, o.psn_a, o.psn_b);
@@ -342,4 +348,267 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
                 .wrapping_add((i >> 8) as u8)
         })
         .collect()
+}
+
+// ---- scenario helpers (tests/sim_rc.rs) ------------------------------------------------
+
+/// One traced packet, parsed: what a protocol trace shows.
+#[derive(Debug, Clone)]
+pub struct Pkt {
+    /// Virtual time the packet left its sender, in nanoseconds.
+    pub at_ns: u64,
+    pub from: usize,
+    pub to: usize,
+    pub opcode: roce_emu::wire::Opcode,
+    pub psn: u32,
+    pub ack_req: bool,
+    pub syndrome: Option<roce_emu::wire::Syndrome>,
+    pub msn: Option<u32>,
+    pub reth: Option<roce_emu::wire::RethRepr>,
+    pub atomic: Option<roce_emu::wire::AtomicEthRepr>,
+    /// AtomicAckETH original value.
+    pub orig: Option<u64>,
+    pub imm: Option<u32>,
+    /// IETH R_Key (SEND with invalidate).
+    pub ieth: Option<u32>,
+    pub payload_len: usize,
+    pub verdict: roce_emu::sim::rule::Verdict,
+}
+
+impl Pkt {
+    pub fn name(&self) -> &'static str {
+        self.opcode.name()
+    }
+    pub fn dropped(&self) -> bool {
+        self.verdict == roce_emu::sim::rule::Verdict::Drop
+    }
+    /// A compact trace line without time: "A>B RC_SEND_ONLY 0x100", with the syndrome of
+    /// an RC_ACKNOWLEDGE ("ACK", "NAK seq", "NAK inv", "NAK acc", "NAK op", "RNR t=12")
+    /// and a verdict other than Pass ("[Drop]", "[Duplicate]", ...).
+    pub fn flow(&self) -> String {
+        use roce_emu::wire::{NakCode, Syndrome};
+        let dir = if self.from == 0 { "A>B" } else { "B>A" };
+        let mut s = format!("{dir} {} {:#x}", self.name(), self.psn);
+        if self.opcode == roce_emu::wire::opcode::op::RC_ACKNOWLEDGE {
+            match self.syndrome {
+                Some(Syndrome::Ack { .. }) => s += " ACK",
+                Some(Syndrome::RnrNak { timer }) => s += &format!(" RNR t={timer}"),
+                Some(Syndrome::Nak(c)) => {
+                    s += match c {
+                        NakCode::PsnSequenceError => " NAK seq",
+                        NakCode::InvalidRequest => " NAK inv",
+                        NakCode::RemoteAccessError => " NAK acc",
+                        NakCode::RemoteOperationalError => " NAK op",
+                        NakCode::InvalidRdRequest => " NAK inv-rd",
+                    }
+                }
+                None => {}
+            }
+        }
+        if self.verdict != roce_emu::sim::rule::Verdict::Pass {
+            s += &format!(" [{:?}]", self.verdict);
+        }
+        s
+    }
+    /// `flow()` with time, header details and payload length (for printing).
+    pub fn line(&self) -> String {
+        let mut s = format!("{:>10.3} {}", self.at_ns as f64 / 1000.0, self.flow());
+        if let Some(r) = self.reth {
+            s += &format!(" reth(va={:#x} rkey={:#x} len={})", r.va, r.rkey, r.dma_len);
+        }
+        if let Some(a) = self.atomic {
+            s += &format!(
+                " atomic(va={:#x} swap_add={} cmp={})",
+                a.va, a.swap_add, a.compare
+            );
+        }
+        if let Some(o) = self.orig {
+            s += &format!(" orig={o}");
+        }
+        if let Some(i) = self.imm {
+            s += &format!(" imm={i:#x}");
+        }
+        if let Some(k) = self.ieth {
+            s += &format!(" inv_rkey={k:#x}");
+        }
+        if self.ack_req {
+            s += " A";
+        }
+        if self.payload_len > 0 {
+            s += &format!(" +{}B", self.payload_len);
+        }
+        s
+    }
+}
+
+/// Parses the BTH..ICRC bytes of a packet.
+pub fn parse_pkt(bytes: &[u8]) -> RoceRepr {
+    let p = RocePacket::new_checked(bytes).unwrap();
+    RoceRepr::parse(&p).unwrap()
+}
+
+/// A rule that gives `verdict` to the matching packets whose 1-based index among the
+/// matches is listed (`which` empty: every match); other packets pass.
+pub struct Pick<F: FnMut(&RoceRepr) -> bool + Send> {
+    pub pred: F,
+    pub which: Vec<u64>,
+    pub seen: u64,
+    pub verdict: roce_emu::sim::rule::Verdict,
+}
+
+impl<F: FnMut(&RoceRepr) -> bool + Send> roce_emu::sim::rule::Rule for Pick<F> {
+    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> roce_emu::sim::rule::Verdict {
+        let r = parse_pkt(pkt);
+        if !(self.pred)(&r) {
+            return roce_emu::sim::rule::Verdict::Pass;
+        }
+        self.seen += 1;
+        if self.which.is_empty() || self.which.contains(&self.seen) {
+            self.verdict
+        } else {
+            roce_emu::sim::rule::Verdict::Pass
+        }
+    }
+}
+
+/// `Pick` on one opcode.
+pub fn pick(
+    opcode: roce_emu::wire::Opcode,
+    which: &[u64],
+    verdict: roce_emu::sim::rule::Verdict,
+) -> Pick<impl FnMut(&RoceRepr) -> bool + Send> {
+    Pick {
+        pred: move |r: &RoceRepr| r.bth.opcode == opcode,
+        which: which.to_vec(),
+        seen: 0,
+        verdict,
+    }
+}
+
+impl Pair {
+    /// The trace, parsed.
+    pub fn packets(&self) -> Vec<Pkt> {
+        let tr = self.net.trace.as_ref().expect("tracing on");
+        tr.iter()
+            .map(|t| {
+                let r = parse_pkt(&t.bytes);
+                Pkt {
+                    at_ns: t.at.as_nanos(),
+                    from: t.from,
+                    to: t.to,
+                    opcode: r.bth.opcode,
+                    psn: r.bth.psn.value(),
+                    ack_req: r.bth.ack_req,
+                    syndrome: r.aeth.map(|a| a.syndrome),
+                    msn: r.aeth.map(|a| a.msn),
+                    reth: r.reth,
+                    atomic: r.atomic_eth,
+                    orig: r.atomic_ack_eth.map(|a| a.orig),
+                    imm: r.immdt.map(|i| i.imm),
+                    ieth: r.ieth.map(|i| i.rkey),
+                    payload_len: r.payload_len,
+                    verdict: t.verdict,
+                }
+            })
+            .collect()
+    }
+
+    /// The trace as `Pkt::flow` lines.
+    pub fn flow(&self) -> Vec<String> {
+        self.packets().iter().map(Pkt::flow).collect()
+    }
+
+    /// Prints the trace with header details and the non-zero counters of both sides.
+    pub fn print_packets(&self) {
+        for p in self.packets() {
+            eprintln!("{}", p.line());
+        }
+        for (i, n) in self.net.nodes.iter().enumerate() {
+            eprintln!("node {i} counters:\n{}", n.engine.counters());
+        }
+    }
+
+    pub fn try_post_send(&mut self, which: usize, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        let qpn = self.side(which).qpn;
+        self.engine(which).post_send(qpn, wr)
+    }
+
+    /// One SGE over our buffer, with these flags.
+    pub fn try_send_flags(
+        &mut self,
+        which: usize,
+        wr_id: u64,
+        op: SendOp,
+        off: u64,
+        len: u32,
+        flags: SendFlags,
+    ) -> Result<(), VerbsError> {
+        let sge = self.side(which).sge(off, len);
+        self.try_post_send(
+            which,
+            &SendWr {
+                wr_id,
+                op,
+                local: Local::Sges(&[sge]),
+                flags,
+            },
+        )
+    }
+
+    pub fn send_flags(
+        &mut self,
+        which: usize,
+        wr_id: u64,
+        op: SendOp,
+        off: u64,
+        len: u32,
+        flags: SendFlags,
+    ) {
+        self.try_send_flags(which, wr_id, op, off, len, flags)
+            .unwrap()
+    }
+
+    pub fn try_post_recv_sges(
+        &mut self,
+        which: usize,
+        wr_id: u64,
+        sges: &[Sge],
+    ) -> Result<(), VerbsError> {
+        let qpn = self.side(which).qpn;
+        self.engine(which).post_recv(qpn, &RecvWr { wr_id, sges })
+    }
+
+    pub fn modify(&mut self, which: usize, attr: &QpAttr) -> Result<(), VerbsError> {
+        let qpn = self.side(which).qpn;
+        self.engine(which).modify_qp(qpn, attr)
+    }
+
+    /// Every asynchronous event a side has raised since the last call.
+    pub fn events(&mut self, which: usize) -> Vec<AsyncEvent> {
+        let e = self.engine(which);
+        std::iter::from_fn(|| e.poll_event()).collect()
+    }
+
+    /// Registers another region in the side's PD.
+    pub fn reg_mr(&self, which: usize, iova: u64, len: u64, access: Access) -> Arc<MemoryRegion> {
+        self.net.nodes[which]
+            .engine
+            .mem()
+            .reg_mr(self.side(which).pd, iova, len, access)
+            .unwrap()
+    }
+
+    /// Steps until `done` holds (bounded); panics if the network goes idle first.
+    pub fn run_until(&mut self, mut done: impl FnMut(&Pair) -> bool) {
+        for _ in 0..100_000 {
+            if done(self) {
+                return;
+            }
+            if !self.net.step() {
+                assert!(done(self), "network idle before the condition held");
+                return;
+            }
+        }
+        panic!("condition not reached");
+    }
 }

@@ -28,6 +28,10 @@ pub struct Completer {
     pub rnr_left: u8,
     /// READ and atomic WQEs started and not complete.
     pub outstanding_rd_atomic: u8,
+    /// The PSN of the last go-back-N, until progress is made. A packet-driven retry to
+    /// the same PSN is the same loss seen again (later packets of the same flight): it
+    /// neither costs a retry nor resends the window a second time (rxe: `started_retry`).
+    pub retrying_from: Option<Psn>,
 }
 
 impl Completer {
@@ -39,7 +43,17 @@ impl Completer {
     pub fn reset_retries(&mut self, a: &Attrs) {
         self.retry_left = a.retry_cnt;
         self.rnr_left = a.rnr_retry;
+        self.retrying_from = None;
     }
+}
+
+/// What started a retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// The local ACK timeout expired.
+    Timeout,
+    /// A packet showed a loss.
+    Packet,
 }
 
 impl Qp {
@@ -109,8 +123,26 @@ impl Qp {
         (progress, false)
     }
 
-    /// Records that everything before `psn` is acknowledged.
+    /// The response PSN an unfinished READ or atomic at the head still waits for: an
+    /// ACK or NAK beyond it says the responder executed the request, not that the
+    /// requester has its result, so the oldest unacknowledged PSN stops there.
+    fn head_wait(&self) -> Option<Psn> {
+        let w = self
+            .sq
+            .front()
+            .filter(|w| w.started && w.op.is_read_or_atomic())?;
+        Some(match w.op {
+            SendOp::Read { .. } => w.first_psn.add(w.read_done / self.mtu()),
+            _ => w.first_psn,
+        })
+    }
+
+    /// Records that everything before `psn` is acknowledged (up to the head's wait).
     fn advance(&mut self, ctx: &mut Ctx<'_>, psn: Psn, progress: bool) {
+        let psn = match self.head_wait() {
+            Some(h) if h.diff(psn) < 0 => h,
+            _ => psn,
+        };
         if psn.diff(self.comp.psn) > 0 {
             self.comp.psn = psn;
         }
@@ -131,26 +163,21 @@ impl Qp {
         }
     }
 
-    /// The PSN a retry should start from: the oldest unacknowledged one; within a READ,
-    /// the first response not received.
+    /// The PSN a retry starts from: the oldest unacknowledged one, which for an
+    /// unfinished READ or atomic at the head is the response it waits for.
     fn retry_point(&self) -> Psn {
-        match self.sq.front() {
-            Some(w) if w.started => {
-                if let SendOp::Read { .. } = w.op {
-                    w.first_psn.add(w.read_done / self.mtu())
-                } else if w.first_psn.diff(self.comp.psn) > 0 {
-                    w.first_psn
-                } else {
-                    self.comp.psn
-                }
-            }
-            _ => self.comp.psn,
-        }
+        self.head_wait().unwrap_or(self.comp.psn)
     }
 
-    /// Go-back-N from the oldest unacknowledged PSN, if retries remain.
-    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>) {
+    /// Go-back-N from the oldest unacknowledged PSN, if retries remain. `Trigger::Packet`
+    /// retries (sequence NAK, missing READ response, ACK past an unanswered READ) toward
+    /// the PSN already being retried are ignored; the timer always counts.
+    pub(crate) fn retry(&mut self, ctx: &mut Ctx<'_>, trigger: Trigger) {
         if !self.outstanding() {
+            return;
+        }
+        let p = self.retry_point();
+        if trigger == Trigger::Packet && self.comp.retrying_from == Some(p) {
             return;
         }
         if self.comp.retry_left == 0 {
@@ -159,9 +186,11 @@ impl Qp {
             self.enter_error(ctx, true);
             return;
         }
-        self.comp.retry_left -= 1;
+        if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == 7) {
+            self.comp.retry_left -= 1;
+        }
+        self.comp.retrying_from = Some(p);
         ctx.stats.inc(Counter::CompleterRetryErr);
-        let p = self.retry_point();
         self.comp.psn = p;
         self.seek(p);
         self.arm_retransmit(ctx);
@@ -170,7 +199,7 @@ impl Qp {
     pub(crate) fn on_retransmit_timeout(&mut self, ctx: &mut Ctx<'_>) {
         if self.outstanding() && self.sends() {
             ctx.stats.inc(Counter::RetransmitTimeouts);
-            self.retry(ctx);
+            self.retry(ctx, Trigger::Timeout);
         }
     }
 
@@ -219,7 +248,7 @@ impl Qp {
         if lost {
             // An ACK beyond a READ/atomic whose response never came (rxe: ERROR_RETRY).
             self.advance(ctx, self.retry_point(), progress);
-            self.retry(ctx);
+            self.retry(ctx, Trigger::Packet);
             return;
         }
         self.advance(ctx, psn.add(1), progress);
@@ -234,7 +263,7 @@ impl Qp {
         // The NAK acknowledges everything before its PSN (IBA 9.7.5.1.3).
         let (progress, _) = self.ack_before(ctx, psn);
         self.advance(ctx, psn, progress);
-        self.retry(ctx);
+        self.retry(ctx, Trigger::Packet);
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
@@ -297,7 +326,7 @@ impl Qp {
         if !matches!(w.op, SendOp::Read { .. }) || !w.contains(psn) {
             if w.op.is_read_or_atomic() && w.started && psn.diff(w.last_psn) > 0 {
                 // Responses for a later READ: this one's were lost.
-                self.retry(ctx);
+                self.retry(ctx, Trigger::Packet);
             } else {
                 ctx.stats.inc(Counter::DropUnexpectedResponse);
             }
@@ -312,21 +341,24 @@ impl Qp {
             d if d > 0 => {
                 // A response is missing (IBA 9.7.5.1.5): go back to it.
                 self.comp.psn = expected;
-                self.retry(ctx);
+                self.retry(ctx, Trigger::Packet);
                 return;
             }
             _ => {}
         }
+        // The packet at this PSN carries the bytes at this offset whichever stream it
+        // belongs to: the original one, or the one answering a READ re-issued for the
+        // remaining bytes (which starts again with FIRST/ONLY). So only its END-ness and
+        // length are checked, not whether it starts a stream.
         let rest = w.len - w.read_done;
         let info = r.bth.opcode.info().expect("parsed");
         let want_last = rest <= mtu;
-        let want_first = w.read_done == 0;
         let len_ok = if want_last {
             payload.len() as u32 == rest
         } else {
             payload.len() as u32 == mtu
         };
-        if info.is(Flags::START) != want_first || info.is(Flags::END) != want_last || !len_ok {
+        if info.is(Flags::END) != want_last || !len_ok {
             self.complete_front(ctx, WcStatus::BadRespErr);
             self.enter_error(ctx, true);
             return;
@@ -362,7 +394,7 @@ impl Qp {
         };
         if !w.op.is_atomic() || w.first_psn != psn || !w.started {
             if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
-                self.retry(ctx);
+                self.retry(ctx, Trigger::Packet);
             } else {
                 ctx.stats.inc(Counter::DropUnexpectedResponse);
             }
