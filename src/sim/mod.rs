@@ -6,6 +6,7 @@
 //! Every packet carries the IPv4 identification the sender's engine used, so the receiver
 //! checks the whole ICRC: a corrupted packet is caught and counted, never delivered.
 
+pub mod direct;
 pub mod rule;
 
 use crate::engine::{Datagram, Engine, EngineConfig, Instant};
