@@ -75,23 +75,27 @@ pub fn compute(ip: &[u8], udp: &[u8], covered: &[u8]) -> Result<u32> {
             covered.len(),
         ));
     }
-    let mut iph = [0u8; IPV4_MAX_LEN];
-    let iph = &mut iph[..ip.len()];
-    iph.copy_from_slice(ip);
-    mask_ip(iph);
-    let mut udph = [0u8; UDP_LEN];
-    udph.copy_from_slice(udp);
-    udph[6] = 0xff; // UDP checksum
-    udph[7] = 0xff;
-    let mut bthh = [0u8; bth::HEADER_LEN];
-    bthh.copy_from_slice(&covered[..bth::HEADER_LEN]);
-    bthh[bth::field::FECN_BECN] = 0xff;
+    // The masked LRH, IP, UDP and BTH in one contiguous stack buffer: one CRC update for
+    // all headers, one for the rest of the packet read in place. Fixed-size copies for the
+    // common IP header sizes let the compiler inline them.
+    let mut hdr = [0xffu8; MASKED_LRH.len() + IPV4_MAX_LEN + UDP_LEN + bth::HEADER_LEN];
+    let lrh = MASKED_LRH.len();
+    let ip_end = lrh + ip.len();
+    match ip.len() {
+        IPV4_MIN_LEN => hdr[lrh..lrh + IPV4_MIN_LEN].copy_from_slice(&ip[..IPV4_MIN_LEN]),
+        IPV6_LEN => hdr[lrh..lrh + IPV6_LEN].copy_from_slice(&ip[..IPV6_LEN]),
+        _ => hdr[lrh..ip_end].copy_from_slice(ip),
+    }
+    mask_ip(&mut hdr[lrh..ip_end]);
+    let udp_end = ip_end + UDP_LEN;
+    let bth_end = udp_end + bth::HEADER_LEN;
+    // UDP without its checksum (bytes 6-7 stay all ones).
+    hdr[ip_end..ip_end + 6].copy_from_slice(&udp[..6]);
+    hdr[udp_end..bth_end].copy_from_slice(&covered[..bth::HEADER_LEN]);
+    hdr[udp_end + bth::field::FECN_BECN] = 0xff;
 
     let mut h = crc32fast::Hasher::new();
-    h.update(&MASKED_LRH);
-    h.update(iph);
-    h.update(&udph);
-    h.update(&bthh);
+    h.update(&hdr[..bth_end]);
     h.update(&covered[bth::HEADER_LEN..]);
     Ok(h.finalize())
 }

@@ -140,20 +140,27 @@ pub struct OpcodeInfo {
     pub transport: Transport,
     pub headers: Headers,
     pub flags: Flags,
+    /// BTH plus extension headers, computed from `headers` when the table is built.
+    hlen: u8,
+    /// Offset from the start of the BTH of each extension header (by bit of `Headers`),
+    /// 0 where absent; computed when the table is built.
+    offsets: [u8; 8],
 }
 
 impl OpcodeInfo {
     /// Length of BTH plus extension headers.
+    #[inline]
     pub const fn header_len(&self) -> usize {
-        super::bth::HEADER_LEN + self.headers.len()
+        self.hlen as usize
     }
 
     /// Offset of an extension header from the start of the BTH.
+    #[inline]
     pub const fn offset_of(&self, which: Headers) -> Option<usize> {
-        match self.headers.offset_of(which) {
-            Some(o) => Some(super::bth::HEADER_LEN + o),
-            None => None,
+        if which.0.count_ones() != 1 || !self.headers.contains(which) {
+            return None;
         }
+        Some(self.offsets[which.0.trailing_zeros() as usize] as usize)
     }
 
     pub const fn has(&self, which: Headers) -> bool {
@@ -261,11 +268,21 @@ const fn entry(
     headers: Headers,
     flags: Flags,
 ) -> Option<OpcodeInfo> {
+    let mut offsets = [0u8; 8];
+    let mut i = 0;
+    while i < 8 {
+        if let Some(o) = headers.offset_of(Headers(1 << i)) {
+            offsets[i] = (super::bth::HEADER_LEN + o) as u8;
+        }
+        i += 1;
+    }
     Some(OpcodeInfo {
         name,
         transport,
         headers,
         flags,
+        hlen: (super::bth::HEADER_LEN + headers.len()) as u8,
+        offsets,
     })
 }
 

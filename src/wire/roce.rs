@@ -45,6 +45,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// Proves every accessor is in bounds and the layout is one the opcode allows.
+    #[inline]
     pub fn check_len(&self) -> Result<()> {
         let b = self.buffer.as_ref();
         let len = b.len();
@@ -52,29 +53,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(super::error::truncated(Header::Bth, bth::HEADER_LEN, len));
         }
         let info = Opcode(b[0]).info().ok_or(WireError::UnknownOpcode(b[0]))?;
-        let mut off = bth::HEADER_LEN;
-        for (h, hlen) in Headers::ORDER {
-            if info.headers.contains(h) {
-                if len < off + hlen {
-                    return Err(WireError::Truncated {
-                        header: header_name(h),
-                        offset: off,
-                        need: hlen,
-                        have: len - off,
-                    });
-                }
-                off += hlen;
-            }
+        let hl = info.header_len();
+        if len < hl + ICRC_LEN {
+            return Err(Self::truncation(info, len));
         }
-        if len < off + ICRC_LEN {
-            return Err(WireError::Truncated {
-                header: Header::Icrc,
-                offset: off,
-                need: ICRC_LEN,
-                have: len - off,
-            });
-        }
-        let avail = len - off - ICRC_LEN;
+        let avail = len - hl - ICRC_LEN;
         let pad = bth::Packet::new_unchecked(b).pad();
         if !info.is(Flags::PAYLOAD) && avail != 0 {
             return Err(WireError::UnexpectedPayload {
@@ -86,6 +69,31 @@ impl<T: AsRef<[u8]>> Packet<T> {
             return Err(WireError::BadPad { pad, avail });
         }
         Ok(())
+    }
+
+    /// Which header a packet of `len` bytes (shorter than headers + ICRC) cuts, and where.
+    #[cold]
+    fn truncation(info: &OpcodeInfo, len: usize) -> WireError {
+        let mut off = bth::HEADER_LEN;
+        for (h, hlen) in Headers::ORDER {
+            if info.headers.contains(h) {
+                if len < off + hlen {
+                    return WireError::Truncated {
+                        header: header_name(h),
+                        offset: off,
+                        need: hlen,
+                        have: len - off,
+                    };
+                }
+                off += hlen;
+            }
+        }
+        WireError::Truncated {
+            header: Header::Icrc,
+            offset: off,
+            need: ICRC_LEN,
+            have: len - off,
+        }
     }
 
     #[inline]
