@@ -16,7 +16,9 @@
 //! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod cli;
+pub mod driver;
 pub mod engine;
 pub mod mem;
 pub mod sim;

@@ -1,5 +1,6 @@
 //! People-facing tools: `roce-emu <command>`.
 
+pub mod demo;
 pub mod pcap;
 
 use clap::{Parser, Subcommand};
@@ -17,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Two NICs on loopback doing every RC operation; every byte verified.
+    Demo(demo::Args),
     /// Decode the RoCEv2 frames of a pcap or pcapng file, one line (or JSON object) per frame.
     Pcap(pcap::Args),
 }
@@ -26,5 +29,6 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap(args) => pcap::run(&args),
+        Command::Demo(args) => demo::run(&args),
     }
 }

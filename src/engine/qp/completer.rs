@@ -143,9 +143,13 @@ impl Qp {
             Some(h) if h.diff(psn) < 0 => h,
             _ => psn,
         };
-        if psn.diff(self.comp.psn) > 0 {
+        // Progress is the oldest unacknowledged PSN moving forward, not only a WQE
+        // completing: a sequence NAK inside a long message acknowledges its first part.
+        let moved = psn.diff(self.comp.psn) > 0;
+        if moved {
             self.comp.psn = psn;
         }
+        let progress = progress || moved;
         if progress {
             self.comp.reset_retries(&self.attrs);
         }

@@ -1,0 +1,159 @@
+//! The driver: the only layer that reads the real clock (and, later, spawns threads).
+//! It feeds an engine the datagrams a backend receives and the timeouts that come due,
+//! sends what the engine produces, and sleeps until the next datagram or deadline.
+
+use crate::backend::udp::{wait_readable, UdpBackend};
+use crate::backend::BackendError;
+use crate::engine::{Datagram, Engine, Instant};
+use std::time::Duration;
+
+/// Engine time from the real clock: nanoseconds since the clock was made.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock(std::time::Instant);
+
+impl Default for Clock {
+    fn default() -> Self {
+        Clock(std::time::Instant::now())
+    }
+}
+
+impl Clock {
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.0.elapsed().as_nanos() as u64)
+    }
+}
+
+/// Counters of the I/O path (the engine counts protocol events).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoStats {
+    pub rx_datagrams: u64,
+    pub tx_datagrams: u64,
+    /// Datagrams the loss rule dropped on transmit.
+    pub tx_dropped: u64,
+}
+
+/// One engine on one backend.
+pub struct Driver {
+    pub engine: Engine,
+    pub backend: UdpBackend,
+    pub clock: Clock,
+    pub io: IoStats,
+    buf: Vec<u8>,
+    loss: Option<Loss>,
+}
+
+/// A seeded transmit-side drop rule (for `demo --loss`).
+#[derive(Debug, Clone)]
+struct Loss {
+    p: f64,
+    state: u64,
+}
+
+impl Loss {
+    fn drop_next(&mut self) -> bool {
+        // xorshift64*: deterministic for a seed.
+        self.state ^= self.state >> 12;
+        self.state ^= self.state << 25;
+        self.state ^= self.state >> 27;
+        let r = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        ((r >> 11) as f64 / (1u64 << 53) as f64) < self.p
+    }
+}
+
+/// Largest datagram handled: a 4096-byte MTU packet and headers.
+const BUF: usize = 4096 + 256;
+
+impl Driver {
+    pub fn new(engine: Engine, backend: UdpBackend, clock: Clock) -> Driver {
+        Driver {
+            engine,
+            backend,
+            clock,
+            io: IoStats::default(),
+            buf: vec![0; BUF],
+            loss: None,
+        }
+    }
+
+    /// Drops each transmitted datagram with probability `p` (seeded, reproducible).
+    pub fn set_loss(&mut self, p: f64, seed: u64) {
+        self.loss = (p > 0.0).then_some(Loss { p, state: seed | 1 });
+    }
+
+    /// Does everything that can be done now without waiting: receives what is queued,
+    /// runs due timers, sends what the engine has. Returns whether anything happened.
+    pub fn poll(&mut self) -> Result<bool, BackendError> {
+        let mut did = false;
+        // Bounded batches, so a flood cannot starve transmission.
+        for _ in 0..256 {
+            let Some(r) = self.backend.try_recv(&mut self.buf)? else {
+                break;
+            };
+            did = true;
+            self.io.rx_datagrams += 1;
+            let now = self.clock.now();
+            self.engine.handle_datagram(
+                now,
+                Datagram {
+                    src: r.src,
+                    dst: r.dst,
+                    ipv4_id: r.ipv4_id,
+                    data: &self.buf[..r.len],
+                },
+            );
+        }
+        let now = self.clock.now();
+        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
+            self.engine.handle_timeout(now);
+            did = true;
+        }
+        while let Some(t) = self.engine.poll_transmit(now, &mut self.buf) {
+            did = true;
+            if self.loss.as_mut().is_some_and(|l| l.drop_next()) {
+                self.io.tx_dropped += 1;
+                continue;
+            }
+            self.backend.send(t.src, t.dst, &self.buf[..t.len])?;
+            self.io.tx_datagrams += 1;
+        }
+        Ok(did)
+    }
+
+    /// Time until the engine's next deadline, at most `max`.
+    pub fn until_deadline(&self, max: Duration) -> Duration {
+        match self.engine.poll_timeout() {
+            Some(t) => t.since(self.clock.now()).min(max),
+            None => max,
+        }
+    }
+}
+
+/// Polls every driver until none has work and returns if anything happened (so the
+/// caller can look at its completions); otherwise sleeps until a datagram arrives for any
+/// of them or the earliest deadline (at most `max_wait`).
+pub fn step_all(drivers: &mut [&mut Driver], max_wait: Duration) -> Result<(), BackendError> {
+    let mut any = false;
+    loop {
+        let mut did = false;
+        for d in drivers.iter_mut() {
+            did |= d.poll()?;
+        }
+        any |= did;
+        if !did {
+            break;
+        }
+    }
+    if any {
+        return Ok(());
+    }
+    let wait = drivers
+        .iter()
+        .map(|d| d.until_deadline(max_wait))
+        .min()
+        .unwrap_or(max_wait);
+    if !wait.is_zero() {
+        let fds: Vec<_> = drivers.iter().map(|d| d.backend.rx_fd()).collect();
+        wait_readable(&fds, wait);
+    }
+    Ok(())
+}
