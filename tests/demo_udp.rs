@@ -12,7 +12,11 @@ fn demo(args: &[&str]) -> String {
         .expect("run roce-emu demo");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "demo {args:?} exited {:?}", out.status);
+    assert!(
+        out.status.success(),
+        "demo {args:?} exited {:?}",
+        out.status
+    );
     text
 }
 
@@ -21,7 +25,16 @@ fn demo_verifies_every_operation_with_and_without_loss() {
     for args in [
         &["-n", "20"][..],
         &["-n", "20", "--loss", "0.05", "--seed", "7"][..],
-        &["-n", "10", "-m", "4096", "--a", "127.0.0.3", "--b", "127.0.0.4"][..],
+        &[
+            "-n",
+            "10",
+            "-m",
+            "4096",
+            "--a",
+            "127.0.0.3",
+            "--b",
+            "127.0.0.4",
+        ][..],
     ] {
         let text = demo(args);
         assert!(text.contains("PASS:"), "no PASS line for {args:?}");
