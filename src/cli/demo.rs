@@ -126,7 +126,11 @@ struct Row {
 
 fn nic(ip: IpAddr, iova: u64, clock: Clock) -> Result<Nic, String> {
     let backend = UdpBackend::bind(ip).map_err(|e| e.to_string())?;
-    let mut engine = Engine::new(EngineConfig::new(ip), Arc::new(crate::mem::MrTable::new()));
+    let mut cfg = EngineConfig::new(ip);
+    // As the Linux soft-RoCE does: retry_cnt 7 retries forever, so a lossy link delays
+    // messages but never fails them (the IBA's finite count is the engine default).
+    cfg.retry_cnt_7_infinite = true;
+    let mut engine = Engine::new(cfg, Arc::new(crate::mem::MrTable::new()));
     let cap = QpCap {
         max_send_wr: 64,
         max_recv_wr: 64,
@@ -396,7 +400,7 @@ fn run_inner(args: &Args) -> Result<bool, String> {
         b.d.set_loss(args.loss, args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     }
     println!(
-        "roce-emu demo: NIC A {} QP {:#x} <-> NIC B {} QP {:#x}, RC, path MTU {}, UDP loopback{}",
+        "roce-emu demo: NIC A {} QP {:#x} <-> NIC B {} QP {:#x}, RC, path MTU {}, UDP loopback, retry_cnt 7 (forever, as rxe){}",
         args.a,
         a.end.qpn,
         args.b,
