@@ -16,21 +16,30 @@
 
 use super::{BackendError, Received};
 use crate::wire::ROCE_UDP_PORT;
+use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::io::IoSliceMut;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// Socket buffer size asked for (the kernel caps it at net.core.*mem_max).
 const SOCKET_BUFFER: usize = 4 << 20;
+/// Most datagrams one `recvmmsg` call returns.
+pub const RX_BATCH: usize = 32;
 
 pub struct UdpBackend {
     local: SocketAddr,
     rx: UdpSocket,
     /// Sending sockets by source port.
     tx: HashMap<u16, UdpSocket>,
+    /// recvmmsg headers, allocated once.
+    rx_headers: MultiHeaders<SockaddrStorage>,
+    /// Datagrams cut short because they were larger than a receive slot.
+    pub truncated: u64,
 }
 
 fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
@@ -63,6 +72,8 @@ impl UdpBackend {
             local,
             rx: bind(local)?,
             tx: HashMap::new(),
+            rx_headers: MultiHeaders::preallocate(RX_BATCH, None),
+            truncated: 0,
         })
     }
 
@@ -132,10 +143,95 @@ impl UdpBackend {
         }
     }
 
+    /// Receives up to `out.len()` (at most `RX_BATCH`) waiting datagrams with one
+    /// `recvmmsg`, datagram `i` into `pool[i * slot..][..slot]`. Returns how many; no
+    /// allocation. Datagrams longer than `slot` are dropped and counted (`truncated`).
+    pub fn recv_batch(
+        &mut self,
+        pool: &mut [u8],
+        slot: usize,
+        out: &mut [Received],
+    ) -> Result<usize, BackendError> {
+        let n = out.len().min(RX_BATCH).min(pool.len() / slot.max(1));
+        if n == 0 {
+            return Ok(0);
+        }
+        // (source, length, truncated) of each datagram, read before the buffers are
+        // touched again (recvmmsg borrows them all).
+        let mut got = [(None::<SocketAddr>, 0usize, false); RX_BATCH];
+        let count = {
+            let mut chunks = pool.chunks_exact_mut(slot);
+            let mut iovs: [[IoSliceMut<'_>; 1]; RX_BATCH] =
+                core::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or(&mut []))]);
+            let res = match recvmmsg(
+                self.rx.as_raw_fd(),
+                &mut self.rx_headers,
+                iovs[..n].iter_mut(),
+                MsgFlags::MSG_DONTWAIT,
+                None,
+            ) {
+                Ok(r) => r,
+                // Nothing waiting, a signal, or a late ICMP port unreachable for an
+                // earlier send: nothing received this time.
+                Err(
+                    nix::errno::Errno::EAGAIN
+                    | nix::errno::Errno::EINTR
+                    | nix::errno::Errno::ECONNREFUSED,
+                ) => return Ok(0),
+                Err(e) => {
+                    return Err(BackendError::Recv {
+                        addr: self.local,
+                        source: std::io::Error::from(e),
+                    })
+                }
+            };
+            let mut c = 0;
+            for m in res {
+                got[c] = (
+                    m.address.as_ref().and_then(to_socket_addr),
+                    m.bytes,
+                    m.flags.contains(MsgFlags::MSG_TRUNC),
+                );
+                c += 1;
+            }
+            c
+        };
+        let mut k = 0;
+        let mut truncated = 0;
+        for (i, &(src, len, trunc)) in got[..count].iter().enumerate() {
+            if trunc {
+                truncated += 1;
+                continue;
+            }
+            let Some(src) = src else { continue };
+            // Datagram i sits in slot i; keep the kept ones in slots 0..k.
+            if k != i {
+                pool.copy_within(i * slot..i * slot + len, k * slot);
+            }
+            out[k] = Received {
+                src,
+                dst: self.local,
+                len,
+                ipv4_id: None,
+            };
+            k += 1;
+        }
+        self.truncated += truncated;
+        Ok(k)
+    }
+
     /// The receiving socket, for waiting on several backends at once.
     pub fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.rx.as_fd()
     }
+}
+
+fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::from((v4.ip(), v4.port())));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
 }
 
 fn wait_writable(s: &UdpSocket) {

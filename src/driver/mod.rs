@@ -2,8 +2,8 @@
 //! It feeds an engine the datagrams a backend receives and the timeouts that come due,
 //! sends what the engine produces, and sleeps until the next datagram or deadline.
 
-use crate::backend::udp::{wait_readable, UdpBackend};
-use crate::backend::BackendError;
+use crate::backend::udp::{wait_readable, UdpBackend, RX_BATCH};
+use crate::backend::{BackendError, Received};
 use crate::engine::{Datagram, Engine, Instant};
 use std::time::Duration;
 
@@ -38,7 +38,10 @@ pub struct Driver {
     pub backend: UdpBackend,
     pub clock: Clock,
     pub io: IoStats,
+    /// Transmit buffer.
     buf: Vec<u8>,
+    /// Receive pool: `RX_BATCH` slots of `BUF` bytes, filled by one `recvmmsg`.
+    pool: Vec<u8>,
     loss: Option<Loss>,
 }
 
@@ -71,6 +74,7 @@ impl Driver {
             clock,
             io: IoStats::default(),
             buf: vec![0; BUF],
+            pool: vec![0; BUF * RX_BATCH],
             loss: None,
         }
     }
@@ -85,22 +89,34 @@ impl Driver {
     pub fn poll(&mut self) -> Result<bool, BackendError> {
         let mut did = false;
         // Bounded batches, so a flood cannot starve transmission.
-        for _ in 0..256 {
-            let Some(r) = self.backend.try_recv(&mut self.buf)? else {
+        for _ in 0..8 {
+            let mut got = [Received {
+                src: self.backend.local(),
+                dst: self.backend.local(),
+                len: 0,
+                ipv4_id: None,
+            }; RX_BATCH];
+            let n = self.backend.recv_batch(&mut self.pool, BUF, &mut got)?;
+            if n == 0 {
                 break;
-            };
+            }
             did = true;
-            self.io.rx_datagrams += 1;
+            self.io.rx_datagrams += n as u64;
             let now = self.clock.now();
-            self.engine.handle_datagram(
-                now,
-                Datagram {
-                    src: r.src,
-                    dst: r.dst,
-                    ipv4_id: r.ipv4_id,
-                    data: &self.buf[..r.len],
-                },
-            );
+            for (i, r) in got[..n].iter().enumerate() {
+                self.engine.handle_datagram(
+                    now,
+                    Datagram {
+                        src: r.src,
+                        dst: r.dst,
+                        ipv4_id: r.ipv4_id,
+                        data: &self.pool[i * BUF..i * BUF + r.len],
+                    },
+                );
+            }
+            if n < RX_BATCH {
+                break;
+            }
         }
         let now = self.clock.now();
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
