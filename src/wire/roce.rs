@@ -259,28 +259,65 @@ impl Repr {
     /// Parses a checked packet. Never panics once `check_len` passed.
     pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
         p.check_len()?;
-        // Each extension header's own check cannot fail after check_len, but the AETH
-        // syndrome can hold a reserved value: report it with the header's offset.
-        let aeth = match p.aeth() {
-            Some(a) => Some(aeth::Repr::parse(&a)?),
+        let b = p.buffer.as_ref();
+        // One table lookup; every extension header is then read at its fixed offset.
+        let info = p.info();
+        let at = |h: Headers| info.offset_of(h).map(|o| &b[o..]);
+        // The AETH syndrome can hold a reserved value: the only way parsing fails here.
+        let aeth = match at(Headers::AETH) {
+            Some(h) => Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(h))?),
             None => None,
         };
+        let bth = bth::Packet::new_unchecked(b);
         Ok(Repr {
-            bth: bth::Repr::parse(&p.bth())?,
-            deth: p.deth().map(|h| deth::Repr::parse(&h)).transpose()?,
-            reth: p.reth().map(|h| reth::Repr::parse(&h)).transpose()?,
-            atomic_eth: p
-                .atomic_eth()
-                .map(|h| atomic::Repr::parse(&h))
-                .transpose()?,
+            bth: bth::Repr {
+                opcode: bth.opcode(),
+                solicited: bth.solicited(),
+                migreq: bth.migreq(),
+                pad: bth.pad(),
+                tver: bth.tver(),
+                pkey: bth.pkey(),
+                fecn: bth.fecn(),
+                becn: bth.becn(),
+                dqpn: bth.dqpn(),
+                ack_req: bth.ack_req(),
+                psn: bth.psn(),
+            },
+            deth: at(Headers::DETH).map(|h| {
+                let h = deth::Packet::new_unchecked(h);
+                deth::Repr {
+                    qkey: h.qkey(),
+                    src_qpn: h.src_qpn(),
+                }
+            }),
+            reth: at(Headers::RETH).map(|h| {
+                let h = reth::Packet::new_unchecked(h);
+                reth::Repr {
+                    va: h.va(),
+                    rkey: h.rkey(),
+                    dma_len: h.dma_len(),
+                }
+            }),
+            atomic_eth: at(Headers::ATOMIC_ETH).map(|h| {
+                let h = atomic::Packet::new_unchecked(h);
+                atomic::Repr {
+                    va: h.va(),
+                    rkey: h.rkey(),
+                    swap_add: h.swap_add(),
+                    compare: h.compare(),
+                }
+            }),
             aeth,
-            atomic_ack_eth: p
-                .atomic_ack_eth()
-                .map(|h| atomic::AckRepr::parse(&h))
-                .transpose()?,
-            immdt: p.immdt().map(|h| immdt::Repr::parse(&h)).transpose()?,
-            ieth: p.ieth().map(|h| ieth::Repr::parse(&h)).transpose()?,
-            payload_len: p.payload_len(),
+            atomic_ack_eth: at(Headers::ATOMIC_ACK_ETH).map(|h| atomic::AckRepr {
+                orig: atomic::ack::Packet::new_unchecked(h).orig(),
+            }),
+            immdt: at(Headers::IMMDT).map(|h| immdt::Repr {
+                imm: immdt::Packet::new_unchecked(h).imm(),
+            }),
+            ieth: at(Headers::IETH).map(|h| ieth::Repr {
+                rkey: ieth::Packet::new_unchecked(h).rkey(),
+            }),
+            payload_len: b.len() - info.header_len() - usize::from(bth.pad()) - ICRC_LEN,
         })
     }
 
