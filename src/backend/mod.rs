@@ -1,6 +1,8 @@
 //! I/O adapters: bytes in and out of the machine. They hold file descriptors, never
 //! protocol state, and turn I/O failures into [`BackendError`]s naming the address.
 
+#[allow(unsafe_code)]
+mod sys;
 pub mod udp;
 
 use std::net::SocketAddr;

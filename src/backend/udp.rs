@@ -9,10 +9,12 @@
 //! them, per `EngineConfig::accept_unverified_icrc`). The TAP and AF_PACKET backends see
 //! whole frames and check everything.
 //!
-//! What it sends: unconnected sockets with Linux's default path-MTU discovery for UDP
-//! (`IP_PMTUDISC_WANT`) set DF on packets that fit the path MTU and then write IP ID 0,
-//! which is what the engine's ICRC assumes (`EngineConfig::tx_ipv4_id`); UDP checksums
-//! are computed by the kernel (rxe sends 0; receivers accept both).
+//! What it sends: every socket sets `IP_PMTUDISC_DO` (`backend::sys`), so IPv4 packets
+//! carry DF and, from unconnected sockets, IP identification 0, which is what the engine's
+//! ICRC assumes (`EngineConfig::tx_ipv4_id`). Linux's default (`IP_PMTUDISC_WANT`) would
+//! pick a hashed ID and every IPv4 ICRC would be wrong for the receiver. IPv6 sockets accept
+//! UDP checksum 0 (`UDP_NO_CHECK6_RX`), which rxe sends. Our UDP checksums are computed by
+//! the kernel (rxe sends 0; receivers accept both).
 
 use super::{BackendError, Received};
 use crate::wire::ROCE_UDP_PORT;
@@ -56,6 +58,10 @@ fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
         Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP)).map_err(err)?;
     if addr.is_ipv6() {
         s.set_only_v6(true).map_err(err)?;
+        super::sys::set_ipv6_dont_fragment(s.as_fd()).map_err(err)?;
+        super::sys::set_udp6_accept_zero_checksum(s.as_fd()).map_err(err)?;
+    } else {
+        super::sys::set_ipv4_dont_fragment(s.as_fd()).map_err(err)?;
     }
     let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
     let _ = s.set_send_buffer_size(SOCKET_BUFFER);

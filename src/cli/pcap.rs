@@ -271,8 +271,23 @@ pub fn run(args: &Args) -> i32 {
             if s.bad_icrc.is_empty() {
                 0
             } else {
-                let list: Vec<String> = s.bad_icrc.iter().map(|n| n.to_string()).collect();
-                eprintln!("roce-emu pcap: bad ICRC in frame(s) {}", list.join(", "));
+                const SHOWN: usize = 20;
+                let list: Vec<String> = s
+                    .bad_icrc
+                    .iter()
+                    .take(SHOWN)
+                    .map(|n| n.to_string())
+                    .collect();
+                let more = s.bad_icrc.len().saturating_sub(SHOWN);
+                let tail = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                eprintln!(
+                    "roce-emu pcap: bad ICRC in frame(s) {}{tail}",
+                    list.join(", ")
+                );
                 1
             }
         }
