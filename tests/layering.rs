@@ -123,3 +123,41 @@ fn layers_import_only_what_they_may() {
         violations.join("\n")
     );
 }
+
+/// `unsafe` only in the fenced syscall module, and there with a SAFETY comment per block.
+#[test]
+fn unsafe_only_in_backend_sys() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let is_sys = f.ends_with("backend/sys.rs");
+        for (i, line) in text.lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") || !l.contains("unsafe") {
+                continue;
+            }
+            if l.contains("unsafe {") || l.contains("unsafe fn") || l.contains("unsafe impl") {
+                if !is_sys {
+                    found.push(format!("{}:{}: {l}", f.display(), i + 1));
+                } else {
+                    let prev: Vec<&str> = text.lines().take(i).collect();
+                    let commented = prev.iter().rev().take(4).any(|p| p.contains("SAFETY:"));
+                    assert!(
+                        commented,
+                        "{}:{}: unsafe without a SAFETY comment",
+                        f.display(),
+                        i + 1
+                    );
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "unsafe outside backend/sys.rs:\n{}",
+        found.join("\n")
+    );
+}
