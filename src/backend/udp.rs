@@ -18,11 +18,11 @@
 
 use super::{BackendError, Received};
 use crate::wire::ROCE_UDP_PORT;
-use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::io::IoSliceMut;
+use std::io::{IoSlice, IoSliceMut};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
@@ -32,14 +32,25 @@ use std::time::Duration;
 const SOCKET_BUFFER: usize = 4 << 20;
 /// Most datagrams one `recvmmsg` call returns.
 pub const RX_BATCH: usize = 32;
+/// Most datagrams one `sendmmsg` call sends.
+pub const TX_BATCH: usize = 32;
+
+/// One datagram of a transmit batch, in slot `i` of the caller's pool.
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub len: usize,
+}
 
 pub struct UdpBackend {
     local: SocketAddr,
     rx: UdpSocket,
     /// Sending sockets by source port.
     tx: HashMap<u16, UdpSocket>,
-    /// recvmmsg headers, allocated once.
+    /// recvmmsg and sendmmsg headers, allocated once.
     rx_headers: MultiHeaders<SockaddrStorage>,
+    tx_headers: MultiHeaders<SockaddrStorage>,
     /// Datagrams cut short because they were larger than a receive slot.
     pub truncated: u64,
 }
@@ -79,12 +90,86 @@ impl UdpBackend {
             rx: bind(local)?,
             tx: HashMap::new(),
             rx_headers: MultiHeaders::preallocate(RX_BATCH, None),
+            tx_headers: MultiHeaders::preallocate(TX_BATCH, None),
             truncated: 0,
         })
     }
 
     pub fn local(&self) -> SocketAddr {
         self.local
+    }
+
+    /// The socket that sends from `src` (created and bound on first use).
+    fn tx_socket(&mut self, src: SocketAddr) -> Result<&UdpSocket, BackendError> {
+        if !self.tx.contains_key(&src.port()) {
+            let s = if src.port() == ROCE_UDP_PORT {
+                self.rx.try_clone().map_err(|source| BackendError::Bind {
+                    addr: src,
+                    source,
+                    hint: "",
+                })?
+            } else {
+                bind(src)?
+            };
+            self.tx.insert(src.port(), s);
+        }
+        Ok(&self.tx[&src.port()])
+    }
+
+    /// Sends `items`, datagram `i` from `pool[i * slot..][..len]`, with one `sendmmsg` per
+    /// run of datagrams from the same source port. No allocation.
+    pub fn send_batch(
+        &mut self,
+        pool: &[u8],
+        slot: usize,
+        items: &[Outgoing],
+    ) -> Result<(), BackendError> {
+        let mut i = 0;
+        while i < items.len() {
+            let src = items[i].src;
+            let mut j = i + 1;
+            while j < items.len() && j - i < TX_BATCH && items[j].src == src {
+                j += 1;
+            }
+            let fd = self.tx_socket(src)?.as_raw_fd();
+            let mut done = i;
+            while done < j {
+                let n = j - done;
+                let iovs: [[IoSlice<'_>; 1]; TX_BATCH] = core::array::from_fn(|k| {
+                    let it = items.get(done + k).filter(|_| k < n);
+                    [IoSlice::new(it.map_or(&[][..], |it| {
+                        &pool[(done + k) * slot..(done + k) * slot + it.len]
+                    }))]
+                });
+                let addrs: [Option<SockaddrStorage>; TX_BATCH] = core::array::from_fn(|k| {
+                    (k < n).then(|| SockaddrStorage::from(items[done + k].dst))
+                });
+                let sent = sendmmsg(
+                    fd,
+                    &mut self.tx_headers,
+                    iovs[..n].iter(),
+                    &addrs[..n],
+                    [],
+                    MsgFlags::empty(),
+                );
+                match sent {
+                    Ok(r) => done += r.count().max(1),
+                    Err(nix::errno::Errno::EAGAIN) => wait_writable(&self.tx[&src.port()]),
+                    Err(nix::errno::Errno::EINTR) => {}
+                    // ICMP port unreachable from an earlier datagram: this one went.
+                    Err(nix::errno::Errno::ECONNREFUSED) => done += 1,
+                    Err(e) => {
+                        return Err(BackendError::Send {
+                            src,
+                            dst: items[done].dst,
+                            source: std::io::Error::from(e),
+                        })
+                    }
+                }
+            }
+            i = j;
+        }
+        Ok(())
     }
 
     /// Sends one RoCE packet from `src` (our address, the QP's source port) to `dst`.

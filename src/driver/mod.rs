@@ -2,7 +2,7 @@
 //! It feeds an engine the datagrams a backend receives and the timeouts that come due,
 //! sends what the engine produces, and sleeps until the next datagram or deadline.
 
-use crate::backend::udp::{wait_readable, UdpBackend, RX_BATCH};
+use crate::backend::udp::{wait_readable, Outgoing, UdpBackend, RX_BATCH, TX_BATCH};
 use crate::backend::{BackendError, Received};
 use crate::engine::{Datagram, Engine, Instant};
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub struct Driver {
     pub backend: UdpBackend,
     pub clock: Clock,
     pub io: IoStats,
-    /// Transmit buffer.
+    /// Transmit pool: `TX_BATCH` slots of `BUF` bytes, sent by one `sendmmsg`.
     buf: Vec<u8>,
     /// Receive pool: `RX_BATCH` slots of `BUF` bytes, filled by one `recvmmsg`.
     pool: Vec<u8>,
@@ -73,7 +73,7 @@ impl Driver {
             backend,
             clock,
             io: IoStats::default(),
-            buf: vec![0; BUF],
+            buf: vec![0; BUF * TX_BATCH],
             pool: vec![0; BUF * RX_BATCH],
             loss: None,
         }
@@ -123,14 +123,39 @@ impl Driver {
             self.engine.handle_timeout(now);
             did = true;
         }
-        while let Some(t) = self.engine.poll_transmit(now, &mut self.buf) {
-            did = true;
-            if self.loss.as_mut().is_some_and(|l| l.drop_next()) {
-                self.io.tx_dropped += 1;
-                continue;
+        loop {
+            let mut out = [Outgoing {
+                src: self.backend.local(),
+                dst: self.backend.local(),
+                len: 0,
+            }; TX_BATCH];
+            let mut n = 0;
+            while n < TX_BATCH {
+                let Some(t) = self
+                    .engine
+                    .poll_transmit(now, &mut self.buf[n * BUF..(n + 1) * BUF])
+                else {
+                    break;
+                };
+                did = true;
+                if self.loss.as_mut().is_some_and(|l| l.drop_next()) {
+                    self.io.tx_dropped += 1;
+                    continue;
+                }
+                out[n] = Outgoing {
+                    src: t.src,
+                    dst: t.dst,
+                    len: t.len,
+                };
+                n += 1;
             }
-            self.backend.send(t.src, t.dst, &self.buf[..t.len])?;
-            self.io.tx_datagrams += 1;
+            if n > 0 {
+                self.backend.send_batch(&self.buf, BUF, &out[..n])?;
+                self.io.tx_datagrams += n as u64;
+            }
+            if n < TX_BATCH {
+                break;
+            }
         }
         Ok(did)
     }
