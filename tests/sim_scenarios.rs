@@ -1,0 +1,492 @@
+//! RC behaviours as protocol traces over the simulator, one per behaviour; together they
+//! produce every completion status (Success, RETRY_EXC_ERR, RNR_RETRY_EXC_ERR,
+//! REM_ACCESS_ERR, REM_INV_REQ_ERR, REM_OP_ERR, LOC_PROT_ERR, LOC_LEN_ERR, WR_FLUSH_ERR).
+
+mod common;
+
+use common::rc::{pattern, Opts, Pair};
+use roce_emu::engine::*;
+use roce_emu::mem::{Access, Lkey, Sge};
+use roce_emu::sim::rule::{DropIf, DropNth, Rule, Verdict};
+use roce_emu::wire::opcode::op;
+use roce_emu::wire::{RocePacket, RoceRepr};
+
+const A: usize = 0;
+const B: usize = 1;
+
+/// Trace lines as "from->to OPCODE psn [syndrome] [verdict]" without times.
+fn flow(p: &Pair) -> Vec<String> {
+    p.trace_lines()
+        .iter()
+        .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+fn opcode_of(b: &[u8]) -> u8 {
+    b[0]
+}
+
+fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
+    c.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+#[test]
+fn sequence_nak_once_per_gap_then_go_back_n() {
+    let mut p = Pair::new(Opts::default());
+    p.write_mem(A, 0, &pattern(5, 5000));
+    p.post_recv(B, 7, 0, 8192);
+    p.net.add_rule(A, B, DropNth::new(&[2])); // the first SEND_MIDDLE
+    p.send(A, 1, SendOp::Send, 0, 5000);
+    p.settle();
+    p.print_trace();
+    let f = flow(&p);
+    assert_eq!(
+        &f[..7],
+        [
+            "0->1 RC_SEND_FIRST psn=256",
+            "0->1 RC_SEND_MIDDLE psn=257 [Drop]",
+            "0->1 RC_SEND_MIDDLE psn=258",
+            "0->1 RC_SEND_MIDDLE psn=259",
+            "0->1 RC_SEND_LAST psn=260",
+            "1->0 RC_ACKNOWLEDGE psn=257 NAK PSN sequence error",
+            "0->1 RC_SEND_MIDDLE psn=257",
+        ]
+    );
+    // One NAK for the gap although three packets arrived out of sequence.
+    assert_eq!(
+        f.iter().filter(|l| l.contains("NAK PSN sequence")).count(),
+        1
+    );
+    assert_eq!(p.counter(B, Counter::OutOfSeqRequest), 3);
+    assert_eq!(p.counter(A, Counter::RcvdSeqErr), 1);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.read_mem(B, 0, 5000), pattern(5, 5000));
+}
+
+#[test]
+fn lost_ack_retransmits_after_the_timeout_and_is_acked_again() {
+    let mut p = Pair::new(Opts {
+        timeout: 8, // 4.096 us * 256 = ~1 ms
+        ..Opts::default()
+    });
+    p.post_recv(B, 7, 0, 64);
+    p.net.add_rule(B, A, DropNth::new(&[1]));
+    p.send(A, 1, SendOp::Send, 0, 64);
+    p.settle();
+    p.print_trace();
+    let tr = p.net.trace.as_ref().unwrap();
+    assert_eq!(tr.len(), 4); // SEND, ACK (lost), SEND again, ACK
+    let gap = tr[2].at.since(tr[0].at);
+    assert!(
+        gap.as_micros() >= 1048,
+        "resent after {gap:?}, before the 1.05 ms timeout"
+    );
+    assert_eq!(p.counter(B, Counter::DuplicateRequest), 1);
+    assert_eq!(p.counter(A, Counter::RetransmitTimeouts), 1);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.completions(B).len(), 1, "delivered once");
+}
+
+#[test]
+fn retries_exhausted_fail_the_wr_and_flush_the_rest() {
+    let mut p = Pair::new(Opts {
+        timeout: 8,
+        retry_cnt: 2,
+        ..Opts::default()
+    });
+    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
+    for i in 0..3 {
+        p.send(
+            A,
+            i,
+            SendOp::Write {
+                remote: p.side(B).remote(0),
+            },
+            0,
+            16,
+        );
+    }
+    p.settle();
+    p.print_trace();
+    let first = flow(&p).iter().filter(|l| l.contains("psn=256")).count();
+    assert_eq!(first, 3, "sent once and retried twice");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [
+            (0, WcStatus::RetryExcErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.state(A), QpState::Err);
+    assert!(p.engine(A).poll_event() == Some(AsyncEvent::QpFatal { qpn: p.a.qpn }));
+}
+
+#[test]
+fn rnr_nak_waits_the_timer_then_succeeds() {
+    let mut p = Pair::new(Opts {
+        min_rnr_timer: 14, // 1.28 ms
+        ..Opts::default()
+    });
+    p.send(A, 1, SendOp::Send, 0, 32);
+    // Let the RNR NAK happen, then post the receive.
+    p.net
+        .run_until(1000, |n| {
+            n.nodes[B].engine.counters().get(Counter::SendRnrErr) > 0
+        })
+        .unwrap();
+    p.post_recv(B, 7, 0, 64);
+    p.settle();
+    p.print_trace();
+    let f = flow(&p);
+    assert_eq!(f[1], "1->0 RC_ACKNOWLEDGE psn=256 RNR-NAK timer=14");
+    let tr = p.net.trace.as_ref().unwrap();
+    let wait = tr[2].at.since(tr[1].at);
+    assert!(
+        wait.as_micros() >= 1280,
+        "resent {wait:?} after the RNR NAK"
+    );
+    assert_eq!(p.counter(A, Counter::RcvdRnrErr), 1);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+}
+
+#[test]
+fn rnr_retry_zero_fails_with_rnr_retry_exceeded() {
+    let mut p = Pair::new(Opts {
+        rnr_retry: 0,
+        ..Opts::default()
+    });
+    p.send(A, 1, SendOp::Send, 0, 32);
+    p.send(A, 2, SendOp::Send, 0, 32);
+    p.settle();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.counter(A, Counter::RetryRnrExceededErr), 1);
+}
+
+#[test]
+fn bad_rkey_is_nakked_remote_access_error() {
+    let mut p = Pair::new(Opts::default());
+    let mut remote = p.side(B).remote(0);
+    remote.rkey ^= 0xff; // right index, wrong key byte
+    p.send(A, 1, SendOp::Write { remote }, 0, 64);
+    p.settle();
+    p.print_trace();
+    assert_eq!(
+        flow(&p)[1],
+        "1->0 RC_ACKNOWLEDGE psn=256 NAK remote access error"
+    );
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemAccessErr)]);
+    assert_eq!(p.state(B), QpState::Err, "the responder goes to ERR too");
+    assert_eq!(p.read_mem(B, 0, 64), vec![0; 64], "nothing written");
+}
+
+#[test]
+fn write_beyond_the_region_is_refused() {
+    let mut p = Pair::new(Opts::default());
+    let remote = p.side(B).remote(common::rc::BUF - 8);
+    p.send(A, 1, SendOp::Write { remote }, 0, 64);
+    p.settle();
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemAccessErr)]);
+}
+
+#[test]
+fn write_to_a_qp_without_remote_write_is_an_invalid_request() {
+    let mut p = Pair::new(Opts {
+        qp_access: Some(Access::REMOTE_READ),
+        ..Opts::default()
+    });
+    p.send(
+        A,
+        1,
+        SendOp::Write {
+            remote: p.side(B).remote(0),
+        },
+        0,
+        64,
+    );
+    p.settle();
+    assert_eq!(
+        flow(&p)[1],
+        "1->0 RC_ACKNOWLEDGE psn=256 NAK invalid request"
+    );
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemInvReqErr)]);
+}
+
+#[test]
+fn send_longer_than_the_receive_buffer_local_length_and_invalid_request() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 100);
+    p.send(A, 1, SendOp::Send, 0, 200);
+    p.settle();
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::LocLenErr)]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemInvReqErr)]);
+}
+
+#[test]
+fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
+    let mut p = Pair::new(Opts::default());
+    let qpn = p.b.qpn;
+    let sge = Sge {
+        addr: p.side(B).iova(),
+        length: 64,
+        lkey: Lkey(p.side(B).lkey().0 ^ 0x55),
+    };
+    p.engine(B)
+        .post_recv(
+            qpn,
+            &RecvWr {
+                wr_id: 7,
+                sges: &[sge],
+            },
+        )
+        .unwrap();
+    p.send(A, 1, SendOp::Send, 0, 64);
+    p.settle();
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::LocProtErr)]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemOpErr)]);
+}
+
+#[test]
+fn send_with_a_bad_lkey_is_a_local_protection_error() {
+    let mut p = Pair::new(Opts::default());
+    let qpn = p.a.qpn;
+    let sge = Sge {
+        addr: p.side(A).iova(),
+        length: 64,
+        lkey: Lkey(0x7777_7700),
+    };
+    let wr = |id| SendWr {
+        wr_id: id,
+        op: SendOp::Send,
+        local: Local::Sges(std::slice::from_ref(&sge)),
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
+    };
+    p.engine(A).post_send(qpn, &wr(1)).unwrap();
+    p.engine(A).post_send(qpn, &wr(2)).unwrap();
+    p.settle();
+    assert!(p.net.trace.as_ref().unwrap().is_empty(), "nothing sent");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+#[test]
+fn entering_err_flushes_everything_in_order_and_later_posts_too() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 64);
+    p.post_recv(B, 8, 64, 64);
+    let qpn = p.b.qpn;
+    p.engine(B)
+        .modify_qp(
+            qpn,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    p.post_recv(B, 9, 128, 64);
+    assert_eq!(
+        statuses(&p.completions(B)),
+        [
+            (7, WcStatus::WrFlushErr),
+            (8, WcStatus::WrFlushErr),
+            (9, WcStatus::WrFlushErr)
+        ]
+    );
+}
+
+/// Duplicates every packet of one opcode.
+struct Dup(u8);
+impl Rule for Dup {
+    fn on_packet(&mut self, _: Instant, pkt: &[u8]) -> Verdict {
+        if opcode_of(pkt) == self.0 {
+            Verdict::Duplicate
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+#[test]
+fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
+    let mut p = Pair::new(Opts {
+        timeout: 8,
+        ..Opts::default()
+    });
+    p.write_mem(B, 512, &100u64.to_ne_bytes());
+    let at = p.side(B).remote(512);
+    p.net.add_rule(A, B, Dup(op::RC_FETCH_ADD.0));
+    p.net.add_rule(A, B, Dup(op::RC_COMPARE_SWAP.0));
+    p.net.add_rule(B, A, DropNth::new(&[1])); // the first ATOMIC_ACKNOWLEDGE
+    p.send(A, 1, SendOp::FetchAdd { remote: at, add: 5 }, 0, 8);
+    p.send(
+        A,
+        2,
+        SendOp::CompareSwap {
+            remote: at,
+            compare: 105,
+            swap: 7,
+        },
+        8,
+        8,
+    );
+    p.settle();
+    p.print_trace();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    assert_eq!(
+        p.read_mem(A, 0, 8),
+        100u64.to_ne_bytes(),
+        "FETCH_ADD saw 100"
+    );
+    assert_eq!(
+        p.read_mem(A, 8, 8),
+        105u64.to_ne_bytes(),
+        "COMPARE_SWAP saw 105"
+    );
+    assert_eq!(
+        p.read_mem(B, 512, 8),
+        7u64.to_ne_bytes(),
+        "+5 once, then swapped"
+    );
+    assert!(
+        p.counter(B, Counter::DuplicateRequest) >= 2,
+        "duplicates were answered"
+    );
+}
+
+#[test]
+fn lost_read_response_reissues_the_read_for_the_rest_only() {
+    let mut p = Pair::new(Opts {
+        timeout: 8,
+        ..Opts::default()
+    });
+    p.write_mem(B, 0, &pattern(9, 3000));
+    let remote = p.side(B).remote(0);
+    p.net.add_rule(
+        B,
+        A,
+        DropIf({
+            let mut done = false;
+            move |b: &[u8]| {
+                let hit = !done && opcode_of(b) == op::RC_RDMA_READ_RESPONSE_MIDDLE.0;
+                done |= hit;
+                hit
+            }
+        }),
+    );
+    p.send(A, 1, SendOp::Read { remote }, 4096, 3000);
+    p.settle();
+    p.print_trace();
+    let tr = p.net.trace.as_ref().unwrap();
+    let reqs: Vec<RoceRepr> = tr
+        .iter()
+        .filter(|t| opcode_of(&t.bytes) == op::RC_RDMA_READ_REQUEST.0)
+        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    let retry = reqs[1].reth.unwrap();
+    assert_eq!(retry.va, remote.va + 1024, "asks from the lost packet on");
+    assert_eq!(retry.dma_len, 3000 - 1024);
+    assert_eq!(reqs[1].bth.psn.value(), 257);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.read_mem(A, 4096, 3000), pattern(9, 3000));
+}
+
+#[test]
+fn cq_overrun_is_an_async_error_and_the_qp_goes_to_err() {
+    let mut p = Pair::new(Opts {
+        cq_depth: 2,
+        ..Opts::default()
+    });
+    for i in 0..4 {
+        p.send(
+            A,
+            i,
+            SendOp::Write {
+                remote: p.side(B).remote(0),
+            },
+            0,
+            8,
+        );
+    }
+    p.settle();
+    let ev: Vec<AsyncEvent> = std::iter::from_fn(|| p.engine(A).poll_event()).collect();
+    assert!(
+        ev.iter().any(|e| matches!(e, AsyncEvent::CqError { .. })),
+        "{ev:?}"
+    );
+    assert_eq!(p.state(A), QpState::Err);
+    assert!(p.counter(A, Counter::CqOverrun) > 0);
+}
+
+#[test]
+fn api_misuse_is_a_typed_error() {
+    let mut p = Pair::new(Opts {
+        depth: 2,
+        ..Opts::default()
+    });
+    let qpn = p.a.qpn;
+    let sge = p.side(A).sge(0, 8);
+    let wr = SendWr {
+        wr_id: 1,
+        op: SendOp::Send,
+        local: Local::Sges(std::slice::from_ref(&sge)),
+        flags: SendFlags::default(),
+    };
+    let e = p.engine(A);
+    let bad_va = SendWr {
+        op: SendOp::FetchAdd {
+            remote: Remote {
+                va: 0x1003,
+                rkey: 1,
+            },
+            add: 1,
+        },
+        ..wr
+    };
+    assert!(matches!(
+        e.post_send(qpn, &bad_va),
+        Err(VerbsError::AtomicAlignment { va: 0x1003 })
+    ));
+    e.post_send(qpn, &wr).unwrap();
+    e.post_send(qpn, &wr).unwrap();
+    assert!(matches!(
+        e.post_send(qpn, &wr),
+        Err(VerbsError::QueueFull { depth: 2, .. })
+    ));
+    assert!(matches!(
+        e.modify_qp(
+            qpn,
+            &QpAttr {
+                state: Some(QpState::Rtr),
+                ..Default::default()
+            }
+        ),
+        Err(VerbsError::InvalidTransition { .. })
+    ));
+    assert!(matches!(
+        e.modify_qp(
+            qpn,
+            &QpAttr {
+                retry_cnt: Some(8),
+                ..Default::default()
+            }
+        ),
+        Err(VerbsError::UnexpectedAttr { .. })
+    ));
+    assert!(matches!(
+        e.post_send(0x999, &wr),
+        Err(VerbsError::NoSuchQp(0x999))
+    ));
+}
