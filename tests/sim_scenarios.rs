@@ -490,3 +490,324 @@ fn api_misuse_is_a_typed_error() {
         Err(VerbsError::NoSuchQp(0x999))
     ));
 }
+
+#[test]
+fn send_with_invalidate_revokes_the_rkey() {
+    let mut p = Pair::new(Opts::default());
+    let rkey = p.side(B).rkey().0;
+    p.post_recv(B, 7, 0, 64);
+    p.send(A, 1, SendOp::SendWithInv { rkey }, 0, 16);
+    p.send(
+        A,
+        2,
+        SendOp::Write {
+            remote: p.side(B).remote(128),
+        },
+        0,
+        16,
+    );
+    p.settle();
+    p.print_trace();
+    let rb = p.completions(B);
+    assert_eq!(rb[0].invalidated_rkey, Some(rkey));
+    assert_eq!(rb[0].status, WcStatus::Success);
+    assert_eq!(flow(&p)[0], "0->1 RC_SEND_ONLY_WITH_INVALIDATE psn=256");
+    // The WRITE after it uses the invalidated key.
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::Success), (2, WcStatus::RemAccessErr)]
+    );
+}
+
+#[test]
+fn write_with_immediate_consumes_a_receive_and_reports_the_length() {
+    let mut p = Pair::new(Opts::default());
+    p.write_mem(A, 0, &pattern(3, 2500));
+    p.post_recv(B, 7, 0, 0);
+    p.send(
+        A,
+        1,
+        SendOp::WriteWithImm {
+            remote: p.side(B).remote(4096),
+            imm: 0xabcd,
+        },
+        0,
+        2500,
+    );
+    p.settle();
+    assert_eq!(
+        p.opcodes(Some(A)),
+        [
+            "RC_RDMA_WRITE_FIRST",
+            "RC_RDMA_WRITE_MIDDLE",
+            "RC_RDMA_WRITE_LAST_WITH_IMMEDIATE"
+        ]
+    );
+    let rb = p.completions(B);
+    assert_eq!(
+        (rb[0].opcode, rb[0].byte_len, rb[0].imm),
+        (WcOpcode::RecvRdmaWithImm, 2500, Some(0xabcd))
+    );
+    assert_eq!(p.read_mem(B, 4096, 2500), pattern(3, 2500));
+}
+
+#[test]
+fn every_mtu_segments_every_size_and_crosses_the_psn_wrap() {
+    for mtu in [Mtu::M256, Mtu::M512, Mtu::M1024, Mtu::M2048, Mtu::M4096] {
+        let m = mtu.bytes();
+        for size in [0, 1, m - 1, m, m + 1, 3 * m] {
+            let mut p = Pair::new(Opts {
+                mtu,
+                psn_a: 0xff_fffe,
+                psn_b: 0xff_ffff,
+                ..Opts::default()
+            });
+            p.write_mem(A, 0, &pattern(size as u8, size as usize));
+            p.write_mem(B, 65536, &pattern(!size as u8, size as usize));
+            p.post_recv(B, 7, 0, 3 * 4096);
+            p.send(A, 1, SendOp::Send, 0, size);
+            p.send(
+                A,
+                2,
+                SendOp::Write {
+                    remote: p.side(B).remote(32768),
+                },
+                0,
+                size,
+            );
+            p.send(
+                A,
+                3,
+                SendOp::Read {
+                    remote: p.side(B).remote(65536),
+                },
+                16384,
+                size,
+            );
+            p.settle();
+            let n = size.div_ceil(m).max(1) as usize;
+            let sends = p
+                .opcodes(Some(A))
+                .iter()
+                .filter(|o| o.starts_with("RC_SEND"))
+                .count();
+            assert_eq!(sends, n, "mtu {m} size {size}");
+            let resp = p
+                .opcodes(Some(B))
+                .iter()
+                .filter(|o| o.contains("READ_RESPONSE"))
+                .count();
+            assert_eq!(resp, n, "mtu {m} size {size}");
+            let ok = statuses(&p.completions(A));
+            assert_eq!(
+                ok,
+                [
+                    (1, WcStatus::Success),
+                    (2, WcStatus::Success),
+                    (3, WcStatus::Success)
+                ]
+            );
+            assert_eq!(
+                p.read_mem(B, 0, size as usize),
+                pattern(size as u8, size as usize)
+            );
+            assert_eq!(
+                p.read_mem(B, 32768, size as usize),
+                pattern(size as u8, size as usize)
+            );
+            assert_eq!(
+                p.read_mem(A, 16384, size as usize),
+                pattern(!size as u8, size as usize)
+            );
+        }
+    }
+}
+
+#[test]
+fn max_rd_atomic_one_keeps_one_read_in_flight() {
+    let mut p = Pair::new(Opts {
+        max_rd_atomic: 1,
+        ..Opts::default()
+    });
+    p.send(
+        A,
+        1,
+        SendOp::Read {
+            remote: p.side(B).remote(0),
+        },
+        0,
+        2048,
+    );
+    p.send(
+        A,
+        2,
+        SendOp::Read {
+            remote: p.side(B).remote(0),
+        },
+        4096,
+        100,
+    );
+    p.settle();
+    let f = flow(&p);
+    let second = f
+        .iter()
+        .position(|l| l.contains("READ_REQUEST psn=258"))
+        .unwrap();
+    let last = f
+        .iter()
+        .position(|l| l.contains("READ_RESPONSE_LAST psn=257"))
+        .unwrap();
+    assert!(second > last, "second READ before the first's data: {f:?}");
+}
+
+#[test]
+fn fence_waits_for_earlier_reads() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 64);
+    p.send(
+        A,
+        1,
+        SendOp::Read {
+            remote: p.side(B).remote(0),
+        },
+        0,
+        3000,
+    );
+    let sge = p.side(A).sge(8192, 16);
+    p.post_send(
+        A,
+        &SendWr {
+            wr_id: 2,
+            op: SendOp::Send,
+            local: Local::Sges(std::slice::from_ref(&sge)),
+            flags: SendFlags {
+                signaled: true,
+                fence: true,
+                ..Default::default()
+            },
+        },
+    );
+    p.settle();
+    let f = flow(&p);
+    let send = f.iter().position(|l| l.contains("RC_SEND_ONLY")).unwrap();
+    let last = f
+        .iter()
+        .position(|l| l.contains("READ_RESPONSE_LAST"))
+        .unwrap();
+    assert!(send > last, "fenced SEND before the READ completed: {f:?}");
+}
+
+#[test]
+fn inline_and_unsignaled_sends() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 64);
+    p.post_recv(B, 8, 64, 64);
+    let qpn = p.a.qpn;
+    let e = p.engine(A);
+    e.post_send(
+        qpn,
+        &SendWr {
+            wr_id: 1,
+            op: SendOp::Send,
+            local: Local::Inline(b"inline bytes, no lkey"),
+            flags: SendFlags::default(), // unsignaled
+        },
+    )
+    .unwrap();
+    e.post_send(
+        qpn,
+        &SendWr {
+            wr_id: 2,
+            op: SendOp::SendWithImm { imm: 9 },
+            local: Local::Inline(b"second"),
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
+        },
+    )
+    .unwrap();
+    p.settle();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(2, WcStatus::Success)],
+        "unsignaled success is silent"
+    );
+    assert_eq!(p.read_mem(B, 0, 21), b"inline bytes, no lkey");
+    assert_eq!(p.completions(B).len(), 2);
+}
+
+#[test]
+fn acks_coalesce_and_carry_the_msn() {
+    let mut p = Pair::new(Opts::default());
+    for i in 0..16 {
+        p.post_recv(B, i, 64 * i, 64);
+        p.send(A, i, SendOp::Send, 0, 8);
+    }
+    p.settle();
+    let acks: Vec<RoceRepr> = p
+        .net
+        .trace
+        .as_ref()
+        .unwrap()
+        .iter()
+        .filter(|t| opcode_of(&t.bytes) == op::RC_ACKNOWLEDGE.0)
+        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .collect();
+    assert!(acks.len() < 16, "{} ACKs for 16 SENDs", acks.len());
+    let last = acks.last().unwrap();
+    assert_eq!(last.bth.psn.value(), 256 + 15);
+    assert_eq!(last.aeth.unwrap().msn, 16, "MSN counts completed messages");
+    assert!(p.counter(B, Counter::AcksCoalesced) > 0);
+    assert_eq!(p.completions(A).len(), 16);
+}
+
+#[test]
+fn a_middle_packet_without_a_first_is_an_invalid_request() {
+    // A peer that breaks the opcode sequence (IBA 9.8.3): craft SEND_MIDDLE at the
+    // expected PSN and deliver it to B's engine directly.
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 4096);
+    let bth = roce_emu::wire::BthRepr {
+        opcode: op::RC_SEND_MIDDLE,
+        solicited: false,
+        migreq: false,
+        pad: 0,
+        tver: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dqpn: p.b.qpn,
+        ack_req: true,
+        psn: roce_emu::wire::Psn::new(256),
+    };
+    let r = RoceRepr {
+        payload_len: 1024,
+        ..RoceRepr::new(bth)
+    };
+    let mut buf = vec![0u8; r.buffer_len()];
+    r.emit(&mut buf, &[0u8; 1024]).unwrap();
+    let src = std::net::SocketAddr::new(p.net.nodes[A].ip, 49441);
+    let dst = std::net::SocketAddr::new(p.net.nodes[B].ip, 4791);
+    let ph = roce_emu::wire::icrc::PseudoHeaders::new(src, dst, 0, buf.len());
+    roce_emu::wire::icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
+    let now = p.net.now;
+    p.engine(B).handle_datagram(
+        now,
+        Datagram {
+            src,
+            dst,
+            ipv4_id: Some(0),
+            data: &buf,
+        },
+    );
+    let mut out = vec![0u8; 256];
+    let t = p.engine(B).poll_transmit(now, &mut out).expect("a NAK");
+    let nak = RoceRepr::parse(&RocePacket::new_checked(&out[..t.len]).unwrap()).unwrap();
+    assert_eq!(
+        nak.aeth.unwrap().syndrome,
+        roce_emu::wire::Syndrome::Nak(roce_emu::wire::NakCode::InvalidRequest)
+    );
+    assert_eq!(p.state(B), QpState::Err);
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::WrFlushErr)]);
+}
