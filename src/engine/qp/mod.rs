@@ -346,9 +346,12 @@ impl Qp {
         }
     }
 
-    /// In SQD with nothing in flight: raise `SqDrained` if asked for.
+    /// In SQD with nothing in flight: raise `SqDrained` if asked for. Drained means every
+    /// message already started has completed (IBA 10.3.1, SQ Drain); WRs posted and not
+    /// started wait for the return to RTS and do not count.
     pub(crate) fn check_drained(&mut self, ctx: &mut Ctx<'_>) {
-        if self.state == QpState::Sqd && self.attrs.sq_draining_notify && self.sq.is_empty() {
+        let in_flight = self.sq.front().is_some_and(|w| w.started);
+        if self.state == QpState::Sqd && self.attrs.sq_draining_notify && !in_flight {
             self.attrs.sq_draining_notify = false;
             ctx.events
                 .push_back(AsyncEvent::SqDrained { qpn: self.qpn });
