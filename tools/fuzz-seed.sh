@@ -10,7 +10,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -71,9 +71,12 @@ def udp_payload(f):
         return None
     return l4[8:ulen]
 
-n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0}
+n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0}
 for path in files:
     n["pcap_decode"] += save("pcap_decode", open(path, "rb").read())
+    # engine_rx: the capture's RoCE packets as records [len u16 LE][direction][bytes],
+    # alternating directions, so the engine sees real opcode sequences.
+    records = b""
     for link, f in frames(path):
         if link != ETH:
             continue
@@ -81,6 +84,9 @@ for path in files:
         p = udp_payload(f)
         if p is not None:
             n["roce_parse"] += save("roce_parse", p)
+            records += struct.pack("<HB", len(p), len(records) & 1) + p
+    if records:
+        n["engine_rx"] += save("engine_rx", records[:16384])
 print("fuzz-seed: new seeds " + ", ".join(f"{k} {v}" for k, v in n.items())
       + f" (from {len(files)} captures)")
 PY
