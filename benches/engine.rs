@@ -57,19 +57,7 @@ fn setup() -> Setup {
             rkey: eb.mr.rkey().0,
         },
         t: 0,
-        wcs: vec![
-            Completion {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: WcOpcode::Send,
-                qpn: 0,
-                byte_len: 0,
-                imm: None,
-                invalidated_rkey: None,
-                src_qp: 0,
-            };
-            BATCH
-        ],
+        wcs: vec![Completion::default(); BATCH],
     }
 }
 

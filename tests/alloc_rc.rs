@@ -123,16 +123,7 @@ fn round(p: &mut Pair, op: u32, wcs: &mut [Completion]) -> usize {
 #[test]
 fn steady_state_data_path_does_not_allocate() {
     let mut p = pair();
-    let mut wcs = [Completion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        qpn: 0,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        src_qp: 0,
-    }; 8];
+    let mut wcs = [Completion::default(); 8];
     // Warm-up: queues reach their working size.
     for op in 0..30 {
         round(&mut p, op, &mut wcs);

@@ -346,16 +346,7 @@ fn config() -> ProptestConfig {
 fn drive(run: &mut Run, n: usize) -> Result<Vec<Completion>, TestCaseError> {
     let mut got = Vec::new();
     let cq = run.pair.side(A).cq;
-    let mut buf = [Completion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        qpn: 0,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        src_qp: 0,
-    }; 64];
+    let mut buf = [Completion::default(); 64];
     for _ in 0..2_000_000 {
         let k = run.pair.engine(A).poll_cq(cq, &mut buf).unwrap();
         got.extend_from_slice(&buf[..k]);

@@ -141,16 +141,7 @@ fuzz_target!(|data: &[u8]| {
     hi.with_bytes(|b| assert!(b.iter().all(|x| *x == GUARD), "write above the region"));
     // Each honest WR completes at most once.
     let mut seen = [0u8; 3];
-    let mut wc = [Completion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        qpn: 0,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        src_qp: 0,
-    }; 16];
+    let mut wc = [Completion::default(); 16];
     let n = d.a.poll_cq(ea.cq, &mut wc).unwrap();
     for c in &wc[..n] {
         seen[c.wr_id as usize] += 1;

@@ -165,16 +165,7 @@ fn wait(
 }
 
 fn poll_one(n: &mut Nic) -> Option<Completion> {
-    let mut c = [Completion {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        qpn: 0,
-        byte_len: 0,
-        imm: None,
-        invalidated_rkey: None,
-        src_qp: 0,
-    }];
+    let mut c = [Completion::default()];
     let cq = n.end.cq;
     match n.d.engine.poll_cq(cq, &mut c) {
         Ok(1) => Some(c[0]),

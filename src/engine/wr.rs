@@ -167,7 +167,7 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
 }
 
-/// A work completion (ibv_wc).
+/// A work completion (ibv_wc). `Default` is an empty slot for `poll_cq` buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Completion {
     pub wr_id: u64,
@@ -181,4 +181,19 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
     /// The peer's QP (receive completions).
     pub src_qp: u32,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion {
+            wr_id: 0,
+            status: WcStatus::Success,
+            opcode: WcOpcode::Send,
+            qpn: 0,
+            byte_len: 0,
+            imm: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+        }
+    }
 }

@@ -248,16 +248,7 @@ impl Pair {
     pub fn completions(&mut self, which: usize) -> Vec<Completion> {
         let cq = self.side(which).cq;
         let mut out = Vec::new();
-        let mut buf = [Completion {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            qpn: 0,
-            byte_len: 0,
-            imm: None,
-            invalidated_rkey: None,
-            src_qp: 0,
-        }; 64];
+        let mut buf = [Completion::default(); 64];
         loop {
             let n = self.engine(which).poll_cq(cq, &mut buf).unwrap();
             out.extend_from_slice(&buf[..n]);
