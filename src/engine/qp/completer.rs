@@ -16,7 +16,7 @@ use super::timers::QpTimer;
 use super::{Attrs, Ctx, Qp, RNR_RETRY_INFINITE};
 use crate::engine::stats::Counter;
 use crate::engine::time::{ack_timeout, rnr_timer};
-use crate::engine::wr::{Completion, SendOp, WcStatus};
+use crate::engine::wr::{SendOp, WcStatus};
 use crate::wire::opcode::{op, Flags};
 use crate::wire::{NakCode, Psn, RoceRepr, Syndrome};
 
@@ -86,19 +86,8 @@ impl Qp {
             self.req.offset = 0;
         }
         if w.flags.signaled || status != WcStatus::Success {
-            ctx.complete(
-                self.send_cq,
-                Completion {
-                    wr_id: w.wr_id,
-                    status,
-                    opcode: w.op.wc_opcode(),
-                    qpn: self.qpn,
-                    byte_len: w.len,
-                    imm: None,
-                    invalidated_rkey: None,
-                    src_qp: self.attrs.dest_qpn,
-                },
-            );
+            let c = self.completion(w.wr_id, status, w.op.wc_opcode(), w.len);
+            ctx.complete(self.send_cq, c);
         }
     }
 

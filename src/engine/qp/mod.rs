@@ -302,6 +302,26 @@ impl Qp {
         self.flush(ctx);
     }
 
+    /// A completion of this QP (immediate and invalidated key added by the caller).
+    pub(crate) fn completion(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+    ) -> Completion {
+        Completion {
+            wr_id,
+            status,
+            opcode,
+            qpn: self.qpn,
+            byte_len,
+            imm: None,
+            invalidated_rkey: None,
+            src_qp: self.attrs.dest_qpn,
+        }
+    }
+
     /// In ERR, work requests posted later are flushed at once.
     pub(crate) fn flush_now(&mut self, ctx: &mut Ctx<'_>) {
         self.flush(ctx);
@@ -311,38 +331,17 @@ impl Qp {
     /// carries (a local protection error found while sending it).
     fn flush(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(w) = self.sq.pop_front() {
-            ctx.complete(
-                self.send_cq,
-                Completion {
-                    wr_id: w.wr_id,
-                    status: w.error.unwrap_or(WcStatus::WrFlushErr),
-                    opcode: w.op.wc_opcode(),
-                    qpn: self.qpn,
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_rkey: None,
-                    src_qp: self.attrs.dest_qpn,
-                },
-            );
+            let status = w.error.unwrap_or(WcStatus::WrFlushErr);
+            let c = self.completion(w.wr_id, status, w.op.wc_opcode(), 0);
+            ctx.complete(self.send_cq, c);
         }
         self.req.sq_idx = 0;
         self.req.offset = 0;
         self.comp.outstanding_rd_atomic = 0;
         self.resp.drop_current_message();
         while let Some(w) = self.rq.pop_front() {
-            ctx.complete(
-                self.recv_cq,
-                Completion {
-                    wr_id: w.wr_id,
-                    status: WcStatus::WrFlushErr,
-                    opcode: WcOpcode::Recv,
-                    qpn: self.qpn,
-                    byte_len: 0,
-                    imm: None,
-                    invalidated_rkey: None,
-                    src_qp: self.attrs.dest_qpn,
-                },
-            );
+            let c = self.completion(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
+            ctx.complete(self.recv_cq, c);
         }
     }
 

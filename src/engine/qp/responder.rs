@@ -551,19 +551,12 @@ impl Qp {
         invalidated_rkey: Option<u32>,
     ) {
         let Some(w) = self.rq.pop_front() else { return };
-        ctx.complete(
-            self.recv_cq,
-            Completion {
-                wr_id: w.wr_id,
-                status,
-                opcode,
-                qpn: self.qpn,
-                byte_len,
-                imm,
-                invalidated_rkey,
-                src_qp: self.attrs.dest_qpn,
-            },
-        );
+        let c = Completion {
+            imm,
+            invalidated_rkey,
+            ..self.completion(w.wr_id, status, opcode, byte_len)
+        };
+        ctx.complete(self.recv_cq, c);
     }
 
     /// NAK the request and move the QP to ERR (the NAK still goes out).
