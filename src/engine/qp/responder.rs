@@ -347,20 +347,8 @@ impl Qp {
                 _,
             ) => (va, rkey, resid, total),
             (_, Some(reth)) => {
-                // Check the whole target once, at the start (IBA 9.7.4.1.3; C9-88: no check
-                // for zero-length transfers).
-                if reth.dma_len > 0
-                    && ctx
-                        .mem
-                        .lookup_remote(
-                            self.pd,
-                            Rkey(reth.rkey),
-                            reth.va,
-                            u64::from(reth.dma_len),
-                            Access::REMOTE_WRITE,
-                        )
-                        .is_err()
-                {
+                // Check the whole target once, at the start.
+                if !self.reth_allowed(ctx, &reth, Access::REMOTE_WRITE) {
                     return self.responder_fail(ctx, psn, Fail::RemoteAccess);
                 }
                 (reth.va, reth.rkey, reth.dma_len, reth.dma_len)
@@ -403,23 +391,28 @@ impl Qp {
         self.accept_packet(ctx, &r.bth);
     }
 
-    fn exec_read(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr) {
-        let psn = r.bth.psn;
-        let Some(reth) = r.reth else {
-            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
-        };
-        if reth.dma_len > 0
-            && ctx
+    /// Whether the RETH's R_Key, PD, rights and whole range allow the access. A
+    /// zero-length transfer needs no valid address or key (C9-88, as rxe cites it).
+    fn reth_allowed(&self, ctx: &Ctx<'_>, reth: &crate::wire::RethRepr, need: Access) -> bool {
+        reth.dma_len == 0
+            || ctx
                 .mem
                 .lookup_remote(
                     self.pd,
                     Rkey(reth.rkey),
                     reth.va,
                     u64::from(reth.dma_len),
-                    Access::REMOTE_READ,
+                    need,
                 )
-                .is_err()
-        {
+                .is_ok()
+    }
+
+    fn exec_read(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr) {
+        let psn = r.bth.psn;
+        let Some(reth) = r.reth else {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        };
+        if !self.reth_allowed(ctx, &reth, Access::REMOTE_READ) {
             return self.responder_fail(ctx, psn, Fail::RemoteAccess);
         }
         let n = super::wqe::SendWqe::npkts(reth.dma_len, self.mtu());
