@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod pcap;
+pub mod pingpong;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,8 @@ enum Command {
     Demo(demo::Args),
     /// Decode the RoCEv2 frames of a pcap or pcapng file, one line (or JSON object) per frame.
     Pcap(pcap::Args),
+    /// RC ping-pong with ibv_rc_pingpong's exchange and output; either side may be the real tool.
+    Pingpong(pingpong::Args),
 }
 
 /// Runs the command line; returns the process exit status.
@@ -30,5 +33,6 @@ pub fn main() -> i32 {
     match cli.command {
         Command::Pcap(args) => pcap::run(&args),
         Command::Demo(args) => demo::run(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
     }
 }
