@@ -1,7 +1,9 @@
 //! People-facing tools: `roce-emu <command>`.
 
 pub mod demo;
+pub mod oob;
 pub mod pcap;
+pub mod perf;
 pub mod pingpong;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +27,9 @@ enum Command {
     Pcap(pcap::Args),
     /// RC ping-pong with ibv_rc_pingpong's exchange and output; either side may be the real tool.
     Pingpong(pingpong::Args),
+    /// RC bandwidth test with perftest's exchange and table (ib_write_bw, ib_read_bw,
+    /// ib_send_bw, ib_atomic_bw); either side may be the real tool.
+    Perf(perf::Args),
 }
 
 /// Runs the command line; returns the process exit status.
@@ -34,5 +39,6 @@ pub fn main() -> i32 {
         Command::Pcap(args) => pcap::run(&args),
         Command::Demo(args) => demo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }

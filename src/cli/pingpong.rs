@@ -30,6 +30,7 @@
 //! data loop polls the NIC for a while before it sleeps on the socket (`Spin`), where
 //! rc_pingpong busy-polls its CQ.
 
+use super::oob::{self, OobError};
 use crate::backend::udp::{wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
@@ -41,7 +42,7 @@ use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -290,15 +291,8 @@ pub enum PingpongError {
         secs: f64,
         source: std::io::Error,
     },
-    #[error("cannot listen on TCP {addr}: {source} (another server on this port? use -p)")]
-    Listen {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error("no client connected to TCP port {port} within {secs} s")]
-    NoClient { port: u16, secs: f64 },
-    #[error("accepting a client on TCP port {port}: {source}")]
-    Accept { port: u16, source: std::io::Error },
+    #[error(transparent)]
+    Oob(#[from] OobError),
     #[error(
         "no answer from the peer {peer} within {secs} s while {doing}: is it \
          ibv_rc_pingpong (or roce-emu pingpong) with the same -p, running as the {role}?"
@@ -562,7 +556,7 @@ fn rem_peer(rem: &Dest, bind: IpAddr, peer: Option<SocketAddr>) -> Result<IpAddr
 }
 
 /// A random 24-bit PSN (rc_pingpong: `lrand48() & 0xffffff`).
-fn random_psn() -> u32 {
+pub(crate) fn random_psn() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -621,42 +615,22 @@ fn client_exchange(
     timeout: Duration,
     my: &Dest,
 ) -> Result<(Dest, SocketAddr)> {
-    let deadline = Instant::now() + wait;
-    let list = addrs
-        .iter()
-        .map(|a| a.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut last = std::io::Error::new(ErrorKind::NotFound, "the name has no address");
-    let mut stream = None;
-    'tries: loop {
-        for a in addrs {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break 'tries;
-            }
-            match TcpStream::connect_timeout(a, left.min(Duration::from_secs(1))) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break 'tries;
-                }
-                Err(e) => last = e,
-            }
-        }
-        if addrs.is_empty() || Instant::now() >= deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut s = stream.ok_or(PingpongError::Connect {
-        target: target.to_string(),
-        addrs: list,
-        secs: wait.as_secs_f64(),
-        source: last,
+    let mut s = oob::connect(target, addrs, wait).map_err(|e| match e {
+        OobError::Connect {
+            target,
+            addrs,
+            secs,
+            source,
+        } => PingpongError::Connect {
+            target,
+            addrs,
+            secs,
+            source,
+        },
+        other => PingpongError::Oob(other),
     })?;
     let peer = s.peer_addr().unwrap_or(addrs[0]);
     let secs = timeout.as_secs_f64();
-    let _ = s.set_nodelay(true);
     let set = s
         .set_read_timeout(Some(timeout))
         .and_then(|()| s.set_write_timeout(Some(timeout)));
@@ -691,44 +665,10 @@ fn server_exchange(
     my: &Dest,
     connect: impl FnOnce(&Dest, SocketAddr) -> Result<()>,
 ) -> Result<Dest> {
-    // As rc_pingpong: the first passive address, 0.0.0.0, even for IPv6 GIDs.
-    let v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-    let listener = TcpListener::bind(v4)
-        .or_else(|e| match e.kind() {
-            ErrorKind::AddrNotAvailable => TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)),
-            _ => Err(e),
-        })
-        .map_err(|source| PingpongError::Listen { addr: v4, source })?;
-    let accept_err = |source| PingpongError::Accept { port, source };
-    let (mut s, peer) = match wait {
-        None => listener.accept().map_err(accept_err)?,
-        Some(w) => {
-            let deadline = Instant::now() + w;
-            listener.set_nonblocking(true).map_err(accept_err)?;
-            loop {
-                match listener.accept() {
-                    Ok(c) => break c,
-                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                        if Instant::now() >= deadline {
-                            return Err(PingpongError::NoClient {
-                                port,
-                                secs: w.as_secs_f64(),
-                            });
-                        }
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(accept_err(e)),
-                }
-            }
-        }
-    };
-    drop(listener);
+    let (mut s, peer) = oob::accept(port, wait)?;
     let secs = timeout.as_secs_f64();
-    let _ = s.set_nodelay(true);
     let set = s
-        .set_nonblocking(false)
-        .and_then(|()| s.set_read_timeout(Some(timeout)))
+        .set_read_timeout(Some(timeout))
         .and_then(|()| s.set_write_timeout(Some(timeout)));
     set.map_err(io_step(peer, "setting socket timeouts", secs, "client", ""))?;
     let mut rec = [0u8; RECORD_LEN];
@@ -773,14 +713,14 @@ const SPIN_PROBE: u32 = 64;
 /// very CPU to answer only delays it (two processes on one loaded CPU). So: poll up to a
 /// budget after the NIC goes idle; an answer within the budget doubles it (to `SPIN_MAX`),
 /// a sleep halves it, and every `SPIN_PROBE` sleeps it starts again from `SPIN_MAX`.
-struct Spin {
+pub(crate) struct Spin {
     budget: Duration,
     idle_since: Option<Instant>,
     sleeps: u32,
 }
 
 impl Spin {
-    fn new() -> Spin {
+    pub(crate) fn new() -> Spin {
         Spin {
             budget: SPIN_MAX,
             idle_since: None,
@@ -789,7 +729,7 @@ impl Spin {
     }
 
     /// The NIC did something.
-    fn active(&mut self) {
+    pub(crate) fn active(&mut self) {
         if let Some(t) = self.idle_since.take() {
             self.budget = if t.elapsed() <= self.budget {
                 (self.budget * 2).min(SPIN_MAX)
@@ -800,12 +740,12 @@ impl Spin {
     }
 
     /// The NIC is idle: poll again (true) or sleep?
-    fn keep_polling(&mut self) -> bool {
+    pub(crate) fn keep_polling(&mut self) -> bool {
         let t = *self.idle_since.get_or_insert_with(Instant::now);
         t.elapsed() < self.budget
     }
 
-    fn slept(&mut self) {
+    pub(crate) fn slept(&mut self) {
         self.sleeps = self.sleeps.wrapping_add(1);
         if self.sleeps % SPIN_PROBE == 0 {
             self.budget = SPIN_MAX;

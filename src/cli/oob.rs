@@ -1,0 +1,104 @@
+//! The out-of-band TCP connection that rdma-core's examples and perftest use to swap QP
+//! addresses before any RoCE packet flows: connect with a bounded retry, accept with an
+//! optional bound, and every failure named with the address and the step.
+
+use std::io::ErrorKind;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// What went wrong while setting up the TCP connection.
+#[derive(Debug, thiserror::Error)]
+pub enum OobError {
+    #[error("could not connect to {target} ({addrs}) within {secs} s: {source}")]
+    Connect {
+        target: String,
+        addrs: String,
+        secs: f64,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on TCP {addr}: {source} (another server on this port? use -p)")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("no client connected to TCP port {port} within {secs} s")]
+    NoClient { port: u16, secs: f64 },
+    #[error("accepting a client on TCP port {port}: {source}")]
+    Accept { port: u16, source: std::io::Error },
+}
+
+/// Connects to the first of `addrs` that answers, trying again until `wait` has passed
+/// (the server may not be listening yet).
+pub fn connect(target: &str, addrs: &[SocketAddr], wait: Duration) -> Result<TcpStream, OobError> {
+    let deadline = Instant::now() + wait;
+    let mut last = std::io::Error::new(ErrorKind::NotFound, "the name has no address");
+    'tries: loop {
+        for a in addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break 'tries;
+            }
+            match TcpStream::connect_timeout(a, left.min(Duration::from_secs(1))) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = e,
+            }
+        }
+        if addrs.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Err(OobError::Connect {
+        target: target.to_string(),
+        addrs: addrs
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+        secs: wait.as_secs_f64(),
+        source: last,
+    })
+}
+
+/// Listens on `0.0.0.0:port` (as rc_pingpong and perftest do: their first passive address,
+/// even for an IPv6 GID; `[::]` where there is no IPv4) and accepts one client, waiting at
+/// most `wait` when given. The listener is closed before returning.
+pub fn accept(port: u16, wait: Option<Duration>) -> Result<(TcpStream, SocketAddr), OobError> {
+    let v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
+    let listener = TcpListener::bind(v4)
+        .or_else(|e| match e.kind() {
+            ErrorKind::AddrNotAvailable => TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)),
+            _ => Err(e),
+        })
+        .map_err(|source| OobError::Listen { addr: v4, source })?;
+    let accept_err = |source| OobError::Accept { port, source };
+    let (s, peer) = match wait {
+        None => listener.accept().map_err(accept_err)?,
+        Some(w) => {
+            let deadline = Instant::now() + w;
+            listener.set_nonblocking(true).map_err(accept_err)?;
+            loop {
+                match listener.accept() {
+                    Ok(c) => break c,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        if Instant::now() >= deadline {
+                            return Err(OobError::NoClient {
+                                port,
+                                secs: w.as_secs_f64(),
+                            });
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(accept_err(e)),
+                }
+            }
+        }
+    };
+    s.set_nonblocking(false).map_err(accept_err)?;
+    let _ = s.set_nodelay(true);
+    Ok((s, peer))
+}

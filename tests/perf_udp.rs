@@ -1,0 +1,347 @@
+//! `roce-emu perf` as server and client in two processes over UDP on loopback: every
+//! operation (WRITE, READ, SEND, both atomics) at several sizes and MTUs with `--check`
+//! (every byte, every atomic verified end to end), the JSON figures, and the failures a
+//! user meets (no server, a size beyond the server's buffer, a silent peer, mismatched
+//! runs under --check, bad options) as clear errors within bounded time.
+//!
+//! Each test uses its own 127.0.0.x addresses and TCP port, so they run in parallel.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
+
+fn spawn(args: &[String]) -> Child {
+    Command::new(BIN)
+        .arg("perf")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run roce-emu perf")
+}
+
+/// Waits for `child` at most `limit`; a process still running then is killed and the test
+/// fails.
+fn finish(mut child: Child, limit: Duration, who: &str) -> Output {
+    let deadline = Instant::now() + limit;
+    loop {
+        if child.try_wait().expect("try_wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{who} still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn strings(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// A server bound to `sip` and a client bound to `cip`, on the same TCP port.
+fn pair(sip: &str, cip: &str, port: u16, sargs: &[&str], cargs: &[&str]) -> (Output, Output) {
+    let port = port.to_string();
+    let mut s = strings(&["-p", &port, "--wait", "20", "--timeout", "5", "--bind", sip]);
+    s.extend(strings(sargs));
+    let server = spawn(&s);
+    let mut c = strings(&["-p", &port, "--wait", "10", "--timeout", "5", "--bind", cip]);
+    c.extend(strings(cargs));
+    c.push(sip.to_string());
+    let client = spawn(&c);
+    let client = finish(client, Duration::from_secs(60), "client");
+    let server = finish(server, Duration::from_secs(30), "server");
+    (server, client)
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn ok_json(who: &str, o: &Output) -> serde_json::Value {
+    let (stdout, stderr) = text(o);
+    assert!(
+        o.status.success(),
+        "{who} exited {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        o.status
+    );
+    serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{who}: not one JSON object ({e}):\n{stdout}"))
+}
+
+/// Runs one test both ways round the check and returns the client's figures.
+fn run_checked(
+    sip: &str,
+    cip: &str,
+    port: u16,
+    test: &str,
+    extra: &[&str],
+    size: u64,
+    iters: u64,
+) -> serde_json::Value {
+    let n = iters.to_string();
+    let mut a = vec![test, "-n", &n, "--check", "--json"];
+    a.extend_from_slice(extra);
+    let (server, client) = pair(sip, cip, port, &a, &a);
+    let c = ok_json("client", &client);
+    let s = ok_json("server", &server);
+    let tool = format!("ib_{test}_bw");
+    for (who, v) in [("client", &c), ("server", &s)] {
+        assert_eq!(v["test"], tool.as_str(), "{who}: {v}");
+        assert_eq!(v["role"], who, "{v}");
+        assert_eq!(v["bytes"], size, "{who}: {v}");
+        assert_eq!(v["iterations"], iters, "{who}: {v}");
+        assert_eq!(v["checked"], true, "{v}");
+        let avg = v["bw_average_mb_per_sec"].as_f64().expect("average");
+        let peak = v["bw_peak_mb_per_sec"].as_f64().expect("peak");
+        let rate = v["msg_rate_mpps"].as_f64().expect("rate");
+        assert!(rate > 0.0 && avg >= 0.0 && peak + 1e-9 >= avg, "{who}: {v}");
+        if size > 0 {
+            assert!(avg > 0.0, "{who}: {v}");
+        }
+    }
+    assert_eq!(c["local"], cip);
+    assert_eq!(c["peer"], sip);
+    c
+}
+
+#[test]
+fn write_sizes_and_mtus() {
+    for (i, (size, mtu)) in [
+        (1u64, "1024"),
+        (4096, "1024"),
+        (65536, "4096"),
+        (10_000, "256"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let s = size.to_string();
+        let c = run_checked(
+            "127.0.0.40",
+            "127.0.0.41",
+            18700 + i as u16,
+            "write",
+            &["-s", &s, "-m", mtu],
+            size,
+            300,
+        );
+        assert_eq!(c["mtu"], mtu.parse::<u64>().unwrap());
+    }
+}
+
+#[test]
+fn read_sizes() {
+    for (i, size) in [8u64, 2048, 65536].into_iter().enumerate() {
+        let s = size.to_string();
+        run_checked(
+            "127.0.0.42",
+            "127.0.0.43",
+            18710 + i as u16,
+            "read",
+            &["-s", &s, "-m", "1024"],
+            size,
+            300,
+        );
+    }
+}
+
+#[test]
+fn send_sizes() {
+    for (i, size) in [0u64, 1024, 3000, 65536].into_iter().enumerate() {
+        let s = size.to_string();
+        run_checked(
+            "127.0.0.44",
+            "127.0.0.45",
+            18720 + i as u16,
+            "send",
+            // rx depth below the message count: the server re-posts as it goes.
+            &["-s", &s, "-m", "1024", "-r", "64"],
+            size,
+            300,
+        );
+    }
+}
+
+#[test]
+fn atomics_both_kinds() {
+    for (i, kind) in ["FETCH_AND_ADD", "CMP_AND_SWAP"].into_iter().enumerate() {
+        let c = run_checked(
+            "127.0.0.46",
+            "127.0.0.47",
+            18730 + i as u16,
+            "atomic",
+            &["-A", kind],
+            8,
+            1000,
+        );
+        assert_eq!(c["atomic"], kind);
+    }
+}
+
+/// The smaller MTU wins, as perftest's check_mtu does.
+#[test]
+fn mtu_is_negotiated_down() {
+    let (server, client) = pair(
+        "127.0.0.48",
+        "127.0.0.49",
+        18740,
+        &["write", "-s", "8192", "-n", "50", "-m", "4096", "--json"],
+        &["write", "-s", "8192", "-n", "50", "-m", "512", "--json"],
+    );
+    assert_eq!(ok_json("client", &client)["mtu"], 512);
+    assert_eq!(ok_json("server", &server)["mtu"], 512);
+}
+
+/// The table perftest prints, with the right counts.
+#[test]
+fn table_output() {
+    let (server, client) = pair(
+        "127.0.0.50",
+        "127.0.0.51",
+        18741,
+        &["write", "-s", "4096", "-n", "200"],
+        &["write", "-s", "4096", "-n", "200"],
+    );
+    for (who, o) in [("client", &client), ("server", &server)] {
+        let (stdout, stderr) = text(o);
+        assert!(o.status.success(), "{who}: {stdout}\n{stderr}");
+        assert!(stdout.contains("RDMA_Write BW Test"), "{stdout}");
+        let head = stdout
+            .lines()
+            .position(|l| l.contains("#bytes"))
+            .unwrap_or_else(|| panic!("{who}: no table in\n{stdout}"));
+        assert!(stdout
+            .lines()
+            .nth(head)
+            .unwrap()
+            .contains("BW average[MB/sec]"));
+        let row: Vec<&str> = stdout
+            .lines()
+            .nth(head + 1)
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        assert_eq!(row.len(), 5, "{row:?}");
+        assert_eq!(row[0], "4096");
+        assert_eq!(row[1], "200");
+        for f in &row[2..] {
+            assert!(f.parse::<f64>().is_ok_and(|v| v > 0.0), "{row:?}");
+        }
+    }
+}
+
+fn failed_with(who: &str, o: &Output, needle: &str) {
+    let (stdout, stderr) = text(o);
+    assert!(
+        !o.status.success(),
+        "{who} should have failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "{who}: expected {needle:?} in\n{stderr}"
+    );
+}
+
+#[test]
+fn size_beyond_the_servers_buffer_is_a_remote_access_error() {
+    let (server, client) = pair(
+        "127.0.0.52",
+        "127.0.0.53",
+        18742,
+        &["write", "-s", "4096", "-n", "20"],
+        &["write", "-s", "65536", "-n", "20"],
+    );
+    failed_with("client", &client, "remote access error");
+    failed_with("client", &client, "-s smaller");
+    failed_with("server", &server, "QpAccessError");
+}
+
+#[test]
+fn check_catches_a_mismatched_run() {
+    let (server, client) = pair(
+        "127.0.0.54",
+        "127.0.0.55",
+        18743,
+        &["write", "-s", "64", "-n", "100", "--check"],
+        &["write", "-s", "64", "-n", "99", "--check"],
+    );
+    failed_with("server", &server, "--check");
+    // The client finished its test; the server's refusal comes after.
+    let _ = client;
+}
+
+#[test]
+fn no_server_is_a_bounded_clear_error() {
+    let start = Instant::now();
+    let c = spawn(&strings(&[
+        "write",
+        "-p",
+        "18744",
+        "--wait",
+        "1",
+        "--bind",
+        "127.0.0.57",
+        "127.0.0.56",
+    ]));
+    let out = finish(c, Duration::from_secs(10), "client");
+    failed_with("client", &out, "could not connect to 127.0.0.56:18744");
+    failed_with("client", &out, "start the server first");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}
+
+/// A peer that accepts and never says a word.
+#[test]
+fn silent_peer_times_out() {
+    let l = TcpListener::bind("127.0.0.58:18745").expect("listen");
+    let c = spawn(&strings(&[
+        "send",
+        "-p",
+        "18745",
+        "--timeout",
+        "1",
+        "--bind",
+        "127.0.0.59",
+        "127.0.0.58",
+    ]));
+    let (_held, _) = l.accept().expect("accept");
+    let out = finish(c, Duration::from_secs(10), "client");
+    failed_with("client", &out, "no answer from the peer 127.0.0.58:18745");
+    failed_with("client", &out, "ib_send_bw");
+}
+
+#[test]
+fn bad_options_are_named() {
+    for (args, needle) in [
+        (&["atomic", "-s", "16"][..], "atomics are 8 bytes"),
+        (&["write", "-m", "1500"][..], "-m 1500 is not a port MTU"),
+        (
+            &["write", "-n", "0"][..],
+            "-n (iterations) must be at least 1",
+        ),
+        (&["write", "--timeout", "0"][..], "--timeout 0"),
+        (
+            &["write", "192.0.2.1"][..],
+            "is not on this machine: give --bind IP",
+        ),
+    ] {
+        let out = finish(spawn(&strings(args)), Duration::from_secs(10), "perf");
+        assert!(!out.status.success(), "{args:?}");
+        let (_, stderr) = text(&out);
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {needle:?} not in {stderr}"
+        );
+    }
+}
