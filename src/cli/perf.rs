@@ -422,6 +422,7 @@ impl Oob {
             .map_err(|e| self.io_err(doing, e))?;
         let mut got = 0;
         let mut last = Instant::now();
+        let mut spin = Spin::new();
         while got < buf.len() {
             match self.s.read(&mut buf[got..]) {
                 Ok(0) => return Err(self.io_err(doing, ErrorKind::UnexpectedEof.into())),
@@ -433,10 +434,16 @@ impl Oob {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
                     let mut wait = Duration::from_millis(20);
                     if let Some(n) = nic.as_deref_mut() {
+                        // The peer's traffic may be running: poll as the data loops do.
                         if n.service()? {
+                            spin.active();
                             last = Instant::now();
                             continue;
                         }
+                        if spin.keep_polling() {
+                            continue;
+                        }
+                        spin.slept();
                         wait = n.d.until_deadline(wait);
                     }
                     if last.elapsed() > self.timeout {
@@ -937,10 +944,9 @@ fn run_inner(args: &Args) -> Result<()> {
     nic.linger(Duration::from_millis(50), Duration::from_millis(500));
 
     if args.json {
-        println!(
-            "{}",
-            report_json(test, args, &shown, path_mtu, client, bind, peer_ip)
-        );
+        let mut j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);
+        j["counters"] = nic.d.engine.counters().nonzero().collect();
+        println!("{j}");
     } else {
         print_report(&shown);
         if plan.check {
@@ -1002,7 +1008,7 @@ fn report_json(
     client: bool,
     bind: IpAddr,
     peer: IpAddr,
-) -> String {
+) -> serde_json::Value {
     serde_json::json!({
         "test": test.tool(),
         "role": if client { "client" } else { "server" },
@@ -1017,7 +1023,6 @@ fn report_json(
         "peer": peer.to_string(),
         "checked": args.check,
     })
-    .to_string()
 }
 
 // ---- the traffic ---------------------------------------------------------------------------

@@ -1011,21 +1011,32 @@ impl Pingpong {
     /// Drives the NIC until `iters` sends and receives completed, polling while `Spin`
     /// says so and sleeping on the socket (or the next timer) otherwise.
     fn run_loop(&mut self, timeout: Duration) -> Result<()> {
+        let r = self.run_loop_inner(timeout);
+        if r.is_err() {
+            // What the failure produced (a NAK for the peer, say) still goes out.
+            let _ = self.d.transmit();
+        }
+        r
+    }
+
+    fn run_loop_inner(&mut self, timeout: Duration) -> Result<()> {
         let mut wc = [Completion::default(); 2];
         let mut progress = Instant::now();
         let mut spin = Spin::new();
         while self.rcnt < self.iters || self.scnt < self.iters {
+            // Receive, react, then transmit: the ACK of the peer's message and our next
+            // message leave in one sendmmsg.
+            let rx = self.d.receive()?;
             let n = self
                 .d
                 .engine
                 .poll_cq(self.cq, &mut wc)
                 .map_err(verbs("polling the CQ"))?;
+            for c in &wc[..n] {
+                self.on_completion(c)?;
+            }
             if n > 0 {
-                for c in &wc[..n] {
-                    self.on_completion(c)?;
-                }
                 progress = Instant::now();
-                continue;
             }
             if let Some(event) = self.d.engine.poll_event() {
                 if !matches!(event, AsyncEvent::SqDrained { .. }) {
@@ -1033,7 +1044,8 @@ impl Pingpong {
                     return Err(PingpongError::Async { event, state });
                 }
             }
-            if self.d.poll()? {
+            let tx = self.d.transmit()?;
+            if rx || tx || n > 0 {
                 spin.active();
                 continue;
             }

@@ -87,6 +87,14 @@ impl Driver {
     /// Does everything that can be done now without waiting: receives what is queued,
     /// runs due timers, sends what the engine has. Returns whether anything happened.
     pub fn poll(&mut self) -> Result<bool, BackendError> {
+        let rx = self.receive()?;
+        Ok(self.transmit()? || rx)
+    }
+
+    /// The first half of `poll`: receives what is queued and runs due timers. A caller
+    /// that reacts to the completions before `transmit` gets its new work requests and
+    /// the ACKs of what just arrived out in one `sendmmsg`.
+    pub fn receive(&mut self) -> Result<bool, BackendError> {
         let mut did = false;
         // Bounded batches, so a flood cannot starve transmission.
         for _ in 0..8 {
@@ -123,6 +131,13 @@ impl Driver {
             self.engine.handle_timeout(now);
             did = true;
         }
+        Ok(did)
+    }
+
+    /// The second half of `poll`: sends everything the engine has, in batches.
+    pub fn transmit(&mut self) -> Result<bool, BackendError> {
+        let mut did = false;
+        let now = self.clock.now();
         loop {
             let mut out = [Outgoing {
                 src: self.backend.local(),

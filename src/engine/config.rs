@@ -10,8 +10,9 @@ pub struct EngineConfig {
     /// IPv4 identification the transmit path will put on packets: the ICRC covers it.
     /// Linux writes 0 on an unconnected UDP socket with DF set (IP_PMTUDISC_DO).
     pub tx_ipv4_id: u16,
-    /// Accept IPv4 packets whose identification is unknown (UDP socket receive path) without
-    /// an ICRC check, counting them as `icrc_unverified`. When false they are dropped.
+    /// Accept IPv4 packets whose identification is unknown (UDP socket receive path) when
+    /// their ICRC is valid for some ID (solved from the CRC, counted as `icrc_id_solved`).
+    /// When false they are dropped.
     pub accept_unverified_icrc: bool,
     /// Most PSNs a requester may have sent and not seen acknowledged (rxe: 128 unacked
     /// PSNs); bounds the retransmission window well inside the 2^23 PSN half-space.

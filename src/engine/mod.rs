@@ -61,6 +61,8 @@ pub struct Engine {
     overrun: Vec<u32>,
     /// Where the round-robin over QPs resumes in `poll_transmit`.
     tx_cursor: u32,
+    /// Finds the IPv4 ID of packets received without it (see `check_icrc`).
+    id_solver: icrc::Ipv4IdSolver,
 }
 
 macro_rules! ctx {
@@ -90,6 +92,7 @@ impl Engine {
             events: VecDeque::new(),
             overrun: Vec::new(),
             tx_cursor: 0,
+            id_solver: icrc::Ipv4IdSolver::new(),
         }
     }
 
@@ -411,15 +414,26 @@ impl Engine {
         if cfg!(fuzzing) {
             return true;
         }
-        let id = match (d.src, d.ipv4_id) {
+        let verdict = match (d.src, d.ipv4_id) {
             (SocketAddr::V4(_), None) => {
-                self.stats.inc(Counter::IcrcUnverified);
-                return self.cfg.accept_unverified_icrc;
+                if !self.cfg.accept_unverified_icrc {
+                    self.stats.inc(Counter::DropBadIcrc);
+                    return false;
+                }
+                // The ID is the one covered field a UDP socket cannot see: solve for it.
+                let ph = PseudoHeaders::new(d.src, d.dst, 0, d.data.len());
+                let r = self.id_solver.solve(ph.ip(), ph.udp(), d.data);
+                if r.is_ok() {
+                    self.stats.inc(Counter::IcrcIdSolved);
+                }
+                r.map(|_| ())
             }
-            (_, id) => id.unwrap_or(0),
+            (_, id) => {
+                let ph = PseudoHeaders::new(d.src, d.dst, id.unwrap_or(0), d.data.len());
+                icrc::verify(ph.ip(), ph.udp(), d.data)
+            }
         };
-        let ph = PseudoHeaders::new(d.src, d.dst, id, d.data.len());
-        match icrc::verify(ph.ip(), ph.udp(), d.data) {
+        match verdict {
             Ok(()) => true,
             Err(_) => {
                 self.stats.inc(Counter::DropBadIcrc);

@@ -58,9 +58,9 @@ counters! {
     NaksSent => "naks_sent",
     /// Dropped: the ICRC did not match.
     DropBadIcrc => "drop_bad_icrc",
-    /// Accepted without an ICRC check: the receive path did not know every covered field
-    /// (IPv4 identification through a UDP socket).
-    IcrcUnverified => "icrc_unverified",
+    /// IPv4 ICRC checked with the identification solved from it (a UDP socket never sees
+    /// the ID): a damaged packet passes with probability 2^-16 (`wire::icrc::Ipv4IdSolver`).
+    IcrcIdSolved => "icrc_id_solved",
     /// Dropped: the packet could not be parsed (truncated, unknown opcode, bad pad, ...).
     DropMalformed => "drop_malformed",
     /// Dropped: transport header version is not 0 (IBA 9.2.4).
