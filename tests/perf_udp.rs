@@ -190,6 +190,34 @@ fn atomics_both_kinds() {
     }
 }
 
+/// A send window smaller than the completion interval (-t 8 < -Q 100): the client asks
+/// for completions often enough to keep going; a receive queue of 1 makes the server answer
+/// RNR NAKs that the client waits out.
+#[test]
+fn small_tx_depth_and_rnr() {
+    let (server, client) = pair(
+        "127.0.0.60",
+        "127.0.0.61",
+        18746,
+        &[
+            "send", "-s", "64", "-n", "50", "-r", "1", "--json", "--check",
+        ],
+        &[
+            "send", "-s", "64", "-n", "50", "-t", "8", "--json", "--check",
+        ],
+    );
+    let c = ok_json("client", &client);
+    let s = ok_json("server", &server);
+    assert!(
+        c["counters"]["rcvd_rnr_err"].as_u64().unwrap_or(0) > 0,
+        "{c}"
+    );
+    assert!(
+        s["counters"]["send_rnr_err"].as_u64().unwrap_or(0) > 0,
+        "{s}"
+    );
+}
+
 /// The smaller MTU wins, as perftest's check_mtu does.
 #[test]
 fn mtu_is_negotiated_down() {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The project's whole test suite (README command 2; CI runs it through .ci/run):
-# format check, clippy with warnings as errors, every test, and a short fuzz smoke run.
+# format check, clippy with warnings as errors, every test, a short fuzz smoke run, and the
+# interop tests against the real Linux rxe driver in qemu guests (tools/lab/interop.sh: needs
+# root; without it they print SKIPPED, and under CI they fail instead).
 # FUZZ_SECONDS (default 20) sets the fuzz time per target; FUZZ_SECONDS=0 skips fuzzing
-# (loudly).
+# (loudly). INTEROP=0 skips the interop tests (loudly; not allowed under CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,5 +30,24 @@ else
   tools/fuzz-smoke.sh "$fuzz_seconds"
 fi
 
+if [ "${INTEROP:-1}" = 0 ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: interop tests against real rxe (INTEROP=0)" >&2
+else
+  step "interop against real rxe in qemu (tools/lab/interop.sh)"
+  cargo build --release --quiet --bin roce-emu
+  rm -rf target/interop
+  set +e
+  tools/lab/interop.sh --out target/interop 2>&1 | tee target/interop-output.txt
+  interop_rc=${PIPESTATUS[0]}
+  set -e
+  ip=$(sed -n 's/^interop: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' target/interop-output.txt)
+  if_=$(sed -n 's/^interop: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' target/interop-output.txt)
+  passed=$((passed + ${ip:-0}))
+  failed=$((failed + ${if_:-0}))
+  # A run that died before its summary line is a failure too.
+  if [ "$interop_rc" != 0 ] && [ "${if_:-0}" = 0 ]; then failed=$((failed + 1)); fi
+fi
+
 step "summary"
 echo "${passed} passed, ${failed} failed"
+[ "$failed" = 0 ]

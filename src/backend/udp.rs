@@ -5,9 +5,10 @@
 //! What it can check: a UDP socket never sees the IP header of what it receives. For
 //! IPv6 every field under the ICRC is derivable (traffic class, flow label and hop limit
 //! are masked), so the engine checks the ICRC in full. For IPv4 the identification is
-//! covered and unknown, so the engine counts such packets as `icrc_unverified` (or drops
-//! them, per `EngineConfig::accept_unverified_icrc`). The TAP and AF_PACKET backends see
-//! whole frames and check everything.
+//! covered and unknown: the engine solves for it from the ICRC (`wire::icrc::Ipv4IdSolver`,
+//! counted as `icrc_id_solved`; a damaged packet passes with probability 2^-16), or drops
+//! such packets when `EngineConfig::accept_unverified_icrc` is off. The TAP and AF_PACKET
+//! backends see whole frames and check everything.
 //!
 //! What it sends: every socket sets `IP_PMTUDISC_DO` (`backend::sys`), so IPv4 packets
 //! carry DF and, from unconnected sockets, IP identification 0, which is what the engine's

@@ -105,8 +105,18 @@ pub fn for_each_frame(
             e => fmt_err(0, e),
         })?;
         let link = link_of(r.header().datalink);
-        while let Some(p) = r.next_packet() {
+        let snap_len = r.header().snaplen;
+        // Raw records: pcap-file 2.0's checked `next_packet` refuses a frame whose original
+        // length exceeds the snap length, which is what every truncated (`-s N`) capture
+        // holds. The one check that matters, what is stored fits the snap length, is here.
+        while let Some(p) = r.next_raw_packet() {
             let p = p.map_err(|e| fmt_err(n, e))?;
+            if p.incl_len > snap_len.max(p.orig_len) {
+                return Err(fmt_err(
+                    n,
+                    pcap_file::PcapError::InvalidField("PacketHeader incl_len > snap_len"),
+                ));
+            }
             n += 1;
             each(n, link, &p.data);
         }

@@ -910,7 +910,9 @@ fn run_inner(args: &Args) -> Result<()> {
         size,
         iters: args.iters,
         tx_depth: u64::from(args.tx_depth),
-        cq_mod: u64::from(args.cq_mod),
+        // A completion at least every tx_depth WRs, or the window never reopens (perftest
+        // lowers cq_mod to tx_depth the same way).
+        cq_mod: u64::from(args.cq_mod.min(args.tx_depth)),
         check: args.check,
         timeout,
         geo,

@@ -1071,17 +1071,29 @@ impl Pingpong {
         Ok(())
     }
 
-    /// Sends whatever the last inputs produced (the ACK of the peer's last message) before
-    /// the process goes: a user-space NIC answers nothing once it exits.
+    /// Keeps the NIC answering for a while after the last completion: a user-space NIC
+    /// answers nothing once its process exits, and the peer may still need the ACK of its
+    /// last message (if ours was lost it resends after its ACK timeout). Ends after
+    /// `LINGER_QUIET` without a packet, at most `LINGER_MAX` in all.
     fn linger(&mut self) {
-        for _ in 0..64 {
+        let start = Instant::now();
+        let mut last = Instant::now();
+        while start.elapsed() < LINGER_MAX && last.elapsed() < LINGER_QUIET {
             match self.d.poll() {
-                Ok(true) => {}
-                _ => break,
+                Ok(true) => last = Instant::now(),
+                Ok(false) => {
+                    let w = self.d.until_deadline(Duration::from_millis(10));
+                    wait_readable(&[self.d.backend.rx_fd()], w);
+                }
+                Err(_) => break,
             }
         }
     }
 }
+
+/// See `Pingpong::linger`: rxe's ACK timeout for rc_pingpong's `timeout` 14 is ~67 ms.
+const LINGER_QUIET: Duration = Duration::from_millis(300);
+const LINGER_MAX: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,301 @@
+#!/usr/bin/env bash
+# Interop tests: roce-emu on the host side of the lab bridge against the real Linux rxe driver
+# in qemu guests (tools/lab/lab.sh), with rxe-to-rxe runs of the same tests for comparison.
+# Every test keeps its capture (tcpdump on the bridge) and both sides' output in OUT; a failed
+# test prints them, the capture decoded by `roce-emu pcap`.
+#
+# Usage: tools/lab/interop.sh [--bin PATH] [--out DIR] [FILTER]
+#   FILTER: run only tests whose name matches this extended regular expression.
+# Without root, /dev/net/tun or qemu this prints SKIPPED and exits 0, unless CI is set
+# (CI must run it): then it exits 1.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+BIN=$root/target/release/roce-emu
+OUT=
+FILTER=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bin) BIN=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    *) FILTER=$1; shift ;;
+  esac
+done
+
+skip() {
+  echo "SKIPPED: interop tests against real rxe: $*"
+  if [ -n "${CI:-}" ]; then echo "CI is set: the interop tests must run here" >&2; exit 1; fi
+  exit 0
+}
+[ "$(id -u)" = 0 ] || skip "needs root (network namespace, taps)"
+[ -c /dev/net/tun ] || skip "needs /dev/net/tun"
+bash "$here/build.sh" || { echo "FAIL: lab build"; exit 1; }
+command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing after build.sh"
+[ -x "$BIN" ] || (cd "$root" && cargo build --release --quiet --bin roce-emu) || exit 1
+
+. "$here/lab.sh"
+OUT=${OUT:-$(mktemp -d /tmp/roce-emu-interop.XXXXXX)}
+mkdir -p "$OUT"
+LAB_RUN=$OUT/lab
+mkdir -p "$LAB_RUN"
+trap 'lab_down' EXIT
+trap 'exit 130' INT TERM
+
+S1=$(guest_ip4 1)
+PASS=0; FAIL=0
+declare -a SUMMARY=()
+
+want() { [ -z "$FILTER" ] || [[ "$1" =~ $FILTER ]]; }
+
+# run_test NAME FUNCTION ARGS...: the function leaves the test's figure in $FIG and returns
+# its verdict; host-side output goes to $T/host.txt, guest-side to $T/guest*.txt.
+run_test() {
+  local name=$1 t0 rc; shift
+  want "$name" || return 0
+  T=$OUT/$name; mkdir -p "$T"; FIG=; POST=
+  ip netns exec "$LAB_NS" tcpdump -i "$LAB_BR" --immediate-mode -U -w "$T/capture.pcap" \
+    "udp port 4791 or tcp port 18515" 2>"$T/tcpdump.log" &
+  local dump=$!
+  for _ in $(seq 1 50); do grep -q listening "$T/tcpdump.log" 2>/dev/null && break; sleep 0.1; done
+  t0=$(date +%s.%N)
+  "$@"; rc=$?
+  local secs
+  secs=$(python3 -c "import time;print(f'{time.time()-$t0:.1f}')")
+  sleep 0.3; kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
+  # A check on the closed capture, if the test asked for one.
+  if [ $rc = 0 ] && [ -n "$POST" ]; then $POST || { rc=1; FIG="$FIG; capture check failed: $POST"; }; fi
+  if [ $rc = 0 ]; then
+    PASS=$((PASS + 1)); echo "PASS $name (${secs} s) $FIG"
+  else
+    FAIL=$((FAIL + 1)); echo "FAIL $name (${secs} s) $FIG"
+    for f in "$T"/*.txt; do echo "---- $f"; tail -15 "$f"; done
+    echo "---- capture ($T/capture.pcap), last frames:"
+    "$BIN" pcap "$T/capture.pcap" 2>&1 | tail -12
+  fi
+  SUMMARY+=("$(printf '%-34s %-4s %6s s  %s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$secs" "$FIG")")
+}
+
+usec() { sed -n 's/.* = \([0-9.]*\) usec\/iter/\1/p' "$1" | tail -1; }
+mbps_json() { python3 -c 'import json,sys; print("%.2f MB/s" % json.load(open(sys.argv[1]))["bw_average_mb_per_sec"])' "$1" 2>/dev/null; }
+mbps_table() { awk '/#bytes/{getline; print $4 " MB/s"}' "$1" | tail -1; }
+
+# ---- pingpong -----------------------------------------------------------------------------
+# roce-emu client, rxe server (guest 1).
+pp_emu_client() { # SIZE MTU ITERS [-c]
+  local k
+  k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G4_1 -s $1 -m $2 -n $3 ${4:-}" 90)
+  h timeout 90 "$BIN" pingpong --bind "$LAB_HOST4" --wait 30 -s "$1" -m "$2" -n "$3" ${4:-} "$S1" \
+    > "$T/host.txt" 2>&1; local rc=$?
+  g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  FIG="$(usec "$T/host.txt") us/iter"
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "$3 iters in" "$T/guest.txt"
+}
+# rxe client (guest 1), roce-emu server.
+pp_emu_server() { # SIZE MTU ITERS [-c]
+  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong --bind "$LAB_HOST4" --wait 60 -s "$1" -m "$2" -n "$3" ${4:-} \
+    > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G4_1 -s $1 -m $2 -n $3 ${4:-} $LAB_HOST4" 90)
+  g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; local rc=$?
+  FIG="$(usec "$T/guest.txt") us/iter"
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "$3 iters in" "$T/host.txt"
+}
+# rxe (guest 2) client, rxe (guest 1) server: the baseline.
+pp_rxe_rxe() { # SIZE MTU ITERS [-c]
+  local k1 k2
+  k1=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G4_1 -s $1 -m $2 -n $3 ${4:-}" 90)
+  k2=$(g_start 2 "sleep 1.5; ibv_rc_pingpong -d rxe0 -g $G4_2 -s $1 -m $2 -n $3 ${4:-} $S1" 90)
+  g_wait 2 "$k2" 100; local rc2=$?; g_out 2 "$k2" > "$T/guest2.txt"
+  g_wait 1 "$k1" 100; local rc1=$?; g_out 1 "$k1" > "$T/guest1.txt"
+  FIG="$(usec "$T/guest2.txt") us/iter"
+  [ $rc1 = 0 ] && [ $rc2 = 0 ]
+}
+# IPv6 GIDs (the TCP exchange stays on IPv4, as ibv_rc_pingpong's server listens there).
+pp6_emu_client() {
+  g_run 1 "ping -c 2 -W 2 $LAB_HOST6" > "$T/ping6.txt" 2>&1
+  local k; k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G6_1 -s $1 -n $2" 90)
+  h timeout 90 "$BIN" pingpong --bind "$LAB_HOST6" --wait 30 -s "$1" -n "$2" "$S1" > "$T/host.txt" 2>&1
+  local rc=$?
+  g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  FIG="$(usec "$T/host.txt") us/iter"
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "GID 2001:db8:4791::1" "$T/guest.txt"
+}
+pp6_emu_server() {
+  g_run 1 "ping -c 2 -W 2 $LAB_HOST6" > "$T/ping6.txt" 2>&1
+  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong --bind "$LAB_HOST6" --wait 60 -s "$1" -n "$2" > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G6_1 -s $1 -n $2 $LAB_HOST4" 90)
+  g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; local rc=$?
+  FIG="$(usec "$T/guest.txt") us/iter"
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "GID 2001:db8:4791::11" "$T/host.txt"
+}
+
+# ---- perf ---------------------------------------------------------------------------------
+# perftest's flags for the guest: device, GID index, no CPU frequency check.
+pt() { echo "-d rxe0 -x $G4_1 -F"; }
+perf_emu_client() { # TEST "ARGS" (same args both sides, perftest syntax)
+  local tool=ib_$1_bw k
+  k=$(g_start 1 "$tool $(pt) $2" 110)
+  h timeout 100 "$BIN" perf "$1" --bind "$LAB_HOST4" --wait 30 --timeout 30 --json $2 "$S1" \
+    > "$T/host.txt" 2>&1; local rc=$?
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  FIG=$(mbps_json "$T/host.txt")
+  [ $rc = 0 ] && [ $grc = 0 ]
+}
+perf_emu_server() {
+  local tool=ib_$1_bw
+  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf "$1" --bind "$LAB_HOST4" --wait 60 --timeout 30 --json $2 \
+    > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "$tool $(pt) $2 $LAB_HOST4" 110)
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; local rc=$?
+  FIG=$(mbps_table "$T/guest.txt")
+  [ $rc = 0 ] && [ $grc = 0 ]
+}
+perf_rxe_rxe() {
+  local tool=ib_$1_bw k1 k2
+  k1=$(g_start 1 "$tool -d rxe0 -x $G4_1 -F $2" 110)
+  k2=$(g_start 2 "sleep 2; $tool -d rxe0 -x $G4_2 -F $2 $S1" 110)
+  g_wait 2 "$k2" 120; local rc2=$?; g_out 2 "$k2" > "$T/guest2.txt"
+  g_wait 1 "$k1" 120; local rc1=$?; g_out 1 "$k1" > "$T/guest1.txt"
+  FIG=$(mbps_table "$T/guest2.txt")
+  [ $rc1 = 0 ] && [ $rc2 = 0 ]
+}
+
+# ---- faults -------------------------------------------------------------------------------
+# Loss both ways and reordering: nft in the namespace drops 5% of the RoCE packets in each
+# direction on the guest's tap (a netdev table: ingress = from the guest, egress = to it)
+# during the first MiB each way, and netem in the guest delays its packets 1 ms but sends
+# 2% of them at once, ahead of the others. The loss stops after the first MiB because an
+# ibv_rc_pingpong run ends with a message whose ACK nobody waits for: the side that
+# finished exits (rxe destroys the QP), and if that ACK is lost the other side's resend finds
+# no QP; two real ibv_rc_pingpongs fail the same way. Everything before is fair game.
+loss_on() {
+  g_run 1 "/sbin/tc qdisc add dev eth0 root netem delay 1ms reorder 2%" > "$T/netem.txt" 2>&1 || return 1
+  h nft -f - <<EOF
+table netdev roceemu_loss {
+  chain to_guest {
+    type filter hook egress device "rltap1" priority 0;
+    udp dport 4791 quota until 1 mbytes numgen random mod 100 < 5 counter drop
+  }
+  chain from_guest {
+    type filter hook ingress device "rltap1" priority 0;
+    udp dport 4791 quota until 1 mbytes numgen random mod 100 < 5 counter drop
+  }
+}
+EOF
+}
+loss_off() {
+  h nft list table netdev roceemu_loss > "$T/nft.txt" 2>&1
+  h nft delete table netdev roceemu_loss 2>/dev/null
+  g_run 1 "/sbin/tc -s qdisc show dev eth0; /sbin/tc qdisc del dev eth0 root" >> "$T/netem.txt" 2>&1
+}
+with_loss() {
+  loss_on || { echo "could not set up loss" > "$T/host.txt"; return 1; }
+  "$@"; local rc=$?
+  loss_off
+  local d; d=$(grep -o 'packets [0-9]*' "$T/nft.txt" | awk '{print $2}' | paste -sd/)
+  FIG="$FIG; dropped to/from rxe: ${d:-?}"
+  return $rc
+}
+# RNR: 8 SENDs back to back into a receive queue of one WQE (the peer answers RNR NAK and
+# the requester waits out the timer and resends).
+rnr_emu_client() {
+  local k; k=$(g_start 1 "ib_send_bw $(pt) -s 64 -n 50 -r 1" 110)
+  h timeout 100 "$BIN" perf send --bind "$LAB_HOST4" --wait 30 --json -s 64 -n 50 -t 8 "$S1" \
+    > "$T/host.txt" 2>&1; local rc=$?
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  local rnr; rnr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("rcvd_rnr_err",0))' "$T/host.txt" 2>/dev/null)
+  FIG="RNR NAKs received by roce-emu: ${rnr:-?}"
+  [ $rc = 0 ] && [ $grc = 0 ] && [ "${rnr:-0}" -gt 0 ]
+}
+rnr_emu_server() {
+  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf send --bind "$LAB_HOST4" --wait 60 --json -s 64 -n 50 -r 1 \
+    > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "ib_send_bw $(pt) -s 64 -n 50 -t 8 $LAB_HOST4" 110)
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; local rc=$?
+  local rnr; rnr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("send_rnr_err",0))' "$T/host.txt" 2>/dev/null)
+  FIG="RNR NAKs sent by roce-emu: ${rnr:-?}"
+  [ $rc = 0 ] && [ $grc = 0 ] && [ "${rnr:-0}" -gt 0 ]
+}
+# Remote access error: the client WRITEs 64 KiB into a server buffer registered for 4 KiB
+# (perftest: 2 x max(size, 4096)): the responder NAKs (remote access error) and the
+# requester's completion says REM_ACCESS_ERR.
+access_emu_requester() {
+  local k; k=$(g_start 1 "ib_write_bw $(pt) -s 4096 -n 5" 60)
+  h timeout 60 "$BIN" perf write --bind "$LAB_HOST4" --wait 30 --timeout 10 -s 65536 -n 5 "$S1" \
+    > "$T/host.txt" 2>&1; local rc=$?
+  g_wait 1 "$k" 70; g_out 1 "$k" > "$T/guest.txt"
+  POST="nak_on_wire $S1"
+  FIG="roce-emu: $(grep -o 'remote access error' "$T/host.txt" | head -1)"
+  [ $rc != 0 ] && grep -q "RDMA WRITE 1 of 5 failed: remote access error" "$T/host.txt"
+}
+access_rxe_requester() {
+  ip netns exec "$LAB_NS" timeout 60 "$BIN" perf write --bind "$LAB_HOST4" --wait 60 --timeout 10 -s 4096 -n 5 \
+    > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "ib_write_bw $(pt) -s 65536 -n 5 $LAB_HOST4" 60)
+  g_wait 1 "$k" 70; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp
+  POST="nak_on_wire $LAB_HOST4"
+  FIG="rxe: $(grep -io 'status[^,]*10\|remote access' "$T/guest.txt" | head -1)"
+  grep -q "QpAccessError" "$T/host.txt" && grep -qi "status.*10\|REM_ACCESS" "$T/guest.txt"
+}
+# The NAK on the wire, from the responder (checked on the closed capture).
+nak_on_wire() { # FROM
+  "$BIN" pcap "$T/capture.pcap" > "$T/decoded.txt" 2>&1
+  grep "^[0-9]* $1:" "$T/decoded.txt" | grep -q "NAK remote access error"
+}
+
+# ---- the run ------------------------------------------------------------------------------
+t_boot=$(date +%s.%N)
+lab_up 2
+echo "lab: 2 guests up in $(python3 -c "import time;print(f'{time.time()-$t_boot:.1f}')") s ($LAB_ACCEL), rxe GIDs: IPv4 index $G4_1, IPv6 index $G6_1; output in $OUT"
+
+for m in 1024 4096; do
+  for s in 1 64 4096 10000; do
+    run_test "pingpong-emu-client-m$m-s$s" pp_emu_client "$s" "$m" 100 -c
+    run_test "pingpong-emu-server-m$m-s$s" pp_emu_server "$s" "$m" 100 -c
+  done
+done
+for s in 64 4096; do run_test "pingpong-rxe-rxe-m1024-s$s" pp_rxe_rxe "$s" 1024 100 -c; done
+run_test "pingpong-ipv6-emu-client" pp6_emu_client 256 50
+run_test "pingpong-ipv6-emu-server" pp6_emu_server 256 50
+
+for op in write read send; do
+  run_test "perf-$op-emu-client" perf_emu_client "$op" "-s 65536 -n 200"
+  run_test "perf-$op-emu-server" perf_emu_server "$op" "-s 65536 -n 200"
+  run_test "perf-$op-rxe-rxe" perf_rxe_rxe "$op" "-s 65536 -n 200"
+done
+for a in CMP_AND_SWAP FETCH_AND_ADD; do
+  run_test "perf-atomic-$a-emu-client" perf_emu_client atomic "-A $a -n 500"
+  run_test "perf-atomic-$a-emu-server" perf_emu_server atomic "-A $a -n 500"
+  run_test "perf-atomic-$a-rxe-rxe" perf_rxe_rxe atomic "-A $a -n 500"
+done
+
+run_test "loss-pingpong-emu-client" with_loss pp_emu_client 4096 1024 200 -c
+run_test "loss-pingpong-emu-server" with_loss pp_emu_server 4096 1024 200 -c
+run_test "loss-write-emu-client" with_loss perf_emu_client write "-s 65536 -n 200"
+run_test "loss-write-emu-server" with_loss perf_emu_server write "-s 65536 -n 200"
+
+run_test "rnr-emu-requester" rnr_emu_client
+run_test "rnr-rxe-requester" rnr_emu_server
+run_test "access-emu-requester" access_emu_requester
+run_test "access-rxe-requester" access_rxe_requester
+
+echo
+echo "summary (rxe under TCG in qemu: the guest is the bottleneck; figures: roce-emu side's view)"
+printf '%s\n' "${SUMMARY[@]}"
+echo "interop: $PASS passed, $FAIL failed"
+[ $FAIL = 0 ]
