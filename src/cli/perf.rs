@@ -25,7 +25,7 @@
 //! seen k operations, so each slot ends at its count), and every wait is bounded.
 
 use super::oob::{self, OobError};
-use super::pingpong::{gid_to_ip, ip_to_gid, random_psn, Spin};
+use super::pingpong::{gid_to_ip, ip_to_gid, random_psn, Spin, DEFAULT_SPIN_US};
 use crate::backend::udp::{wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
@@ -153,6 +153,10 @@ pub struct Args {
     /// server to listen (default 5 s).
     #[arg(long, value_name = "SECS")]
     pub wait: Option<f64>,
+    /// Longest time the NIC polls for the next packet before it sleeps on the socket
+    /// (0: always sleep, which leaves the CPU to a peer on the same machine).
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
+    pub spin_us: u64,
     /// Longest silence (no exchange step, no packet) before giving up.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub timeout: f64,
@@ -422,7 +426,7 @@ impl Oob {
             .map_err(|e| self.io_err(doing, e))?;
         let mut got = 0;
         let mut last = Instant::now();
-        let mut spin = Spin::new();
+        let mut spin = Spin::new(nic.as_deref().map_or(Duration::ZERO, |n| n.spin));
         while got < buf.len() {
             match self.s.read(&mut buf[got..]) {
                 Ok(0) => return Err(self.io_err(doing, ErrorKind::UnexpectedEof.into())),
@@ -525,6 +529,8 @@ impl Oob {
 
 struct Nic {
     d: Driver,
+    /// `--spin-us`.
+    spin: Duration,
     mr: Arc<MemoryRegion>,
     cq: u32,
     qpn: u32,
@@ -820,6 +826,7 @@ fn run_inner(args: &Args) -> Result<()> {
         .map_err(verbs("moving the QP to INIT"))?;
     let mut nic = Nic {
         d: Driver::new(engine, backend, Clock::default()),
+        spin: Duration::from_micros(args.spin_us),
         mr,
         cq,
         qpn,
@@ -1131,7 +1138,7 @@ fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Report> {
     let mut meter = Meter::new((p.iters / p.cq_mod) as usize + 2);
     let (mut posted, mut done) = (0u64, 0u64);
     let mut progress = Instant::now();
-    let mut spin = Spin::new();
+    let mut spin = Spin::new(nic.spin);
     while done < p.iters {
         while posted < p.iters && posted - done < p.tx_depth {
             let off = offset(posted, p.size, &p.geo);
@@ -1338,7 +1345,7 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
     let mut meter = Meter::new((p.iters / p.cq_mod) as usize + 2);
     let mut done = 0u64;
     let mut progress = Instant::now();
-    let mut spin = Spin::new();
+    let mut spin = Spin::new(nic.spin);
     while done < p.iters {
         let n = nic
             .d

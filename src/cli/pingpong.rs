@@ -101,6 +101,10 @@ pub struct Args {
     /// client (default: forever, as rc_pingpong).
     #[arg(long, value_name = "SECS")]
     pub wait: Option<f64>,
+    /// Longest time the NIC polls for the next packet before it sleeps on the socket
+    /// (0: always sleep, which leaves the CPU to a peer on the same machine).
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
+    pub spin_us: u64,
     /// Seconds any step of the exchange, or the traffic, may go without progress.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub timeout: f64,
@@ -702,27 +706,32 @@ fn server_exchange(
 
 // ---- the NIC and the traffic ------------------------------------------------------------
 
-/// Most time the data loop polls an idle NIC before it sleeps on the socket.
-const SPIN_MAX: Duration = Duration::from_millis(1);
-/// Every this many sleeps the full `SPIN_MAX` is tried again.
+/// Most time the data loop polls an idle NIC before it sleeps on the socket, by default
+/// (`--spin-us`).
+pub(crate) const DEFAULT_SPIN_US: u64 = 1000;
+/// Every this many sleeps the full budget is tried again.
 const SPIN_PROBE: u32 = 64;
 
 /// Poll or sleep? rc_pingpong busy-polls its CQ. Here the NIC itself runs in the loop, and
 /// sleeping until a datagram costs a wake-up, measured at 100-300 µs per round trip on an
 /// idle virtual machine against 30 µs when polling. But polling for a peer that needs this
 /// very CPU to answer only delays it (two processes on one loaded CPU). So: poll up to a
-/// budget after the NIC goes idle; an answer within the budget doubles it (to `SPIN_MAX`),
-/// a sleep halves it, and every `SPIN_PROBE` sleeps it starts again from `SPIN_MAX`.
+/// budget after the NIC goes idle; an answer within the budget doubles it (to `max`),
+/// a sleep halves it, and every `SPIN_PROBE` sleeps it starts again from `max`. `max` 0
+/// never polls an idle NIC: for machines whose CPUs the peer needs (a qemu guest under TCG
+/// on the same two cores runs measurably slower against a polling NIC).
 pub(crate) struct Spin {
+    max: Duration,
     budget: Duration,
     idle_since: Option<Instant>,
     sleeps: u32,
 }
 
 impl Spin {
-    pub(crate) fn new() -> Spin {
+    pub(crate) fn new(max: Duration) -> Spin {
         Spin {
-            budget: SPIN_MAX,
+            max,
+            budget: max,
             idle_since: None,
             sleeps: 0,
         }
@@ -732,7 +741,7 @@ impl Spin {
     pub(crate) fn active(&mut self) {
         if let Some(t) = self.idle_since.take() {
             self.budget = if t.elapsed() <= self.budget {
-                (self.budget * 2).min(SPIN_MAX)
+                (self.budget * 2).min(self.max)
             } else {
                 self.budget / 2
             };
@@ -748,7 +757,7 @@ impl Spin {
     pub(crate) fn slept(&mut self) {
         self.sleeps = self.sleeps.wrapping_add(1);
         if self.sleeps % SPIN_PROBE == 0 {
-            self.budget = SPIN_MAX;
+            self.budget = self.max;
         }
     }
 }
@@ -771,6 +780,8 @@ struct Pingpong {
     rcnt: u32,
     /// Why the last `post_recv` stopped short.
     recv_error: Option<VerbsError>,
+    /// `--spin-us`.
+    spin: Duration,
 }
 
 impl Pingpong {
@@ -835,6 +846,7 @@ impl Pingpong {
             scnt: 0,
             rcnt: 0,
             recv_error: None,
+            spin: Duration::from_micros(args.spin_us),
         })
     }
 
@@ -1022,7 +1034,7 @@ impl Pingpong {
     fn run_loop_inner(&mut self, timeout: Duration) -> Result<()> {
         let mut wc = [Completion::default(); 2];
         let mut progress = Instant::now();
-        let mut spin = Spin::new();
+        let mut spin = Spin::new(self.spin);
         while self.rcnt < self.iters || self.scnt < self.iters {
             // Receive, react, then transmit: the ACK of the peer's message and our next
             // message leave in one sendmmsg.

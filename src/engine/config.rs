@@ -23,7 +23,8 @@ pub struct EngineConfig {
     pub max_inline_data: usize,
     /// Largest queue depth a QP or CQ may ask for.
     pub max_queue_depth: usize,
-    /// Most outstanding READ/atomic requests per QP (either direction).
+    /// Most outstanding READ/atomic requests per QP (either direction); rxe's
+    /// `RXE_MAX_QP_RD_ATOM` is 128, and perftest asks for the device maximum.
     pub max_rd_atomic: u8,
     /// Treat a transport `retry_cnt` of 7 as "retry forever", as rxe does
     /// (`rxe_comp.c`: `if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--`). The IBA makes
@@ -44,7 +45,7 @@ impl EngineConfig {
             max_sge: MAX_SGE,
             max_inline_data: MAX_INLINE,
             max_queue_depth: 16_384,
-            max_rd_atomic: 16,
+            max_rd_atomic: 128,
             retry_cnt_7_infinite: false,
             ack_req_every: 64,
         }

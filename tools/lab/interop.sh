@@ -43,6 +43,9 @@ trap 'lab_down' EXIT
 trap 'exit 130' INT TERM
 
 S1=$(guest_ip4 1)
+# roce-emu sleeps on its socket instead of polling when idle: the two TCG guests need both
+# of this machine's cores, and a polling NIC measurably slows the guest it talks to.
+SPIN=(--spin-us "${ROCE_EMU_SPIN_US:-0}")
 PASS=0; FAIL=0
 declare -a SUMMARY=()
 
@@ -85,7 +88,7 @@ mbps_table() { awk '/#bytes/{getline; print $4 " MB/s"}' "$1" | tail -1; }
 pp_emu_client() { # SIZE MTU ITERS [-c]
   local k
   k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G4_1 -s $1 -m $2 -n $3 ${4:-}" 90)
-  h timeout 90 "$BIN" pingpong --bind "$LAB_HOST4" --wait 30 -s "$1" -m "$2" -n "$3" ${4:-} "$S1" \
+  h timeout 90 "$BIN" pingpong "${SPIN[@]}" --bind "$LAB_HOST4" --wait 30 -s "$1" -m "$2" -n "$3" ${4:-} "$S1" \
     > "$T/host.txt" 2>&1; local rc=$?
   g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
   FIG="$(usec "$T/host.txt") us/iter"
@@ -93,7 +96,7 @@ pp_emu_client() { # SIZE MTU ITERS [-c]
 }
 # rxe client (guest 1), roce-emu server.
 pp_emu_server() { # SIZE MTU ITERS [-c]
-  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong --bind "$LAB_HOST4" --wait 60 -s "$1" -m "$2" -n "$3" ${4:-} \
+  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong "${SPIN[@]}" --bind "$LAB_HOST4" --wait 60 -s "$1" -m "$2" -n "$3" ${4:-} \
     > "$T/host.txt" 2>&1 &
   local hp=$!
   sleep 0.5
@@ -117,7 +120,7 @@ pp_rxe_rxe() { # SIZE MTU ITERS [-c]
 pp6_emu_client() {
   g_run 1 "ping -c 2 -W 2 $LAB_HOST6" > "$T/ping6.txt" 2>&1
   local k; k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G6_1 -s $1 -n $2" 90)
-  h timeout 90 "$BIN" pingpong --bind "$LAB_HOST6" --wait 30 -s "$1" -n "$2" "$S1" > "$T/host.txt" 2>&1
+  h timeout 90 "$BIN" pingpong "${SPIN[@]}" --bind "$LAB_HOST6" --wait 30 -s "$1" -n "$2" "$S1" > "$T/host.txt" 2>&1
   local rc=$?
   g_wait 1 "$k" 100; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
   FIG="$(usec "$T/host.txt") us/iter"
@@ -125,7 +128,7 @@ pp6_emu_client() {
 }
 pp6_emu_server() {
   g_run 1 "ping -c 2 -W 2 $LAB_HOST6" > "$T/ping6.txt" 2>&1
-  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong --bind "$LAB_HOST6" --wait 60 -s "$1" -n "$2" > "$T/host.txt" 2>&1 &
+  ip netns exec "$LAB_NS" timeout 90 "$BIN" pingpong "${SPIN[@]}" --bind "$LAB_HOST6" --wait 60 -s "$1" -n "$2" > "$T/host.txt" 2>&1 &
   local hp=$!
   sleep 0.5
   local k; k=$(g_start 1 "ibv_rc_pingpong -d rxe0 -g $G6_1 -s $1 -n $2 $LAB_HOST4" 90)
@@ -141,7 +144,7 @@ pt() { echo "-d rxe0 -x $G4_1 -F"; }
 perf_emu_client() { # TEST "ARGS" (same args both sides, perftest syntax)
   local tool=ib_$1_bw k
   k=$(g_start 1 "$tool $(pt) $2" 110)
-  h timeout 100 "$BIN" perf "$1" --bind "$LAB_HOST4" --wait 30 --timeout 30 --json $2 "$S1" \
+  h timeout 100 "$BIN" perf "$1" "${SPIN[@]}" --bind "$LAB_HOST4" --wait 30 --timeout 30 --json $2 "$S1" \
     > "$T/host.txt" 2>&1; local rc=$?
   g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
   FIG=$(mbps_json "$T/host.txt")
@@ -149,7 +152,7 @@ perf_emu_client() { # TEST "ARGS" (same args both sides, perftest syntax)
 }
 perf_emu_server() {
   local tool=ib_$1_bw
-  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf "$1" --bind "$LAB_HOST4" --wait 60 --timeout 30 --json $2 \
+  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf "$1" "${SPIN[@]}" --bind "$LAB_HOST4" --wait 60 --timeout 30 --json $2 \
     > "$T/host.txt" 2>&1 &
   local hp=$!
   sleep 0.5
@@ -209,7 +212,7 @@ with_loss() {
 # the requester waits out the timer and resends).
 rnr_emu_client() {
   local k; k=$(g_start 1 "ib_send_bw $(pt) -s 64 -n 50 -r 1" 110)
-  h timeout 100 "$BIN" perf send --bind "$LAB_HOST4" --wait 30 --json -s 64 -n 50 -t 8 "$S1" \
+  h timeout 100 "$BIN" perf send "${SPIN[@]}" --bind "$LAB_HOST4" --wait 30 --json -s 64 -n 50 -t 8 "$S1" \
     > "$T/host.txt" 2>&1; local rc=$?
   g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
   local rnr; rnr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get("rcvd_rnr_err",0))' "$T/host.txt" 2>/dev/null)
@@ -217,7 +220,7 @@ rnr_emu_client() {
   [ $rc = 0 ] && [ $grc = 0 ] && [ "${rnr:-0}" -gt 0 ]
 }
 rnr_emu_server() {
-  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf send --bind "$LAB_HOST4" --wait 60 --json -s 64 -n 50 -r 1 \
+  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf send "${SPIN[@]}" --bind "$LAB_HOST4" --wait 60 --json -s 64 -n 50 -r 1 \
     > "$T/host.txt" 2>&1 &
   local hp=$!
   sleep 0.5
@@ -233,7 +236,7 @@ rnr_emu_server() {
 # requester's completion says REM_ACCESS_ERR.
 access_emu_requester() {
   local k; k=$(g_start 1 "ib_write_bw $(pt) -s 4096 -n 5" 60)
-  h timeout 60 "$BIN" perf write --bind "$LAB_HOST4" --wait 30 --timeout 10 -s 65536 -n 5 "$S1" \
+  h timeout 60 "$BIN" perf write "${SPIN[@]}" --bind "$LAB_HOST4" --wait 30 --timeout 10 -s 65536 -n 5 "$S1" \
     > "$T/host.txt" 2>&1; local rc=$?
   g_wait 1 "$k" 70; g_out 1 "$k" > "$T/guest.txt"
   POST="nak_on_wire $S1"
@@ -241,7 +244,7 @@ access_emu_requester() {
   [ $rc != 0 ] && grep -q "RDMA WRITE 1 of 5 failed: remote access error" "$T/host.txt"
 }
 access_rxe_requester() {
-  ip netns exec "$LAB_NS" timeout 60 "$BIN" perf write --bind "$LAB_HOST4" --wait 60 --timeout 10 -s 4096 -n 5 \
+  ip netns exec "$LAB_NS" timeout 60 "$BIN" perf write "${SPIN[@]}" --bind "$LAB_HOST4" --wait 60 --timeout 10 -s 4096 -n 5 \
     > "$T/host.txt" 2>&1 &
   local hp=$!
   sleep 0.5
