@@ -343,3 +343,21 @@ pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: Duration) {
     let ms = timeout.as_micros().div_ceil(1000).min(u128::from(u16::MAX)) as u16;
     let _ = poll(&mut p, PollTimeout::from(ms));
 }
+
+/// The MTU of the network interface that holds `ip`, as `/sys/class/net/IF/mtu` gives it:
+/// what a NIC on that interface can send in one frame (rxe derives its port MTU from it).
+pub fn link_mtu(ip: IpAddr) -> Option<u32> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let same = match ip {
+            IpAddr::V4(v4) => sa.as_sockaddr_in().is_some_and(|s| s.ip() == v4),
+            IpAddr::V6(v6) => sa.as_sockaddr_in6().is_some_and(|s| s.ip() == v6),
+        };
+        if same {
+            let path = format!("/sys/class/net/{}/mtu", a.interface_name);
+            return std::fs::read_to_string(path).ok()?.trim().parse().ok();
+        }
+    }
+    None
+}

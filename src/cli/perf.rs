@@ -26,7 +26,7 @@
 
 use super::oob::{self, OobError};
 use super::pingpong::{gid_to_ip, ip_to_gid, random_psn, Spin, DEFAULT_SPIN_US};
-use crate::backend::udp::{wait_readable, UdpBackend};
+use crate::backend::udp::{link_mtu, wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
 use crate::engine::{
@@ -115,9 +115,11 @@ pub struct Args {
     /// Number of messages.
     #[arg(short = 'n', long, default_value_t = 5000)]
     pub iters: u64,
-    /// Port MTU: 256, 512, 1024, 2048 or 4096; the two sides use the smaller.
-    #[arg(short = 'm', long, default_value_t = 1024)]
-    pub mtu: u32,
+    /// Port MTU: 256, 512, 1024, 2048 or 4096; the two sides use the smaller. Default: the
+    /// largest that fits the MTU of --bind's interface, as rxe's port MTU follows its
+    /// netdev (4096 on loopback or a 9000-byte link, 1024 on a 1500-byte one).
+    #[arg(short = 'm', long)]
+    pub mtu: Option<u32>,
     /// TCP port of the exchange.
     #[arg(short = 'p', long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
@@ -584,6 +586,20 @@ impl Nic {
     }
 }
 
+/// The port MTU a NIC on `bind`'s interface has: the largest path MTU whose packets (IP,
+/// UDP, BTH, RETH, payload, ICRC) fit the link; 1024 when the link is unknown.
+fn port_mtu(bind: IpAddr) -> Mtu {
+    let ip = if bind.is_ipv4() { 20 } else { 40 };
+    let overhead = ip + 8 + 12 + 16 + 4;
+    let Some(link) = link_mtu(bind) else {
+        return Mtu::M1024;
+    };
+    [Mtu::M4096, Mtu::M2048, Mtu::M1024, Mtu::M512]
+        .into_iter()
+        .find(|m| m.bytes() + overhead <= link)
+        .unwrap_or(Mtu::M256)
+}
+
 /// The byte `--check` expects at `off` of a buffer filled with `seed`.
 fn pattern(off: u64, seed: u8) -> u8 {
     (off.wrapping_mul(131).wrapping_add(u64::from(seed)) % 251) as u8
@@ -642,7 +658,10 @@ fn seconds(what: &'static str, value: f64) -> Result<Duration> {
 
 fn run_inner(args: &Args) -> Result<()> {
     let test = args.test;
-    let mtu = Mtu::from_bytes(args.mtu).ok_or(PerfError::Mtu(args.mtu))?;
+    let mtu = match args.mtu {
+        Some(m) => Some(Mtu::from_bytes(m).ok_or(PerfError::Mtu(m))?),
+        None => None,
+    };
     let size = match (test, args.size) {
         (Test::Atomic, None | Some(8)) => 8,
         (Test::Atomic, Some(s)) => return Err(PerfError::AtomicSize(s)),
@@ -691,6 +710,7 @@ fn run_inner(args: &Args) -> Result<()> {
 
     // The UDP port first: "address in use" is better said before a peer is waiting.
     let backend = UdpBackend::bind(bind)?;
+    let mtu = mtu.unwrap_or_else(|| port_mtu(bind));
 
     let (s, peer, client) = match &server {
         Some((name, addrs)) => {

@@ -75,6 +75,12 @@ lab_up() {
   done
 }
 
+# g_pause I / g_resume I: stop and continue guest I's qemu (SIGSTOP), so that a guest with
+# nothing to do leaves the CPU to the others (under TCG even an idle guest's agent costs).
+g_qemu_pid() { pgrep -P "${LAB_QEMU[$(($1 - 1))]}" qemu-system-x86 || echo "${LAB_QEMU[$(($1 - 1))]}"; }
+g_pause() { kill -STOP "$(g_qemu_pid "$1")" 2>/dev/null || true; }
+g_resume() { kill -CONT "$(g_qemu_pid "$1")" 2>/dev/null || true; }
+
 g_start() { # g_start I 'CMD' [SECS]: prints the job number
   local i=$1 k
   # Numbered through a file: callers run this in $(...), a subshell.
@@ -102,6 +108,7 @@ g_run() { # g_run I 'CMD' [SECS]: runs and waits; output on stdout
 lab_down() {
   local i p
   if [ -n "$LAB_RUN" ]; then
+    for i in $(seq 1 ${#LAB_QEMU[@]}); do g_resume "$i"; done
     for d in "$LAB_RUN"/g*/cmd; do [ -d "$d" ] && : > "$d/stop"; done
     for p in "${LAB_QEMU[@]}"; do
       for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
