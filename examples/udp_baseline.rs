@@ -4,8 +4,14 @@
 //! ```text
 //! udp_baseline sink  BIND:PORT                 receive (recvmmsg, 32 a call) until 1 s quiet
 //! udp_baseline blast DST:PORT SIZE COUNT       send COUNT datagrams (sendmmsg, 32 a call)
-//! udp_baseline echo  BIND:PORT COUNT           answer COUNT datagrams (busy polling)
-//! udp_baseline ping  DST:PORT SIZE COUNT       COUNT round trips (busy polling)
+//! udp_baseline echo  BIND:PORT COUNT [K]       answer COUNT datagrams (busy polling); with
+//!                                              K = 2, answer every 2nd with 2 (sendmmsg)
+//! udp_baseline ping  DST:PORT SIZE COUNT [K]   COUNT round trips (busy polling) of K
+//!                                              datagrams each way (default 1)
+//! ```
+//! K = 2 is RC's pattern: each side sends its message and the ACK of the other's, in one
+//! `sendmmsg`, and receives two datagrams.
+//! ```text
 //! ```
 //! `sink` and `ping` print one JSON object.
 
@@ -138,17 +144,52 @@ fn recv_spin(s: &UdpSocket, buf: &mut [u8], limit: Duration) -> (usize, SocketAd
     }
 }
 
-fn echo(addr: SocketAddr, count: u64) {
+fn echo(addr: SocketAddr, count: u64, k: usize) {
     let s = bind(addr);
     s.set_nonblocking(true).expect("nonblocking");
     let mut buf = vec![0u8; SLOT];
-    for _ in 0..count {
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(2, None);
+    for i in 0..count * k as u64 {
         let (n, from) = recv_spin(&s, &mut buf, Duration::from_secs(30));
-        s.send_to(&buf[..n], from).expect("send");
+        if (i + 1) % k as u64 == 0 {
+            send_k(&s, &mut headers, &buf[..n], from, k);
+        }
     }
 }
 
-fn ping(dst: SocketAddr, size: usize, count: u64) {
+/// Sends `k` copies of `data` (the message, and for k = 2 an ACK-sized 28 bytes) in one
+/// `sendmmsg`.
+fn send_k(
+    s: &UdpSocket,
+    headers: &mut MultiHeaders<SockaddrStorage>,
+    data: &[u8],
+    to: SocketAddr,
+    k: usize,
+) {
+    let ack = &data[..data.len().min(28)];
+    let iovs = [[IoSlice::new(ack)], [IoSlice::new(data)]];
+    let addrs = [
+        Some(SockaddrStorage::from(to)),
+        Some(SockaddrStorage::from(to)),
+    ];
+    let first = 2 - k.clamp(1, 2);
+    loop {
+        match sendmmsg(
+            s.as_raw_fd(),
+            headers,
+            iovs[first..].iter(),
+            &addrs[first..],
+            [],
+            MsgFlags::empty(),
+        ) {
+            Ok(_) => return,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            Err(e) => die(&format!("sendmmsg: {e}")),
+        }
+    }
+}
+
+fn ping(dst: SocketAddr, size: usize, count: u64, k: usize) {
     let src: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
         .parse()
         .expect("addr");
@@ -156,22 +197,43 @@ fn ping(dst: SocketAddr, size: usize, count: u64) {
     s.set_nonblocking(true).expect("nonblocking");
     let out = vec![0x5au8; size];
     let mut buf = vec![0u8; SLOT];
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(2, None);
     let start = Instant::now();
     for _ in 0..count {
-        s.send_to(&out, dst).expect("send");
-        recv_spin(&s, &mut buf, Duration::from_secs(5));
+        send_k(&s, &mut headers, &out, dst, k);
+        for _ in 0..k {
+            recv_spin(&s, &mut buf, Duration::from_secs(5));
+        }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6 / count as f64;
-    println!("{{\"iters\":{count},\"size\":{size},\"usec_per_iter\":{usec}}}");
+    println!(
+        "{{\"iters\":{count},\"size\":{size},\"datagrams_each_way\":{k},\"usec_per_iter\":{usec}}}"
+    );
 }
 
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     match a.first().map(String::as_str) {
         Some("sink") => sink(arg(&a, 1, "BIND:PORT")),
-        Some("blast") => blast(arg(&a, 1, "DST:PORT"), arg(&a, 2, "SIZE"), arg(&a, 3, "COUNT")),
-        Some("echo") => echo(arg(&a, 1, "BIND:PORT"), arg(&a, 2, "COUNT")),
-        Some("ping") => ping(arg(&a, 1, "DST:PORT"), arg(&a, 2, "SIZE"), arg(&a, 3, "COUNT")),
-        _ => die("usage: sink BIND:PORT | blast DST:PORT SIZE COUNT | echo BIND:PORT COUNT | ping DST:PORT SIZE COUNT"),
+        Some("blast") => blast(
+            arg(&a, 1, "DST:PORT"),
+            arg(&a, 2, "SIZE"),
+            arg(&a, 3, "COUNT"),
+        ),
+        Some("echo") => echo(
+            arg(&a, 1, "BIND:PORT"),
+            arg(&a, 2, "COUNT"),
+            a.get(3).map_or(1, |_| arg(&a, 3, "K")),
+        ),
+        Some("ping") => ping(
+            arg(&a, 1, "DST:PORT"),
+            arg(&a, 2, "SIZE"),
+            arg(&a, 3, "COUNT"),
+            a.get(4).map_or(1, |_| arg(&a, 4, "K")),
+        ),
+        _ => die(
+            "usage: sink BIND:PORT | blast DST:PORT SIZE COUNT | echo BIND:PORT COUNT [K] | \
+             ping DST:PORT SIZE COUNT [K]",
+        ),
     }
 }

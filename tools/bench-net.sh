@@ -4,8 +4,11 @@
 #       BTH 12 + payload 4096 + ICRC 4), counted as 4096 payload bytes each;
 #   (b) roce-emu perf write -s 65536 -m 4096 (BW average);
 #   (c) raw UDP 64-byte ping-pong round trip (busy polling, one datagram each way);
-#   (d) roce-emu pingpong -s 64 round trip (usec/iter).
-# Prints b/a (target >= 0.8) and d/c (target <= 1.5); the median of RUNS runs of each.
+#   (d) roce-emu pingpong -s 64 round trip (usec/iter);
+#   (e) for context, raw UDP round trip with RC's packet count: each side sends its message
+#       and a 28-byte "ACK" in one sendmmsg and receives both (an RC ping-pong moves four
+#       datagrams per round trip, raw UDP two).
+# Prints b/a (target >= 0.8), d/c (target <= 1.5) and d/e; the median of RUNS runs of each.
 # Usage: tools/bench-net.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +43,14 @@ c_run() {
   wait "$p"
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usec_per_iter"])' "$out/ping"
 }
+e_run() {
+  timeout 60 "$udp" echo 127.0.0.73:47912 20000 2 &
+  local p=$!
+  sleep 0.2
+  timeout 60 "$udp" ping 127.0.0.73:47912 64 20000 2 >"$out/ping2"
+  wait "$p"
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["usec_per_iter"])' "$out/ping2"
+}
 d_run() {
   timeout 120 "$bin" pingpong -s 64 -n 20000 -p 18801 --bind 127.0.0.74 --wait 30 >"$out/pps" &
   local p=$!
@@ -49,21 +60,23 @@ d_run() {
 }
 
 declare -A v
-for k in a b c d; do
+for k in a b c d e; do
   v[$k]=""
   for _ in $(seq "$runs"); do v[$k]+="$(${k}_run) "; done
 done
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -r)"
-python3 - "${v[a]}" "${v[b]}" "${v[c]}" "${v[d]}" <<'PY'
+python3 - "${v[a]}" "${v[b]}" "${v[c]}" "${v[d]}" "${v[e]}" <<'PY'
 import statistics, sys
-a, b, c, d = ([float(x) for x in s.split()] for s in sys.argv[1:5])
-m = {k: statistics.median(x) for k, x in zip("abcd", (a, b, c, d))}
+a, b, c, d, e = ([float(x) for x in s.split()] for s in sys.argv[1:6])
+m = {k: statistics.median(x) for k, x in zip("abcde", (a, b, c, d, e))}
 def runs(x): return ", ".join(f"{v:.1f}" for v in x)
 print(f"(a) raw UDP goodput, 4112-byte datagrams  {m['a']:9.1f} MB/s   runs: {runs(a)}")
 print(f"(b) roce-emu perf write 64 KiB, MTU 4096  {m['b']:9.1f} MB/s   runs: {runs(b)}")
 print(f"(c) raw UDP 64-byte round trip            {m['c']:9.2f} us     runs: {runs(c)}")
 print(f"(d) roce-emu pingpong -s 64 round trip    {m['d']:9.2f} us     runs: {runs(d)}")
+print(f"(e) raw UDP, 2 datagrams each way          {m['e']:9.2f} us     runs: {runs(e)}")
 ba, dc = m['b'] / m['a'], m['d'] / m['c']
 print(f"b/a = {ba:.2f} (target >= 0.8: {'met' if ba >= 0.8 else 'MISSED'})")
 print(f"d/c = {dc:.2f} (target <= 1.5: {'met' if dc <= 1.5 else 'MISSED'})")
+print(f"d/e = {m['d'] / m['e']:.2f} (against raw UDP moving RC's four datagrams per round trip)")
 PY
