@@ -216,6 +216,46 @@ fn small_tx_depth_and_rnr() {
         s["counters"]["send_rnr_err"].as_u64().unwrap_or(0) > 0,
         "{s}"
     );
+    // No -m: the port MTU follows the interface; loopback's 65536 bytes take 4096.
+    assert_eq!(c["mtu"], 4096, "{c}");
+    assert_eq!(s["mtu"], 4096, "{s}");
+}
+
+/// `--lat` (ib_write_lat, ib_send_lat): the two sides take turns for -n messages; both
+/// report the half round trip's percentiles in order, and the counters show exactly one
+/// message each way per iteration.
+#[test]
+fn latency_write_and_send() {
+    for (i, test) in ["write", "send"].into_iter().enumerate() {
+        let a = [test, "--lat", "-s", "100", "-n", "300", "--json"];
+        let (server, client) = pair("127.0.0.62", "127.0.0.63", 18747 + i as u16, &a, &a);
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let v = ok_json(who, o);
+            assert_eq!(v["test"], format!("ib_{test}_lat").as_str(), "{v}");
+            assert_eq!(v["iterations"], 300, "{v}");
+            assert_eq!(v["bytes"], 100, "{v}");
+            let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("{k} in {v}"));
+            let (min, typ, p99, p999, max) = (
+                f("t_min_usec"),
+                f("t_typical_usec"),
+                f("p99_usec"),
+                f("p99_9_usec"),
+                f("t_max_usec"),
+            );
+            assert!(
+                0.0 < min && min <= typ && typ <= p99 && p99 <= p999 && p999 <= max,
+                "{v}"
+            );
+            assert!(f("t_avg_usec") >= min && f("t_avg_usec") <= max, "{v}");
+            // One message each way per iteration, plus nothing else but ACKs.
+            let sent = v["counters"]["sent_pkts"].as_u64().unwrap();
+            let rcvd = v["counters"]["rcvd_pkts"].as_u64().unwrap();
+            assert!(
+                (600..=620).contains(&sent) && (600..=620).contains(&rcvd),
+                "{v}"
+            );
+        }
+    }
 }
 
 /// The smaller MTU wins, as perftest's check_mtu does.

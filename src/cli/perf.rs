@@ -112,9 +112,13 @@ pub struct Args {
     /// Message size in bytes (perftest's default 65536; atomics are 8).
     #[arg(short = 's', long)]
     pub size: Option<u32>,
-    /// Number of messages.
-    #[arg(short = 'n', long, default_value_t = 5000)]
-    pub iters: u64,
+    /// Number of messages (default 5000; 1000 with --lat).
+    #[arg(short = 'n', long)]
+    pub iters: Option<u64>,
+    /// Latency instead of bandwidth, as ib_write_lat and ib_send_lat: the two sides take
+    /// turns, one message at a time; percentiles of half the round trip (write and send).
+    #[arg(long)]
+    pub lat: bool,
     /// Port MTU: 256, 512, 1024, 2048 or 4096; the two sides use the smaller. Default: the
     /// largest that fits the MTU of --bind's interface, as rxe's port MTU follows its
     /// netdev (4096 on loopback or a 9000-byte link, 1024 on a 1500-byte one).
@@ -183,6 +187,10 @@ pub enum PerfError {
     Zero { what: &'static str },
     #[error("atomics are 8 bytes: drop -s or give -s 8 (got -s {0})")]
     AtomicSize(u32),
+    #[error("--lat runs write or send (ib_write_lat, ib_send_lat), not {0:?}")]
+    LatTest(Test),
+    #[error("perf write --lat needs -s 1 or more: the last byte carries the turn")]
+    LatSize,
     #[error("--{what} {value} is not a positive number of seconds")]
     Seconds { what: &'static str, value: f64 },
     #[error("cannot resolve the server {server:?}: {source}")]
@@ -662,13 +670,22 @@ fn run_inner(args: &Args) -> Result<()> {
         Some(m) => Some(Mtu::from_bytes(m).ok_or(PerfError::Mtu(m))?),
         None => None,
     };
+    let lat = args.lat;
+    if lat && !matches!(test, Test::Write | Test::Send) {
+        return Err(PerfError::LatTest(test));
+    }
     let size = match (test, args.size) {
         (Test::Atomic, None | Some(8)) => 8,
         (Test::Atomic, Some(s)) => return Err(PerfError::AtomicSize(s)),
-        (_, s) => s.unwrap_or(65536),
+        // perftest's DEF_SIZE_LAT and DEF_SIZE_BW.
+        (_, s) => s.unwrap_or(if lat { 2 } else { 65536 }),
     };
+    if lat && test == Test::Write && size == 0 {
+        return Err(PerfError::LatSize);
+    }
+    let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 });
     for (v, what) in [
-        (args.iters, "-n (iterations)"),
+        (iters, "-n (iterations)"),
         (u64::from(args.tx_depth), "-t (tx depth)"),
         (u64::from(args.rx_depth), "-r (rx depth)"),
         (u64::from(args.cq_mod), "-Q (cq moderation)"),
@@ -794,7 +811,7 @@ fn run_inner(args: &Args) -> Result<()> {
 
     // Resources (ctx_init): the buffer, perftest's size unless SEND's receives need more.
     let mut buf_len = stride(size.max(cycle), cache_line) * 2;
-    if test == Test::Send && !client {
+    if test == Test::Send && (!client || args.lat) {
         buf_len = buf_len.max(u64::from(args.rx_depth) * geo.stride);
     }
     let mut engine = Engine::new(EngineConfig::new(bind), Arc::new(MrTable::new()));
@@ -807,7 +824,8 @@ fn run_inner(args: &Args) -> Result<()> {
             size: buf_len,
             source,
         })?;
-    if test == Test::Atomic {
+    if test == Test::Atomic || lat {
+        // Atomics count from 0; ib_write_lat's turn byte starts at 0.
         mr.fill(0);
     } else {
         fill_pattern(&mr, if client { CLIENT_SEED } else { SERVER_SEED });
@@ -868,10 +886,19 @@ fn run_inner(args: &Args) -> Result<()> {
         } else {
             nic.mr.rkey().0
         },
-        vaddr: IOVA,
+        // ib_write_lat's peer writes into the second half (perftest's layout).
+        vaddr: if lat {
+            IOVA + lat_half(size, cycle)
+        } else {
+            IOVA
+        },
         gid: ip_to_gid(bind),
         srqn: 0,
     };
+    if lat && test == Test::Write {
+        // ib_write_lat shakes hands once more before the addresses.
+        oob.hand_shake(None, &me, "synchronising")?;
+    }
     let rem = oob.hand_shake(None, &me, "exchanging QP addresses")?;
     let peer_ip = gid_to_ip(rem.gid).ok_or(PerfError::NoGid {
         peer,
@@ -925,8 +952,9 @@ fn run_inner(args: &Args) -> Result<()> {
     oob.hand_shake(Some(&mut nic), &me, "synchronising before the test")?;
     let mut server_recv = None;
     if test == Test::Send {
-        if !client {
-            server_recv = Some(RecvState::post(&mut nic, args, size, &geo)?);
+        // ib_send_lat: both sides receive; ib_send_bw: the server.
+        if !client || lat {
+            server_recv = Some(RecvState::post(&mut nic, args, iters, size, &geo)?);
         }
         oob.hand_shake(Some(&mut nic), &me, "synchronising before the test")?;
     }
@@ -935,7 +963,7 @@ fn run_inner(args: &Args) -> Result<()> {
         test,
         atomic: args.atomic,
         size,
-        iters: args.iters,
+        iters,
         tx_depth: u64::from(args.tx_depth),
         // A completion at least every tx_depth WRs, or the window never reopens (perftest
         // lowers cq_mod to tx_depth the same way).
@@ -944,6 +972,24 @@ fn run_inner(args: &Args) -> Result<()> {
         timeout,
         geo,
     };
+    if lat {
+        let half = lat_half(size, cycle);
+        let r = lat_traffic(&mut nic, &plan, &rem, client, half, server_recv.as_mut())?;
+        if test == Test::Send {
+            oob.hand_shake(Some(&mut nic), &me, "closing")?;
+            let _ = oob.s.write_all(b"done\0");
+        }
+        // ib_write_lat just ends; either way the peer may still need our last ACK.
+        nic.linger(Duration::from_millis(100), Duration::from_millis(1000));
+        if args.json {
+            let mut j = lat_json(test, &r, path_mtu, client, bind, peer_ip);
+            j["counters"] = nic.d.engine.counters().nonzero().collect();
+            println!("{j}");
+        } else {
+            print_lat(&r);
+        }
+        return Ok(());
+    }
     let shown = if client {
         let mine = client_traffic(&mut nic, &plan, &rem)?;
         if test != Test::Send {
@@ -1004,7 +1050,9 @@ fn print_banner(test: Test, args: &Args, size: u32, mtu: Mtu, client: bool) {
     );
     println!(
         " CQ Moderation   : {}\t\tIterations     : {}",
-        args.cq_mod, args.iters
+        args.cq_mod,
+        args.iters
+            .map_or_else(|| "default".to_string(), |n| n.to_string())
     );
     println!("{line}");
 }
@@ -1330,13 +1378,19 @@ struct RecvState {
 }
 
 impl RecvState {
-    fn post(nic: &mut Nic, args: &Args, size: u32, geo: &Geometry) -> Result<RecvState> {
+    fn post(
+        nic: &mut Nic,
+        args: &Args,
+        iters: u64,
+        size: u32,
+        geo: &Geometry,
+    ) -> Result<RecvState> {
         let mut r = RecvState {
             posted: 0,
             depth: u64::from(args.rx_depth),
             started: None,
         };
-        for _ in 0..r.depth.min(args.iters) {
+        for _ in 0..r.depth.min(iters) {
             r.post_one(nic, size, geo)?;
         }
         Ok(r)
@@ -1451,6 +1505,232 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
         }
     }
     Ok(meter.report(p.size, p.iters))
+}
+
+// ---- latency (ib_write_lat, ib_send_lat) ---------------------------------------------------
+
+fn print_lat(r: &LatReport) {
+    let line = "-".repeat(87);
+    println!("{line}");
+    println!(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    \
+         t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
+    );
+    println!(
+        " {:<7} {:<10}     {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t{:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+        r.size, r.iters, r.t_min, r.t_max, r.t_typical, r.t_avg, r.t_stdev, r.p99, r.p999
+    );
+    println!("{line}");
+}
+
+fn lat_json(
+    test: Test,
+    r: &LatReport,
+    mtu: Mtu,
+    client: bool,
+    bind: IpAddr,
+    peer: IpAddr,
+) -> serde_json::Value {
+    serde_json::json!({
+        "test": if test == Test::Write { "ib_write_lat" } else { "ib_send_lat" },
+        "role": if client { "client" } else { "server" },
+        "bytes": r.size,
+        "iterations": r.iters,
+        "t_min_usec": r.t_min,
+        "t_max_usec": r.t_max,
+        "t_typical_usec": r.t_typical,
+        "t_avg_usec": r.t_avg,
+        "t_stdev_usec": r.t_stdev,
+        "p99_usec": r.p99,
+        "p99_9_usec": r.p999,
+        "mtu": mtu.bytes(),
+        "local": bind.to_string(),
+        "peer": peer.to_string(),
+    })
+}
+
+/// Where the peer's writes land in ib_write_lat's layout: perftest's `BUFF_SIZE`.
+fn lat_half(size: u32, cycle: u32) -> u64 {
+    u64::from(size.max(cycle))
+}
+
+/// Latency figures in microseconds, of half the round trip, as perftest's
+/// `print_report_lat` gives them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LatReport {
+    pub size: u64,
+    pub iters: u64,
+    pub t_min: f64,
+    pub t_max: f64,
+    pub t_typical: f64,
+    pub t_avg: f64,
+    pub t_stdev: f64,
+    pub p99: f64,
+    pub p999: f64,
+}
+
+impl LatReport {
+    /// From the times of each post: consecutive posts are one round trip apart.
+    fn from_posts(size: u32, posts: &[Instant]) -> LatReport {
+        let mut d: Vec<f64> = posts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64() * 1e6 / 2.0)
+            .collect();
+        if d.is_empty() {
+            return LatReport {
+                size: u64::from(size),
+                iters: posts.len() as u64,
+                ..Default::default()
+            };
+        }
+        d.sort_by(f64::total_cmp);
+        let n = d.len();
+        let avg = d.iter().sum::<f64>() / n as f64;
+        let var = d.iter().map(|x| (x - avg) * (x - avg)).sum::<f64>() / n as f64;
+        let pct = |p: f64| d[((n as f64 * p).ceil() as usize).clamp(1, n) - 1];
+        LatReport {
+            size: u64::from(size),
+            iters: posts.len() as u64,
+            t_min: d[0],
+            t_max: d[n - 1],
+            t_typical: d[n / 2],
+            t_avg: avg,
+            t_stdev: var.sqrt(),
+            p99: pct(0.99),
+            p999: pct(0.999),
+        }
+    }
+}
+
+/// The two sides take turns (ib_send_lat: the client first; ib_write_lat: the server);
+/// each side sends message k + 1 once the peer's message k is in (its last byte carries k for WRITE, a receive completes for
+/// SEND) and its own previous message completed.
+fn lat_traffic(
+    nic: &mut Nic,
+    p: &Plan,
+    rem: &Record,
+    client: bool,
+    half: u64,
+    mut recv: Option<&mut RecvState>,
+) -> Result<LatReport> {
+    let mut wc = [Completion::default(); 16];
+    let mut posts = Vec::with_capacity(p.iters as usize);
+    let (mut scnt, mut rcnt, mut ccnt, mut arrived) = (0u64, 0u64, 0u64, 0u64);
+    let poll_at = IOVA + half + u64::from(p.size.max(1)) - 1;
+    let mut progress = Instant::now();
+    let mut spin = Spin::new(nic.spin);
+    while scnt < p.iters || rcnt < p.iters || ccnt < p.iters {
+        // Completions: our sends, and (SEND) the peer's messages.
+        let n = nic
+            .d
+            .engine
+            .poll_cq(nic.cq, &mut wc)
+            .map_err(verbs("polling the CQ"))?;
+        for c in &wc[..n] {
+            if c.status != WcStatus::Success {
+                return Err(failure(
+                    p.test,
+                    c.wr_id + 1,
+                    p.iters,
+                    c.status,
+                    p.size,
+                    nic.peer,
+                ));
+            }
+            if c.opcode == crate::engine::WcOpcode::Recv {
+                arrived += 1;
+                if let Some(r) = recv.as_deref_mut() {
+                    if r.posted < p.iters {
+                        r.post_one(nic, p.size, &p.geo)?;
+                    }
+                }
+            } else {
+                ccnt += 1;
+            }
+        }
+        if n > 0 {
+            progress = Instant::now();
+        }
+        if p.test == Test::Write && rcnt < p.iters {
+            let mut b = [0u8];
+            let _ = nic.mr.read(poll_at, &mut b);
+            // The peer's message k carries k's low byte (perftest's `(char)++scnt`).
+            if b[0] == ((rcnt + 1) & 0xff) as u8 {
+                arrived = rcnt + 1;
+            }
+        }
+        // Take in the peer's message, then send ours when it is our turn: the side that
+        // starts sends k + 1 after the peer's k, the other after the peer's k + 1; both
+        // after their own previous message completed (perftest waits for it the same way).
+        // ib_send_lat's client starts; ib_write_lat's server does.
+        if arrived > rcnt {
+            rcnt += 1;
+        }
+        let starts = (p.test == Test::Send) == client;
+        let turn = if starts {
+            rcnt == scnt
+        } else {
+            rcnt == scnt + 1
+        };
+        if scnt < p.iters && ccnt == scnt && turn {
+            posts.push(Instant::now());
+            let sge = [nic.sge(0, p.size)];
+            let op = match p.test {
+                Test::Write => {
+                    // The last byte of what we write tells the peer which message it is.
+                    let _ = nic
+                        .mr
+                        .write(IOVA + u64::from(p.size) - 1, &[((scnt + 1) & 0xff) as u8]);
+                    SendOp::Write {
+                        remote: Remote {
+                            va: rem.vaddr,
+                            rkey: rem.rkey,
+                        },
+                    }
+                }
+                _ => SendOp::Send,
+            };
+            nic.d
+                .engine
+                .post_send(
+                    nic.qpn,
+                    &SendWr {
+                        wr_id: scnt,
+                        op,
+                        local: Local::Sges(&sge),
+                        flags: SendFlags {
+                            signaled: true,
+                            ..Default::default()
+                        },
+                    },
+                )
+                .map_err(verbs("posting a work request"))?;
+            scnt += 1;
+            progress = Instant::now();
+        }
+        if nic.service()? {
+            spin.active();
+            continue;
+        }
+        if n > 0 || spin.keep_polling() {
+            continue;
+        }
+        if progress.elapsed() > p.timeout {
+            return Err(PerfError::Stalled {
+                secs: p.timeout.as_secs_f64(),
+                done: rcnt.min(scnt),
+                iters: p.iters,
+                peer: nic.peer,
+                local: nic.bind,
+            });
+        }
+        let w = nic.d.until_deadline(Duration::from_millis(100));
+        if !w.is_zero() {
+            wait_readable(&[nic.d.backend.rx_fd()], w);
+            spin.slept();
+        }
+    }
+    Ok(LatReport::from_posts(p.size, &posts))
 }
 
 #[cfg(test)]

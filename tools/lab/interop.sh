@@ -175,6 +175,37 @@ perf_rxe_rxe() {
   [ $rc1 = 0 ] && [ $rc2 = 0 ]
 }
 
+# Latency: ib_write_lat / ib_send_lat (t_typical: half the round trip, microseconds).
+typical() { awk '/#bytes/{getline; print $5 " us typical"}' "$1" | tail -1; }
+lat_emu_client() { # TEST "ARGS"
+  local k; k=$(g_start 1 "ib_$1_lat $(pt) $2" 110)
+  h timeout 100 "$BIN" perf "$1" --lat "${SPIN[@]}" --bind "$LAB_HOST4" --wait 30 --timeout 30 $2 "$S1" \
+    > "$T/host.txt" 2>&1; local rc=$?
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  FIG=$(typical "$T/host.txt")
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "t_typical" "$T/guest.txt"
+}
+lat_emu_server() {
+  ip netns exec "$LAB_NS" timeout 100 "$BIN" perf "$1" --lat "${SPIN[@]}" --bind "$LAB_HOST4" --wait 60 --timeout 30 $2 \
+    > "$T/host.txt" 2>&1 &
+  local hp=$!
+  sleep 0.5
+  local k; k=$(g_start 1 "ib_$1_lat $(pt) $2 $LAB_HOST4" 110)
+  g_wait 1 "$k" 120; local grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; local rc=$?
+  FIG=$(typical "$T/guest.txt")
+  [ $rc = 0 ] && [ $grc = 0 ] && grep -q "t_typical" "$T/host.txt"
+}
+lat_rxe_rxe() {
+  local k1 k2
+  k1=$(g_start 1 "ib_$1_lat -d rxe0 -x $G4_1 -F $2" 110)
+  k2=$(g_start 2 "sleep 2; ib_$1_lat -d rxe0 -x $G4_2 -F $2 $S1" 110)
+  g_wait 2 "$k2" 120; local rc2=$?; g_out 2 "$k2" > "$T/guest2.txt"
+  g_wait 1 "$k1" 120; local rc1=$?; g_out 1 "$k1" > "$T/guest1.txt"
+  FIG=$(typical "$T/guest2.txt")
+  [ $rc1 = 0 ] && [ $rc2 = 0 ]
+}
+
 # ---- faults -------------------------------------------------------------------------------
 # Loss both ways and reordering: nft in the namespace drops 5% of the RoCE packets in each
 # direction on the guest's tap (a netdev table: ingress = from the guest, egress = to it)
@@ -288,6 +319,12 @@ for a in CMP_AND_SWAP FETCH_AND_ADD; do
   run_test "perf-atomic-$a-emu-client" perf_emu_client atomic "-A $a -n 500"
   run_test "perf-atomic-$a-emu-server" perf_emu_server atomic "-A $a -n 500"
   run_test "perf-atomic-$a-rxe-rxe" perf_rxe_rxe atomic "-A $a -n 500"
+done
+
+for op in write send; do
+  run_test "lat-$op-emu-client" lat_emu_client "$op" "-s 8 -n 500"
+  run_test "lat-$op-emu-server" lat_emu_server "$op" "-s 8 -n 500"
+  run_test "lat-$op-rxe-rxe" lat_rxe_rxe "$op" "-s 8 -n 500"
 done
 
 run_test "loss-pingpong-emu-client" with_loss pp_emu_client 4096 1024 200 -c
