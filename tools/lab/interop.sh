@@ -331,6 +331,9 @@ run_test "loss-pingpong-emu-client" with_loss pp_emu_client 4096 1024 200 -c
 run_test "loss-pingpong-emu-server" with_loss pp_emu_server 4096 1024 200 -c
 run_test "loss-write-emu-client" with_loss perf_emu_client write "-s 65536 -n 200"
 run_test "loss-write-emu-server" with_loss perf_emu_server write "-s 65536 -n 200"
+# The same rules between two guests: all of guest 1's traffic crosses rltap1.
+run_test "loss-pingpong-rxe-rxe" with_loss pp_rxe_rxe 4096 1024 200 -c
+run_test "loss-write-rxe-rxe" with_loss perf_rxe_rxe write "-s 65536 -n 200"
 
 run_test "rnr-emu-requester" rnr_emu_client
 run_test "rnr-rxe-requester" rnr_emu_server
