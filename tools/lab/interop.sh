@@ -208,14 +208,20 @@ lat_rxe_rxe() {
 
 # ---- faults -------------------------------------------------------------------------------
 # Loss both ways and reordering: nft in the namespace drops 5% of the RoCE packets in each
-# direction on the guest's tap (a netdev table: ingress = from the guest, egress = to it)
+# direction on guest 1's tap (a netdev table: ingress = from the guest, egress = to it)
 # during the first MiB each way, and netem in the guest delays its packets 1 ms but sends
 # 2% of them at once, ahead of the others. The loss stops after the first MiB because an
 # ibv_rc_pingpong run ends with a message whose ACK nobody waits for: the side that
 # finished exits (rxe destroys the QP), and if that ACK is lost the other side's resend finds
 # no QP; two real ibv_rc_pingpongs fail the same way. Everything before is fair game.
+# Between two guests (rxe-rxe tests) both get the netem rule, so that the requester's
+# packets are reordered whichever guest it is, as they are when guest 1 talks to roce-emu.
+loss_guests() { if [[ "$T" == *rxe-rxe* ]]; then echo 1 2; else echo 1; fi; }
 loss_on() {
-  g_run 1 "/sbin/tc qdisc add dev eth0 root netem delay 1ms reorder 2%" > "$T/netem.txt" 2>&1 || return 1
+  local g
+  for g in $(loss_guests); do
+    g_run "$g" "/sbin/tc qdisc add dev eth0 root netem delay 1ms reorder 2%" >> "$T/netem.txt" 2>&1 || return 1
+  done
   h nft -f - <<EOF
 table netdev roceemu_loss {
   chain to_guest {
@@ -232,7 +238,10 @@ EOF
 loss_off() {
   h nft list table netdev roceemu_loss > "$T/nft.txt" 2>&1
   h nft delete table netdev roceemu_loss 2>/dev/null
-  g_run 1 "/sbin/tc -s qdisc show dev eth0; /sbin/tc qdisc del dev eth0 root" >> "$T/netem.txt" 2>&1
+  local g
+  for g in $(loss_guests); do
+    g_run "$g" "/sbin/tc -s qdisc show dev eth0; /sbin/tc qdisc del dev eth0 root" >> "$T/netem.txt" 2>&1
+  done
 }
 with_loss() {
   loss_on || { echo "could not set up loss" > "$T/host.txt"; return 1; }
