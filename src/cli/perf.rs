@@ -30,8 +30,8 @@ use crate::backend::udp::{link_mtu, wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
 use crate::engine::{
-    AddressVector, AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit,
-    QpState, QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
+    AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
+    QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
 };
 use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
@@ -853,13 +853,7 @@ fn run_inner(args: &Args) -> Result<()> {
     engine
         .modify_qp(
             qpn,
-            &QpAttr {
-                state: Some(QpState::Init),
-                pkey_index: Some(0),
-                port: Some(1),
-                access: Some(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-                ..Default::default()
-            },
+            &QpAttr::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
         )
         .map_err(verbs("moving the QP to INIT"))?;
     let mut nic = Nic {
@@ -911,35 +905,22 @@ fn run_inner(args: &Args) -> Result<()> {
         });
     }
     nic.peer = peer_ip;
-    // ctx_connect: RTR then RTS.
+    // ctx_connect: RTR then RTS, with perftest's timers (min_rnr_timer 12, timeout 14,
+    // retry_cnt and rnr_retry 7).
     let e = &mut nic.d.engine;
-    e.modify_qp(
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector { dest_ip: peer_ip }),
-            path_mtu: Some(path_mtu),
-            dest_qpn: Some(rem.qpn),
-            rq_psn: Some(Psn::new(rem.psn)),
-            max_dest_rd_atomic: Some(me.out_reads as u8),
-            min_rnr_timer: Some(12),
-            ..Default::default()
-        },
-    )
-    .map_err(verbs("moving the QP to RTR"))?;
-    e.modify_qp(
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Rts),
-            timeout: Some(14),
-            retry_cnt: Some(7),
-            rnr_retry: Some(7),
-            sq_psn: Some(Psn::new(me.psn)),
-            max_rd_atomic: Some(rem.out_reads.clamp(1, u16::from(max_rd)) as u8),
-            ..Default::default()
-        },
-    )
-    .map_err(verbs("moving the QP to RTS"))?;
+    let rtr = QpAttr::rtr(
+        peer_ip,
+        path_mtu,
+        rem.qpn,
+        Psn::new(rem.psn),
+        me.out_reads as u8,
+        12,
+    );
+    e.modify_qp(qpn, &rtr)
+        .map_err(verbs("moving the QP to RTR"))?;
+    let rd_atomic = rem.out_reads.clamp(1, u16::from(max_rd)) as u8;
+    e.modify_qp(qpn, &QpAttr::rts(Psn::new(me.psn), 14, 7, 7, rd_atomic))
+        .map_err(verbs("moving the QP to RTS"))?;
 
     if !args.json {
         print_banner(test, args, size, path_mtu, client);

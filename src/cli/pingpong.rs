@@ -35,8 +35,8 @@ use crate::backend::udp::{wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
 use crate::engine::{
-    AddressVector, AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit,
-    QpState, QpType, RecvWr, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
+    AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
+    QpType, RecvWr, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
 };
 use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
@@ -819,16 +819,7 @@ impl Pingpong {
             })
             .map_err(verbs("creating the QP (-r too large?)"))?;
         engine
-            .modify_qp(
-                qpn,
-                &QpAttr {
-                    state: Some(QpState::Init),
-                    pkey_index: Some(0),
-                    port: Some(1),
-                    access: Some(Access::empty()),
-                    ..Default::default()
-                },
-            )
+            .modify_qp(qpn, &QpAttr::init(Access::empty()))
             .map_err(verbs("moving the QP to INIT"))?;
         Ok(Pingpong {
             d: Driver::new(engine, backend, Clock::default()),
@@ -862,33 +853,11 @@ impl Pingpong {
     fn connect(&mut self, my: &Dest, rem: &Dest, peer: IpAddr) -> Result<()> {
         self.peer = peer;
         let e = &mut self.d.engine;
-        e.modify_qp(
-            self.qpn,
-            &QpAttr {
-                state: Some(QpState::Rtr),
-                av: Some(AddressVector { dest_ip: peer }),
-                path_mtu: Some(self.mtu),
-                dest_qpn: Some(rem.qpn),
-                rq_psn: Some(Psn::new(rem.psn)),
-                max_dest_rd_atomic: Some(1),
-                min_rnr_timer: Some(12),
-                ..Default::default()
-            },
-        )
-        .map_err(verbs("moving the QP to RTR"))?;
-        e.modify_qp(
-            self.qpn,
-            &QpAttr {
-                state: Some(QpState::Rts),
-                timeout: Some(14),
-                retry_cnt: Some(7),
-                rnr_retry: Some(7),
-                sq_psn: Some(Psn::new(my.psn)),
-                max_rd_atomic: Some(1),
-                ..Default::default()
-            },
-        )
-        .map_err(verbs("moving the QP to RTS"))
+        let rtr = QpAttr::rtr(peer, self.mtu, rem.qpn, Psn::new(rem.psn), 1, 12);
+        e.modify_qp(self.qpn, &rtr)
+            .map_err(verbs("moving the QP to RTR"))?;
+        e.modify_qp(self.qpn, &QpAttr::rts(Psn::new(my.psn), 14, 7, 7, 1))
+            .map_err(verbs("moving the QP to RTS"))
     }
 
     /// Posts up to `n` receives of the whole buffer; returns how many went (rc_pingpong's

@@ -2,10 +2,7 @@
 //! allocation per packet. For benchmarks, allocation tests and the in-memory demo; plus
 //! the few calls that make a connected RC QP on an engine.
 
-use crate::engine::{
-    AddressVector, Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
-    VerbsError,
-};
+use crate::engine::{Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, QpType, VerbsError};
 use crate::mem::{Access, MemoryRegion, Pd};
 use crate::wire::{Psn, ROCE_UDP_PORT};
 use std::net::SocketAddr;
@@ -73,38 +70,22 @@ pub fn connect(
 ) -> Result<(), VerbsError> {
     e.modify_qp(
         qpn,
-        &QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-            ..Default::default()
-        },
+        &QpAttr::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
     )?;
     e.modify_qp(
         qpn,
-        &QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector { dest_ip: peer }),
-            path_mtu: Some(p.mtu),
-            dest_qpn: Some(peer_qpn),
-            rq_psn: Some(peer_psn),
-            max_dest_rd_atomic: Some(p.max_rd_atomic),
-            min_rnr_timer: Some(p.min_rnr_timer),
-            ..Default::default()
-        },
+        &QpAttr::rtr(
+            peer,
+            p.mtu,
+            peer_qpn,
+            peer_psn,
+            p.max_rd_atomic,
+            p.min_rnr_timer,
+        ),
     )?;
     e.modify_qp(
         qpn,
-        &QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(my_psn),
-            timeout: Some(p.timeout),
-            retry_cnt: Some(p.retry_cnt),
-            rnr_retry: Some(p.rnr_retry),
-            max_rd_atomic: Some(p.max_rd_atomic),
-            ..Default::default()
-        },
+        &QpAttr::rts(my_psn, p.timeout, p.retry_cnt, p.rnr_retry, p.max_rd_atomic),
     )
 }
 

@@ -136,42 +136,26 @@ fn connect(net: &mut Net, me: &Side, peer: &Side, o: &Opts, my_psn: u32, peer_ps
         .union(Access::REMOTE_ATOMIC);
     e.modify_qp(
         me.qpn,
-        &QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            access: Some(o.qp_access.unwrap_or(o.access & remote_rights)),
-            ..Default::default()
-        },
+        &QpAttr::init(o.qp_access.unwrap_or(o.access & remote_rights)),
     )
     .unwrap();
-    e.modify_qp(
-        me.qpn,
-        &QpAttr {
-            state: Some(QpState::Rtr),
-            av: Some(AddressVector { dest_ip: peer_ip }),
-            path_mtu: Some(o.mtu),
-            dest_qpn: Some(peer.qpn),
-            rq_psn: Some(Psn::new(peer_psn)),
-            max_dest_rd_atomic: Some(o.max_rd_atomic),
-            min_rnr_timer: Some(o.min_rnr_timer),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    e.modify_qp(
-        me.qpn,
-        &QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(my_psn)),
-            timeout: Some(o.timeout),
-            retry_cnt: Some(o.retry_cnt),
-            rnr_retry: Some(o.rnr_retry),
-            max_rd_atomic: Some(o.max_rd_atomic),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let rtr = QpAttr::rtr(
+        peer_ip,
+        o.mtu,
+        peer.qpn,
+        Psn::new(peer_psn),
+        o.max_rd_atomic,
+        o.min_rnr_timer,
+    );
+    e.modify_qp(me.qpn, &rtr).unwrap();
+    let rts = QpAttr::rts(
+        Psn::new(my_psn),
+        o.timeout,
+        o.retry_cnt,
+        o.rnr_retry,
+        o.max_rd_atomic,
+    );
+    e.modify_qp(me.qpn, &rts).unwrap();
 }
 
 impl Pair {

@@ -157,6 +157,58 @@ impl Attr {
 }
 
 impl QpAttr {
+    /// RESET -> INIT: P_Key index 0 on port 1, with the remote rights the responder allows.
+    pub fn init(access: Access) -> QpAttr {
+        QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            access: Some(access),
+            ..Default::default()
+        }
+    }
+
+    /// INIT -> RTR toward the peer QP `dest_qpn` at `peer`, whose first request will carry
+    /// `rq_psn`: the attributes an RC QP must be given (IBA 11.2.5.2).
+    pub fn rtr(
+        peer: IpAddr,
+        path_mtu: Mtu,
+        dest_qpn: u32,
+        rq_psn: Psn,
+        max_dest_rd_atomic: u8,
+        min_rnr_timer: u8,
+    ) -> QpAttr {
+        QpAttr {
+            state: Some(QpState::Rtr),
+            av: Some(AddressVector { dest_ip: peer }),
+            path_mtu: Some(path_mtu),
+            dest_qpn: Some(dest_qpn),
+            rq_psn: Some(rq_psn),
+            max_dest_rd_atomic: Some(max_dest_rd_atomic),
+            min_rnr_timer: Some(min_rnr_timer),
+            ..Default::default()
+        }
+    }
+
+    /// RTR -> RTS: our first PSN and the requester's timers and limits.
+    pub fn rts(
+        sq_psn: Psn,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+        max_rd_atomic: u8,
+    ) -> QpAttr {
+        QpAttr {
+            state: Some(QpState::Rts),
+            sq_psn: Some(sq_psn),
+            timeout: Some(timeout),
+            retry_cnt: Some(retry_cnt),
+            rnr_retry: Some(rnr_retry),
+            max_rd_atomic: Some(max_rd_atomic),
+            ..Default::default()
+        }
+    }
+
     /// The attributes given, in a fixed order.
     pub fn given(&self) -> impl Iterator<Item = Attr> + '_ {
         [
