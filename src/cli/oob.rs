@@ -3,7 +3,7 @@
 //! optional bound, and every failure named with the address and the step.
 
 use std::io::ErrorKind;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// What went wrong while setting up the TCP connection.
@@ -25,6 +25,56 @@ pub enum OobError {
     NoClient { port: u16, secs: f64 },
     #[error("accepting a client on TCP port {port}: {source}")]
     Accept { port: u16, source: std::io::Error },
+}
+
+/// Where the peer is and which address this NIC takes.
+#[derive(Debug, thiserror::Error)]
+pub enum LocateError {
+    #[error("cannot resolve the server {server:?}: {source}")]
+    Resolve {
+        server: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the server {server} is not on this machine: give --bind IP, the address of this \
+         machine that the server can reach (its RoCE GID)"
+    )]
+    BindRequired { server: String },
+}
+
+/// The server's addresses (for a client) and this NIC's address: `--bind` if given, else
+/// 127.0.0.1 for a server and 127.0.0.2 for a client of a loopback server; a client of
+/// any other server must say which of its addresses the server can reach.
+pub fn locate(
+    server: Option<&str>,
+    port: u16,
+    bind: Option<IpAddr>,
+) -> Result<(Option<Vec<SocketAddr>>, IpAddr), LocateError> {
+    let addrs = match server {
+        Some(name) => Some(
+            (name, port)
+                .to_socket_addrs()
+                .map_err(|source| LocateError::Resolve {
+                    server: name.to_string(),
+                    source,
+                })?
+                .collect::<Vec<_>>(),
+        ),
+        None => None,
+    };
+    let ip = match (bind, &addrs, server) {
+        (Some(ip), _, _) => ip,
+        (None, Some(a), _) if !a.is_empty() && a.iter().all(|a| a.ip().is_loopback()) => {
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+        }
+        (None, Some(_), Some(name)) => {
+            return Err(LocateError::BindRequired {
+                server: name.to_string(),
+            })
+        }
+        (None, _, _) => IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+    };
+    Ok((addrs, ip))
 }
 
 /// Connects to the first of `addrs` that answers, trying again until `wait` has passed

@@ -24,7 +24,7 @@
 //! (patterned buffers; atomics as counters: CMP_AND_SWAP swaps k for k+1 where the slot has
 //! seen k operations, so each slot ends at its count), and every wait is bounded.
 
-use super::oob::{self, OobError};
+use super::oob::{self, LocateError, OobError};
 use super::pingpong::{gid_to_ip, ip_to_gid, random_psn, Spin, DEFAULT_SPIN_US};
 use crate::backend::udp::{link_mtu, wait_readable, UdpBackend};
 use crate::backend::BackendError;
@@ -37,7 +37,7 @@ use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -193,16 +193,8 @@ pub enum PerfError {
     LatSize,
     #[error("--{what} {value} is not a positive number of seconds")]
     Seconds { what: &'static str, value: f64 },
-    #[error("cannot resolve the server {server:?}: {source}")]
-    Resolve {
-        server: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "the server {server} is not on this machine: give --bind IP, the address of this \
-         machine that the server can reach (its RoCE GID)"
-    )]
-    BindRequired { server: String },
+    #[error(transparent)]
+    Locate(#[from] LocateError),
     #[error("{0}: start the server first (`roce-emu perf` or `{1}` without a SERVER), check -p")]
     Oob(OobError, &'static str),
     #[error(
@@ -697,32 +689,8 @@ fn run_inner(args: &Args) -> Result<()> {
     let timeout = seconds("timeout", args.timeout)?;
     let wait = args.wait.map(|w| seconds("wait", w)).transpose()?;
 
-    let server = match &args.server {
-        Some(name) => {
-            let addrs: Vec<SocketAddr> = (name.as_str(), args.port)
-                .to_socket_addrs()
-                .map_err(|source| PerfError::Resolve {
-                    server: name.clone(),
-                    source,
-                })?
-                .collect();
-            Some((name.as_str(), addrs))
-        }
-        None => None,
-    };
-    let bind = match (args.bind, &server) {
-        (Some(ip), _) => ip,
-        (None, None) => IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
-        (None, Some((name, addrs))) => {
-            if !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()) {
-                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
-            } else {
-                return Err(PerfError::BindRequired {
-                    server: name.to_string(),
-                });
-            }
-        }
-    };
+    let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
+    let server = args.server.as_deref().zip(addrs);
     let tool = test.tool();
 
     // The UDP port first: "address in use" is better said before a peer is waiting.

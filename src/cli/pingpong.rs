@@ -30,7 +30,7 @@
 //! data loop polls the NIC for a while before it sleeps on the socket (`Spin`), where
 //! rc_pingpong busy-polls its CQ.
 
-use super::oob::{self, OobError};
+use super::oob::{self, LocateError, OobError};
 use crate::backend::udp::{wait_readable, UdpBackend};
 use crate::backend::BackendError;
 use crate::driver::{Clock, Driver};
@@ -42,7 +42,7 @@ use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,16 +261,8 @@ pub enum PingpongError {
     Zero { what: &'static str },
     #[error("--{what} {value} is not a positive number of seconds")]
     Seconds { what: &'static str, value: f64 },
-    #[error("cannot resolve the server {server:?}: {source}")]
-    Resolve {
-        server: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "the server {server} is not on this machine: give --bind IP, the address of this \
-         machine that the server can reach (its RoCE GID)"
-    )]
-    BindRequired { server: String },
+    #[error(transparent)]
+    Locate(#[from] LocateError),
     #[error(
         "--bind {bind} and the peer's GID {peer} are not the same IP version: bind an \
          address of the peer's family (or run the peer with the matching -g index)"
@@ -415,32 +407,8 @@ fn run_inner(args: &Args) -> Result<()> {
     let wait = args.wait.map(|w| seconds("wait", w)).transpose()?;
 
     // Where the server is, and so which address this NIC takes by default.
-    let server = match &args.server {
-        Some(name) => {
-            let addrs: Vec<SocketAddr> = (name.as_str(), args.port)
-                .to_socket_addrs()
-                .map_err(|source| PingpongError::Resolve {
-                    server: name.clone(),
-                    source,
-                })?
-                .collect();
-            Some((name.as_str(), addrs))
-        }
-        None => None,
-    };
-    let bind = match (args.bind, &server) {
-        (Some(ip), _) => ip,
-        (None, None) => IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
-        (None, Some((name, addrs))) => {
-            if !addrs.is_empty() && addrs.iter().all(|a| a.ip().is_loopback()) {
-                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
-            } else {
-                return Err(PingpongError::BindRequired {
-                    server: name.to_string(),
-                });
-            }
-        }
-    };
+    let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
+    let server = args.server.as_deref().zip(addrs);
 
     let mut pp = Pingpong::new(args, bind, mtu)?;
     // rc_pingpong posts its receives before the exchange.
@@ -1079,6 +1047,7 @@ const LINGER_MAX: Duration = Duration::from_secs(2);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::Ipv4Addr;
 
     /// The first record of shared/captures/rc_pingpong_s64.pcap (rxe, rdma-core 44).
     const CAPTURED: &[u8; RECORD_LEN] = b"0000:000011:9e6004:00000000000000000000ffffc612000c\0";
