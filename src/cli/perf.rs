@@ -559,6 +559,42 @@ impl Nic {
         Ok(self.d.poll()?)
     }
 
+    /// Runs the NIC once. When neither it nor the caller (`busy`) had anything to do, polls
+    /// on while `spin` allows and then sleeps until a datagram or the next timer; an error
+    /// once nothing has progressed for the plan's timeout since `progress` (`done` of its
+    /// messages complete).
+    fn step(
+        &mut self,
+        spin: &mut Spin,
+        busy: bool,
+        progress: Instant,
+        p: &Plan,
+        done: u64,
+    ) -> Result<()> {
+        if self.service()? {
+            spin.active();
+            return Ok(());
+        }
+        if busy || spin.keep_polling() {
+            return Ok(());
+        }
+        if progress.elapsed() > p.timeout {
+            return Err(PerfError::Stalled {
+                secs: p.timeout.as_secs_f64(),
+                done,
+                iters: p.iters,
+                peer: self.peer,
+                local: self.bind,
+            });
+        }
+        let w = self.d.until_deadline(Duration::from_millis(100));
+        if !w.is_zero() {
+            wait_readable(&[self.d.backend.rx_fd()], w);
+            spin.slept();
+        }
+        Ok(())
+    }
+
     fn sge(&self, off: u64, len: u32) -> Sge {
         Sge {
             addr: IOVA + off,
@@ -1224,27 +1260,7 @@ fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Report> {
             progress = now;
             continue;
         }
-        if nic.service()? {
-            spin.active();
-            continue;
-        }
-        if spin.keep_polling() {
-            continue;
-        }
-        if progress.elapsed() > p.timeout {
-            return Err(PerfError::Stalled {
-                secs: p.timeout.as_secs_f64(),
-                done,
-                iters: p.iters,
-                peer: nic.peer,
-                local: nic.bind,
-            });
-        }
-        let w = nic.d.until_deadline(Duration::from_millis(100));
-        if !w.is_zero() {
-            wait_readable(&[nic.d.backend.rx_fd()], w);
-            spin.slept();
-        }
+        nic.step(&mut spin, false, progress, p, done)?;
     }
     if p.check && p.test == Test::Read {
         // Each READ brought the server's bytes at the same offset into ours.
@@ -1431,27 +1447,7 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
             progress = now;
             continue;
         }
-        if nic.service()? {
-            spin.active();
-            continue;
-        }
-        if spin.keep_polling() {
-            continue;
-        }
-        if progress.elapsed() > p.timeout {
-            return Err(PerfError::Stalled {
-                secs: p.timeout.as_secs_f64(),
-                done,
-                iters: p.iters,
-                peer: nic.peer,
-                local: nic.bind,
-            });
-        }
-        let w = nic.d.until_deadline(Duration::from_millis(100));
-        if !w.is_zero() {
-            wait_readable(&[nic.d.backend.rx_fd()], w);
-            spin.slept();
-        }
+        nic.step(&mut spin, false, progress, p, done)?;
     }
     Ok(meter.report(p.size, p.iters))
 }
@@ -1657,27 +1653,7 @@ fn lat_traffic(
             scnt += 1;
             progress = Instant::now();
         }
-        if nic.service()? {
-            spin.active();
-            continue;
-        }
-        if n > 0 || spin.keep_polling() {
-            continue;
-        }
-        if progress.elapsed() > p.timeout {
-            return Err(PerfError::Stalled {
-                secs: p.timeout.as_secs_f64(),
-                done: rcnt.min(scnt),
-                iters: p.iters,
-                peer: nic.peer,
-                local: nic.bind,
-            });
-        }
-        let w = nic.d.until_deadline(Duration::from_millis(100));
-        if !w.is_zero() {
-            wait_readable(&[nic.d.backend.rx_fd()], w);
-            spin.slept();
-        }
+        nic.step(&mut spin, n > 0, progress, p, rcnt.min(scnt))?;
     }
     Ok(LatReport::from_posts(p.size, &posts))
 }
