@@ -25,10 +25,10 @@
 //! seen k operations, so each slot ends at its count), and every wait is bounded.
 
 use super::oob::{self, LocateError, OobError};
-use super::pingpong::{gid_to_ip, ip_to_gid, random_psn, Spin, DEFAULT_SPIN_US};
+use super::pingpong::{gid_to_ip, ip_to_gid, random_psn};
 use crate::backend::udp::{link_mtu, wait_readable, UdpBackend};
 use crate::backend::BackendError;
-use crate::driver::{Clock, Driver};
+use crate::driver::{Clock, Driver, Spin, DEFAULT_SPIN_US};
 use crate::engine::{
     AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
     QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, VerbsError, WcStatus,

@@ -33,7 +33,7 @@
 use super::oob::{self, LocateError, OobError};
 use crate::backend::udp::{wait_readable, UdpBackend};
 use crate::backend::BackendError;
-use crate::driver::{Clock, Driver};
+use crate::driver::{Clock, Driver, Spin, DEFAULT_SPIN_US};
 use crate::engine::{
     AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
     QpType, RecvWr, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
@@ -673,62 +673,6 @@ fn server_exchange(
 }
 
 // ---- the NIC and the traffic ------------------------------------------------------------
-
-/// Most time the data loop polls an idle NIC before it sleeps on the socket, by default
-/// (`--spin-us`).
-pub(crate) const DEFAULT_SPIN_US: u64 = 1000;
-/// Every this many sleeps the full budget is tried again.
-const SPIN_PROBE: u32 = 64;
-
-/// Poll or sleep? rc_pingpong busy-polls its CQ. Here the NIC itself runs in the loop, and
-/// sleeping until a datagram costs a wake-up, measured at 100-300 µs per round trip on an
-/// idle virtual machine against 30 µs when polling. But polling for a peer that needs this
-/// very CPU to answer only delays it (two processes on one loaded CPU). So: poll up to a
-/// budget after the NIC goes idle; an answer within the budget doubles it (to `max`),
-/// a sleep halves it, and every `SPIN_PROBE` sleeps it starts again from `max`. `max` 0
-/// never polls an idle NIC: for machines whose CPUs the peer needs (a qemu guest under TCG
-/// on the same two cores runs measurably slower against a polling NIC).
-pub(crate) struct Spin {
-    max: Duration,
-    budget: Duration,
-    idle_since: Option<Instant>,
-    sleeps: u32,
-}
-
-impl Spin {
-    pub(crate) fn new(max: Duration) -> Spin {
-        Spin {
-            max,
-            budget: max,
-            idle_since: None,
-            sleeps: 0,
-        }
-    }
-
-    /// The NIC did something.
-    pub(crate) fn active(&mut self) {
-        if let Some(t) = self.idle_since.take() {
-            self.budget = if t.elapsed() <= self.budget {
-                (self.budget * 2).min(self.max)
-            } else {
-                self.budget / 2
-            };
-        }
-    }
-
-    /// The NIC is idle: poll again (true) or sleep?
-    pub(crate) fn keep_polling(&mut self) -> bool {
-        let t = *self.idle_since.get_or_insert_with(Instant::now);
-        t.elapsed() < self.budget
-    }
-
-    pub(crate) fn slept(&mut self) {
-        self.sleeps = self.sleeps.wrapping_add(1);
-        if self.sleeps % SPIN_PROBE == 0 {
-            self.budget = self.max;
-        }
-    }
-}
 
 struct Pingpong {
     d: Driver,

@@ -2,6 +2,9 @@
 //! It feeds an engine the datagrams a backend receives and the timeouts that come due,
 //! sends what the engine produces, and sleeps until the next datagram or deadline.
 
+mod spin;
+pub use spin::{Spin, DEFAULT_SPIN_US};
+
 use crate::backend::udp::{wait_readable, Outgoing, UdpBackend, RX_BATCH, TX_BATCH};
 use crate::backend::{BackendError, Received};
 use crate::engine::{Datagram, Engine, Instant};
