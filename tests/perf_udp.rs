@@ -7,44 +7,14 @@
 //! Each test uses its own 127.0.0.x addresses and TCP port, so they run in parallel.
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::proc::{self, finish, strings, text};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
-
 fn spawn(args: &[String]) -> Child {
-    Command::new(BIN)
-        .arg("perf")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run roce-emu perf")
-}
-
-/// Waits for `child` at most `limit`; a process still running then is killed and the test
-/// fails.
-fn finish(mut child: Child, limit: Duration, who: &str) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{who} still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn strings(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
+    proc::spawn("perf", args)
 }
 
 /// A server bound to `sip` and a client bound to `cip`, on the same TCP port.
@@ -60,13 +30,6 @@ fn pair(sip: &str, cip: &str, port: u16, sargs: &[&str], cargs: &[&str]) -> (Out
     let client = finish(client, Duration::from_secs(60), "client");
     let server = finish(server, Duration::from_secs(30), "server");
     (server, client)
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 fn ok_json(who: &str, o: &Output) -> serde_json::Value {

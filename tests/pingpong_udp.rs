@@ -6,46 +6,17 @@
 //! Each test uses its own 127.0.0.x addresses and TCP ports, so they run in parallel.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
+use common::proc::{self, finish, strings, text};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
 /// Messages per run: enough to loop over the receive refill, short enough for debug builds.
 const ITERS: u32 = 40;
 
 fn spawn(args: &[String]) -> Child {
-    Command::new(BIN)
-        .arg("pingpong")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run roce-emu pingpong")
-}
-
-/// Waits for `child` at most `limit`; a process still running then is killed and the test
-/// fails.
-fn finish(mut child: Child, limit: Duration, who: &str) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().expect("try_wait").is_some() {
-            return child.wait_with_output().expect("output");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("output");
-            panic!(
-                "{who} still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn strings(a: &[&str]) -> Vec<String> {
-    a.iter().map(|s| s.to_string()).collect()
+    proc::spawn("pingpong", args)
 }
 
 /// Runs a server on `server_ip` and a client on `client_ip` with the same `args`.
@@ -74,13 +45,6 @@ fn pair(
     let client = finish(client, Duration::from_secs(20), "client");
     let server = finish(server, Duration::from_secs(20), "server");
     (server, client)
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 /// A `%.2f` number.
@@ -315,10 +279,11 @@ fn silent_peer_times_out() {
 
 #[test]
 fn bad_mtu_is_an_error_message() {
-    let out = Command::new(BIN)
-        .args(["pingpong", "-m", "1500"])
-        .output()
-        .unwrap();
+    let out = finish(
+        spawn(&strings(&["-m", "1500"])),
+        Duration::from_secs(10),
+        "pingpong",
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(
