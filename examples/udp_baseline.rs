@@ -4,19 +4,22 @@
 //! ```text
 //! udp_baseline sink  BIND:PORT                 receive (recvmmsg, 32 a call) until 1 s quiet
 //! udp_baseline blast DST:PORT SIZE COUNT       send COUNT datagrams (sendmmsg, 32 a call)
-//! udp_baseline echo  BIND:PORT COUNT [K]       answer COUNT datagrams (busy polling); with
-//!                                              K = 2, answer every 2nd with 2 (sendmmsg)
-//! udp_baseline ping  DST:PORT SIZE COUNT [K]   COUNT round trips (busy polling) of K
-//!                                              datagrams each way (default 1)
+//! udp_baseline echo  BIND:PORT COUNT [K]       answer COUNT round trips (busy polling)
+//! udp_baseline ping  DST:PORT SIZE COUNT [K]   COUNT round trips (busy polling), K each way
 //! ```
-//! K = 2 is RC's pattern: each side sends its message and the ACK of the other's, in one
-//! `sendmmsg`, and receives two datagrams.
+//! K is 1 (one datagram each way, the default), 2 (RC's pattern: each side sends its
+//! message and a 28-byte ACK of the other's in one `sendmmsg`, and receives two
+//! datagrams) or `gso` (the same two datagrams as one UDP GSO send, received with GRO, as
+//! roce-emu's UDP backend sends a message and the ACK behind it).
 //! ```text
 //! ```
 //! `sink` and `ping` print one JSON object.
 
-use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
-use std::io::{ErrorKind, IoSlice, IoSliceMut};
+use nix::sys::socket::{
+    recvmmsg, recvmsg, sendmmsg, sendmsg, setsockopt, sockopt, ControlMessage, ControlMessageOwned,
+    MsgFlags, MultiHeaders, SockaddrStorage,
+};
+use std::io::{IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
@@ -129,12 +132,41 @@ fn blast(dst: SocketAddr, size: usize, count: u64) {
     }
 }
 
-fn recv_spin(s: &UdpSocket, buf: &mut [u8], limit: Duration) -> (usize, SocketAddr) {
+/// Receives one datagram (busy polling): the length of the first datagram in it, its
+/// source, and how many datagrams it holds (more than one when GRO coalesced them).
+fn recv_spin(s: &UdpSocket, buf: &mut [u8], limit: Duration) -> (usize, SocketAddr, usize) {
     let start = Instant::now();
+    let mut cmsg = nix::cmsg_space!(i32);
     loop {
-        match s.recv_from(buf) {
-            Ok(r) => return r,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+        let mut iov = [IoSliceMut::new(buf)];
+        match recvmsg::<SockaddrStorage>(
+            s.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(m) => {
+                let (mut first, mut segs) = (m.bytes, 1);
+                for c in m.cmsgs().into_iter().flatten() {
+                    if let ControlMessageOwned::UdpGroSegments(g) = c {
+                        first = (g.max(1) as usize).min(m.bytes);
+                        segs = m.bytes.div_ceil(first);
+                    }
+                }
+                let from = m
+                    .address
+                    .and_then(|a| {
+                        a.as_sockaddr_in()
+                            .map(|v| SocketAddr::from((v.ip(), v.port())))
+                            .or_else(|| {
+                                a.as_sockaddr_in6()
+                                    .map(|v| SocketAddr::from((v.ip(), v.port())))
+                            })
+                    })
+                    .unwrap_or_else(|| die("datagram without a source"));
+                return (first, from, segs);
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {
                 if start.elapsed() > limit {
                     die("no datagram within the time limit");
                 }
@@ -144,71 +176,135 @@ fn recv_spin(s: &UdpSocket, buf: &mut [u8], limit: Duration) -> (usize, SocketAd
     }
 }
 
-fn echo(addr: SocketAddr, count: u64, k: usize) {
+fn echo(addr: SocketAddr, count: u64, mode: Mode) {
     let s = bind(addr);
     s.set_nonblocking(true).expect("nonblocking");
+    if mode == Mode::Gso {
+        setsockopt(&s, sockopt::UdpGroSegment, &true)
+            .unwrap_or_else(|e| die(&format!("UDP_GRO: {e}")));
+    }
     let mut buf = vec![0u8; SLOT];
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(2, None);
-    for i in 0..count * k as u64 {
-        let (n, from) = recv_spin(&s, &mut buf, Duration::from_secs(30));
-        if (i + 1) % k as u64 == 0 {
-            send_k(&s, &mut headers, &buf[..n], from, k);
+    for _ in 0..count {
+        let mut got = 0;
+        let mut last = (0, addr);
+        while got < mode.datagrams() {
+            let (n, from, segs) = recv_spin(&s, &mut buf, Duration::from_secs(30));
+            got += segs;
+            if got == 1 || mode == Mode::Gso {
+                last = (n.min(buf.len()), from);
+            }
         }
+        // Answer with the message (for Gso: the first segment's bytes).
+        let (n, from) = last;
+        send_k(&s, &mut headers, &buf[..n.min(SLOT)], from, mode);
     }
 }
 
-/// Sends `k` copies of `data` (the message, and for k = 2 an ACK-sized 28 bytes) in one
-/// `sendmmsg`.
+/// Sends `data` and, unless `mode` is `One`, an ACK-sized 28 bytes after it: two
+/// datagrams by `sendmmsg`, or one GSO send the kernel cuts in two.
 fn send_k(
     s: &UdpSocket,
     headers: &mut MultiHeaders<SockaddrStorage>,
     data: &[u8],
     to: SocketAddr,
-    k: usize,
+    mode: Mode,
 ) {
     let ack = &data[..data.len().min(28)];
-    let iovs = [[IoSlice::new(ack)], [IoSlice::new(data)]];
+    let iovs = [[IoSlice::new(data)], [IoSlice::new(ack)]];
     let addrs = [
         Some(SockaddrStorage::from(to)),
         Some(SockaddrStorage::from(to)),
     ];
-    let first = 2 - k.clamp(1, 2);
     loop {
-        match sendmmsg(
-            s.as_raw_fd(),
-            headers,
-            iovs[first..].iter(),
-            &addrs[first..],
-            [],
-            MsgFlags::empty(),
-        ) {
-            Ok(_) => return,
+        let r = match mode {
+            Mode::Gso => {
+                let seg = data.len() as u16;
+                sendmsg(
+                    s.as_raw_fd(),
+                    &[IoSlice::new(data), IoSlice::new(ack)],
+                    &[ControlMessage::UdpGsoSegments(&seg)],
+                    MsgFlags::empty(),
+                    Some(&SockaddrStorage::from(to)),
+                )
+                .map(|_| ())
+            }
+            _ => sendmmsg(
+                s.as_raw_fd(),
+                headers,
+                iovs[..mode.datagrams()].iter(),
+                &addrs[..mode.datagrams()],
+                [],
+                MsgFlags::empty(),
+            )
+            .map(|_| ()),
+        };
+        match r {
+            Ok(()) => return,
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
-            Err(e) => die(&format!("sendmmsg: {e}")),
+            Err(e) => die(&format!("send: {e}")),
         }
     }
 }
 
-fn ping(dst: SocketAddr, size: usize, count: u64, k: usize) {
+fn ping(dst: SocketAddr, size: usize, count: u64, mode: Mode) {
     let src: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
         .parse()
         .expect("addr");
     let s = bind(src);
     s.set_nonblocking(true).expect("nonblocking");
+    if mode == Mode::Gso {
+        setsockopt(&s, sockopt::UdpGroSegment, &true)
+            .unwrap_or_else(|e| die(&format!("UDP_GRO: {e}")));
+    }
     let out = vec![0x5au8; size];
     let mut buf = vec![0u8; SLOT];
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(2, None);
     let start = Instant::now();
     for _ in 0..count {
-        send_k(&s, &mut headers, &out, dst, k);
-        for _ in 0..k {
-            recv_spin(&s, &mut buf, Duration::from_secs(5));
+        send_k(&s, &mut headers, &out, dst, mode);
+        let mut got = 0;
+        while got < mode.datagrams() {
+            got += recv_spin(&s, &mut buf, Duration::from_secs(5)).2;
         }
     }
     let usec = start.elapsed().as_secs_f64() * 1e6 / count as f64;
     println!(
-        "{{\"iters\":{count},\"size\":{size},\"datagrams_each_way\":{k},\"usec_per_iter\":{usec}}}"
+        "{{\"iters\":{count},\"size\":{size},\"datagrams_each_way\":{},\"gso\":{},\"usec_per_iter\":{usec}}}",
+        mode.datagrams(),
+        mode == Mode::Gso
     );
+}
+
+/// How many datagrams go each way per round trip, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// One datagram.
+    One,
+    /// The message and an ACK-sized datagram, by `sendmmsg`.
+    Two,
+    /// The same two as one UDP GSO send, received with GRO (what roce-emu's UDP backend
+    /// does with a message and the ACK that follows it).
+    Gso,
+}
+
+fn mode(k: Option<&String>) -> Mode {
+    match k.map(String::as_str) {
+        None | Some("1") => Mode::One,
+        Some("2") => Mode::Two,
+        Some("gso") => Mode::Gso,
+        Some(other) => die(&format!("K is 1, 2 or gso, not {other}")),
+    }
+}
+
+impl Mode {
+    fn datagrams(self) -> usize {
+        if self == Mode::One {
+            1
+        } else {
+            2
+        }
+    }
 }
 
 fn main() {
@@ -220,16 +316,12 @@ fn main() {
             arg(&a, 2, "SIZE"),
             arg(&a, 3, "COUNT"),
         ),
-        Some("echo") => echo(
-            arg(&a, 1, "BIND:PORT"),
-            arg(&a, 2, "COUNT"),
-            a.get(3).map_or(1, |_| arg(&a, 3, "K")),
-        ),
+        Some("echo") => echo(arg(&a, 1, "BIND:PORT"), arg(&a, 2, "COUNT"), mode(a.get(3))),
         Some("ping") => ping(
             arg(&a, 1, "DST:PORT"),
             arg(&a, 2, "SIZE"),
             arg(&a, 3, "COUNT"),
-            a.get(4).map_or(1, |_| arg(&a, 4, "K")),
+            mode(a.get(4)),
         ),
         _ => die(
             "usage: sink BIND:PORT | blast DST:PORT SIZE COUNT | echo BIND:PORT COUNT [K] | \

@@ -32,12 +32,17 @@ pub enum BackendError {
     },
 }
 
-/// A received datagram's metadata; the bytes are in the caller's buffer.
+/// A received datagram's metadata; the bytes are in the caller's buffer at
+/// `offset..offset + len`.
 #[derive(Debug, Clone, Copy)]
 pub struct Received {
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    pub offset: usize,
     pub len: usize,
+    /// Several datagrams of this length that the kernel coalesced (GRO); the last may be
+    /// shorter.
+    pub segment: Option<usize>,
     /// The IPv4 identification, when the backend saw the IP header.
     pub ipv4_id: Option<u16>,
 }

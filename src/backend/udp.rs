@@ -17,13 +17,18 @@
 //! UDP checksum 0 (`UDP_NO_CHECK6_RX`), which rxe sends. Our UDP checksums are computed by
 //! the kernel (rxe sends 0; receivers accept both).
 
+use super::sys::{RecvMeta, RecvMmsg};
 use super::{BackendError, Received};
+use crate::wire::icrc::Ipv4IdRebase;
 use crate::wire::ROCE_UDP_PORT;
-use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+use nix::errno::Errno;
+use nix::sys::socket::{
+    sendmmsg, setsockopt, sockopt, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
@@ -35,6 +40,12 @@ const SOCKET_BUFFER: usize = 4 << 20;
 pub const RX_BATCH: usize = 32;
 /// Most datagrams one `sendmmsg` call sends.
 pub const TX_BATCH: usize = 32;
+/// A receive slot: the largest UDP datagram, which is what GRO can hand over at once.
+pub const RX_SLOT: usize = 65536;
+/// Most segments in one GSO send (the kernel's `UDP_MAX_SEGMENTS`, 64 before Linux 6.9).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// Most bytes in one GSO send: the UDP length field, less headers, with room to spare.
+const GSO_MAX_BYTES: usize = 65_000;
 
 /// One datagram of a transmit batch, in slot `i` of the caller's pool.
 #[derive(Debug, Clone, Copy)]
@@ -44,16 +55,43 @@ pub struct Outgoing {
     pub len: usize,
 }
 
+/// A socket that sends from one source port.
+struct TxSocket {
+    sock: UdpSocket,
+    /// Whether UDP GSO works on it; cleared the first time the kernel refuses it.
+    gso: bool,
+}
+
+/// Counters of what the backend itself dropped or chose.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams cut short because they were larger than a receive slot (dropped).
+    pub truncated: u64,
+    /// Datagrams received from an address that is neither IPv4 nor IPv6 (dropped).
+    pub no_source: u64,
+    /// GSO sends (each carries two or more datagrams) and the datagrams they carried.
+    pub gso_sends: u64,
+    pub gso_segments: u64,
+    /// Received datagrams the kernel had coalesced (GRO), and the datagrams inside.
+    pub gro_datagrams: u64,
+    pub gro_segments: u64,
+}
+
 pub struct UdpBackend {
     local: SocketAddr,
     rx: UdpSocket,
     /// Sending sockets by source port.
-    tx: HashMap<u16, UdpSocket>,
-    /// recvmmsg and sendmmsg headers, allocated once.
-    rx_headers: MultiHeaders<SockaddrStorage>,
+    tx: HashMap<u16, TxSocket>,
+    /// recvmmsg and sendmmsg headers, allocated once; the GSO ones carry a UDP_SEGMENT
+    /// control message (nix shares one control message across a sendmmsg call).
+    rx_mmsg: RecvMmsg,
+    rx_meta: [RecvMeta; RX_BATCH],
     tx_headers: MultiHeaders<SockaddrStorage>,
-    /// Datagrams cut short because they were larger than a receive slot.
-    pub truncated: u64,
+    tx_gso_headers: MultiHeaders<SockaddrStorage>,
+    tx_addrs: [Option<SockaddrStorage>; TX_BATCH],
+    /// ICRCs of GSO segments moved to the IPv4 IDs the kernel gives them.
+    rebase: Ipv4IdRebase,
+    pub stats: UdpStats,
 }
 
 fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
@@ -82,17 +120,52 @@ fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
     Ok(s.into())
 }
 
+/// Datagrams `[start, end)` of a transmit run that go out as one send: one datagram, or
+/// a GSO train of equal-length datagrams (the last may be shorter) to one destination.
+#[derive(Debug, Clone, Copy, Default)]
+struct Train {
+    start: usize,
+    end: usize,
+}
+
+impl Train {
+    fn segments(&self) -> usize {
+        self.end - self.start
+    }
+}
+
+/// Errors by which the kernel says it cannot do GSO on this socket or path (no UDP_SEGMENT
+/// before Linux 4.18; no checksum offload on the device; a segment over the path MTU):
+/// the train is sent again as separate datagrams, and a real problem then shows up as
+/// that datagram's own error.
+fn gso_refused(e: nix::errno::Errno) -> bool {
+    use nix::errno::Errno;
+    matches!(
+        e,
+        Errno::EIO | Errno::EINVAL | Errno::ENOPROTOOPT | Errno::EOPNOTSUPP
+    )
+}
+
 impl UdpBackend {
     /// Binds `ip`:4791.
     pub fn bind(ip: IpAddr) -> Result<UdpBackend, BackendError> {
         let local = SocketAddr::new(ip, ROCE_UDP_PORT);
+        let rx = bind(local)?;
+        // GRO: the kernel may hand several datagrams of one flow over as one, with their
+        // size (loopback does this for a GSO sender). Without it (before Linux 5.0) every
+        // datagram comes alone.
+        let _ = setsockopt(&rx, sockopt::UdpGroSegment, &true);
         Ok(UdpBackend {
             local,
-            rx: bind(local)?,
+            rx,
             tx: HashMap::new(),
-            rx_headers: MultiHeaders::preallocate(RX_BATCH, None),
+            rx_mmsg: RecvMmsg::new(RX_BATCH),
+            rx_meta: [RecvMeta::default(); RX_BATCH],
             tx_headers: MultiHeaders::preallocate(TX_BATCH, None),
-            truncated: 0,
+            tx_gso_headers: MultiHeaders::preallocate(TX_BATCH, Some(nix::cmsg_space!(u16))),
+            tx_addrs: [None; TX_BATCH],
+            rebase: Ipv4IdRebase::new(),
+            stats: UdpStats::default(),
         })
     }
 
@@ -101,9 +174,9 @@ impl UdpBackend {
     }
 
     /// The socket that sends from `src` (created and bound on first use).
-    fn tx_socket(&mut self, src: SocketAddr) -> Result<&UdpSocket, BackendError> {
+    fn tx_socket(&mut self, src: SocketAddr) -> Result<&mut TxSocket, BackendError> {
         if !self.tx.contains_key(&src.port()) {
-            let s = if src.port() == ROCE_UDP_PORT {
+            let sock = if src.port() == ROCE_UDP_PORT {
                 self.rx.try_clone().map_err(|source| BackendError::Bind {
                     addr: src,
                     source,
@@ -112,16 +185,20 @@ impl UdpBackend {
             } else {
                 bind(src)?
             };
-            self.tx.insert(src.port(), s);
+            self.tx.insert(src.port(), TxSocket { sock, gso: true });
         }
-        Ok(&self.tx[&src.port()])
+        Ok(self.tx.get_mut(&src.port()).expect("inserted above"))
     }
 
-    /// Sends `items`, datagram `i` from `pool[i * slot..][..len]`, with one `sendmmsg` per
-    /// run of datagrams from the same source port. No allocation.
+    /// Sends `items`, datagram `i` from `pool[i * slot..][..len]`: runs of datagrams
+    /// from one source port go to one `sendmmsg`, and within a run, equal-length
+    /// datagrams to one destination go as one GSO send (the kernel cuts it up), so a
+    /// stream of MTU-sized packets costs one trip through the stack per train rather
+    /// than per packet. No allocation. `pool` is mutable because an IPv4 segment's ICRC
+    /// is rewritten for the ID the kernel will give it (`Ipv4IdRebase`).
     pub fn send_batch(
         &mut self,
-        pool: &[u8],
+        pool: &mut [u8],
         slot: usize,
         items: &[Outgoing],
     ) -> Result<(), BackendError> {
@@ -132,183 +209,231 @@ impl UdpBackend {
             while j < items.len() && j - i < TX_BATCH && items[j].src == src {
                 j += 1;
             }
-            let fd = self.tx_socket(src)?.as_raw_fd();
-            let mut done = i;
-            while done < j {
-                let n = j - done;
-                let iovs: [[IoSlice<'_>; 1]; TX_BATCH] = core::array::from_fn(|k| {
-                    let it = items.get(done + k).filter(|_| k < n);
-                    [IoSlice::new(it.map_or(&[][..], |it| {
-                        &pool[(done + k) * slot..(done + k) * slot + it.len]
-                    }))]
-                });
-                let addrs: [Option<SockaddrStorage>; TX_BATCH] = core::array::from_fn(|k| {
-                    (k < n).then(|| SockaddrStorage::from(items[done + k].dst))
-                });
-                let sent = sendmmsg(
-                    fd,
-                    &mut self.tx_headers,
-                    iovs[..n].iter(),
-                    &addrs[..n],
-                    [],
-                    MsgFlags::empty(),
-                );
-                match sent {
-                    Ok(r) => done += r.count().max(1),
-                    Err(nix::errno::Errno::EAGAIN) => wait_writable(&self.tx[&src.port()]),
-                    Err(nix::errno::Errno::EINTR) => {}
-                    // ICMP port unreachable from an earlier datagram: this one went.
-                    Err(nix::errno::Errno::ECONNREFUSED) => done += 1,
-                    Err(e) => {
-                        return Err(BackendError::Send {
-                            src,
-                            dst: items[done].dst,
-                            source: std::io::Error::from(e),
-                        })
-                    }
-                }
-            }
+            self.send_run(pool, slot, &items[i..j], i)?;
             i = j;
         }
         Ok(())
     }
 
-    /// Sends one RoCE packet from `src` (our address, the QP's source port) to `dst`.
-    pub fn send(
-        &mut self,
-        src: SocketAddr,
-        dst: SocketAddr,
-        data: &[u8],
-    ) -> Result<(), BackendError> {
-        let sock = match self.tx.get(&src.port()) {
-            Some(s) => s,
-            None => {
-                let s = if src.port() == ROCE_UDP_PORT {
-                    self.rx.try_clone().map_err(|source| BackendError::Bind {
-                        addr: src,
-                        source,
-                        hint: "",
-                    })?
-                } else {
-                    bind(src)?
-                };
-                self.tx.entry(src.port()).or_insert(s)
-            }
-        };
-        loop {
-            match sock.send_to(data, dst) {
-                Ok(_) => return Ok(()),
-                // A full socket buffer: wait for room (bounded by the kernel draining).
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    wait_writable(sock);
+    /// Cuts a run (one source port, at most `TX_BATCH`) into trains.
+    fn trains(items: &[Outgoing], gso: bool, out: &mut [Train; TX_BATCH]) -> usize {
+        let mut n = 0;
+        for (k, it) in items.iter().enumerate() {
+            if n > 0 && gso {
+                let t = &mut out[n - 1];
+                let first = &items[t.start];
+                let last = &items[t.end - 1];
+                // Equal lengths, the last may be shorter (UDP_SEGMENT's rule); one
+                // destination; within the kernel's limits.
+                let joins = it.dst == first.dst
+                    && last.len == first.len
+                    && it.len <= first.len
+                    && t.segments() < GSO_MAX_SEGMENTS
+                    && (t.segments() + 1) * first.len <= GSO_MAX_BYTES;
+                if joins {
+                    t.end = k + 1;
+                    continue;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(source) => return Err(BackendError::Send { src, dst, source }),
             }
+            out[n] = Train {
+                start: k,
+                end: k + 1,
+            };
+            n += 1;
         }
+        n
     }
 
-    /// Receives one datagram into `buf` if one is waiting.
-    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<Option<Received>, BackendError> {
-        loop {
-            match self.rx.recv_from(buf) {
-                Ok((len, src)) => {
-                    return Ok(Some(Received {
-                        src,
-                        dst: self.local,
-                        len,
-                        ipv4_id: None,
-                    }))
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                // ICMP port unreachable from an earlier send surfaces here on Linux;
-                // it says nothing about this socket's ability to receive.
-                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
-                Err(source) => {
-                    return Err(BackendError::Recv {
-                        addr: self.local,
-                        source,
-                    })
-                }
-            }
-        }
-    }
-
-    /// Receives up to `out.len()` (at most `RX_BATCH`) waiting datagrams with one
-    /// `recvmmsg`, datagram `i` into `pool[i * slot..][..slot]`. Returns how many; no
-    /// allocation. Datagrams longer than `slot` are dropped and counted (`truncated`).
-    pub fn recv_batch(
+    /// Rewrites the ICRCs of an IPv4 train's segments 1.. from ID 0 to their own IDs
+    /// (`back`: and back again, for a train that then goes out datagram by datagram).
+    fn rebase_train(
         &mut self,
         pool: &mut [u8],
         slot: usize,
-        out: &mut [Received],
-    ) -> Result<usize, BackendError> {
-        let n = out.len().min(RX_BATCH).min(pool.len() / slot.max(1));
-        if n == 0 {
-            return Ok(0);
+        base: usize,
+        run: &[Outgoing],
+        t: Train,
+        back: bool,
+    ) {
+        if !run[t.start].dst.is_ipv4() {
+            return;
         }
-        // (source, length, truncated) of each datagram, read before the buffers are
-        // touched again (recvmmsg borrows them all).
-        let mut got = [(None::<SocketAddr>, 0usize, false); RX_BATCH];
-        let count = {
-            let mut chunks = pool.chunks_exact_mut(slot);
-            let mut iovs: [[IoSliceMut<'_>; 1]; RX_BATCH] =
-                core::array::from_fn(|_| [IoSliceMut::new(chunks.next().unwrap_or(&mut []))]);
-            let res = match recvmmsg(
-                self.rx.as_raw_fd(),
-                &mut self.rx_headers,
-                iovs[..n].iter_mut(),
-                MsgFlags::MSG_DONTWAIT,
-                None,
-            ) {
-                Ok(r) => r,
-                // Nothing waiting, a signal, or a late ICMP port unreachable for an
-                // earlier send: nothing received this time.
-                Err(
-                    nix::errno::Errno::EAGAIN
-                    | nix::errno::Errno::EINTR
-                    | nix::errno::Errno::ECONNREFUSED,
-                ) => return Ok(0),
+        for k in t.start + 1..t.end {
+            let at = (base + k) * slot;
+            let id = (k - t.start) as u16;
+            let (from, to) = if back { (id, 0) } else { (0, id) };
+            self.rebase.rebase(&mut pool[at..at + run[k].len], from, to);
+        }
+    }
+
+    /// Sends one run: datagram `k` of `run` is in slot `base + k`.
+    fn send_run(
+        &mut self,
+        pool: &mut [u8],
+        slot: usize,
+        run: &[Outgoing],
+        base: usize,
+    ) -> Result<(), BackendError> {
+        let src = run[0].src;
+        let gso = self.tx_socket(src)?.gso;
+        let mut trains = [Train::default(); TX_BATCH];
+        let n = Self::trains(run, gso, &mut trains);
+        for t in &trains[..n] {
+            if t.segments() > 1 {
+                self.rebase_train(pool, slot, base, run, *t, false);
+            }
+        }
+        let mut done = 0; // trains sent
+        while done < n {
+            // One sendmmsg: single datagrams together, or GSO trains of one segment size
+            // together (the control message is shared across the call).
+            let multi = trains[done].segments() > 1;
+            let seg = run[trains[done].start].len;
+            let mut end = done + 1;
+            while end < n
+                && (trains[end].segments() > 1) == multi
+                && (!multi || run[trains[end].start].len == seg)
+            {
+                end += 1;
+            }
+            let sent = {
+                let fd = self.tx[&src.port()].sock.as_raw_fd();
+                let iovs: [IoSlice<'_>; TX_BATCH] = core::array::from_fn(|k| {
+                    IoSlice::new(run.get(k).map_or(&[][..], |it| {
+                        &pool[(base + k) * slot..(base + k) * slot + it.len]
+                    }))
+                });
+                let msgs: [&[IoSlice<'_>]; TX_BATCH] = core::array::from_fn(|m| {
+                    let t = trains[(done + m).min(n - 1)];
+                    &iovs[t.start..t.end]
+                });
+                let count = end - done;
+                // Kept in `self`: 32 socket addresses are 4 KiB, too much to build per call.
+                for (m, a) in self.tx_addrs[..count].iter_mut().enumerate() {
+                    *a = Some(SockaddrStorage::from(run[trains[done + m].start].dst));
+                }
+                let addrs = &self.tx_addrs;
+                if multi {
+                    let seg16 = seg as u16;
+                    sendmmsg(
+                        fd,
+                        &mut self.tx_gso_headers,
+                        msgs[..count].iter(),
+                        &addrs[..count],
+                        [ControlMessage::UdpGsoSegments(&seg16)],
+                        MsgFlags::empty(),
+                    )
+                    .map(|r| r.count())
+                } else {
+                    sendmmsg(
+                        fd,
+                        &mut self.tx_headers,
+                        msgs[..count].iter(),
+                        &addrs[..count],
+                        [],
+                        MsgFlags::empty(),
+                    )
+                    .map(|r| r.count())
+                }
+            };
+            match sent {
+                Ok(r) => {
+                    if multi {
+                        self.stats.gso_sends += r as u64;
+                        self.stats.gso_segments += trains[done..done + r]
+                            .iter()
+                            .map(|t| t.segments() as u64)
+                            .sum::<u64>();
+                    }
+                    done += r.max(1);
+                }
+                Err(Errno::EAGAIN) => wait_writable(&self.tx[&src.port()].sock),
+                Err(Errno::EINTR) => {}
+                Err(e) if multi && gso_refused(e) => {
+                    // Undo the ICRC rewrite of what is left and send it datagram by
+                    // datagram, now and from now on.
+                    for t in &trains[done..n] {
+                        if t.segments() > 1 {
+                            self.rebase_train(pool, slot, base, run, *t, true);
+                        }
+                    }
+                    self.tx.get_mut(&src.port()).expect("socket").gso = false;
+                    let rest = trains[done].start;
+                    return self.send_run(pool, slot, &run[rest..], base + rest);
+                }
+                // ICMP port unreachable from an earlier datagram: this one went.
+                Err(Errno::ECONNREFUSED) => done += 1,
                 Err(e) => {
-                    return Err(BackendError::Recv {
-                        addr: self.local,
+                    return Err(BackendError::Send {
+                        src,
+                        dst: run[trains[done].start].dst,
                         source: std::io::Error::from(e),
                     })
                 }
-            };
-            let mut c = 0;
-            for m in res {
-                got[c] = (
-                    m.address.as_ref().and_then(to_socket_addr),
-                    m.bytes,
-                    m.flags.contains(MsgFlags::MSG_TRUNC),
-                );
-                c += 1;
             }
-            c
+        }
+        Ok(())
+    }
+
+    /// Receives up to `out.len()` (at most `RX_BATCH`) waiting datagrams with one
+    /// `recvmmsg`, datagram `i` into `pool[i * RX_SLOT..][..RX_SLOT]`. Returns how many;
+    /// no allocation. A datagram the kernel coalesced (GRO) has `segment` set: it holds
+    /// datagrams of that length, the last possibly shorter. Datagrams longer than a slot
+    /// are dropped and counted (`stats.truncated`).
+    pub fn recv_batch(
+        &mut self,
+        pool: &mut [u8],
+        out: &mut [Received],
+    ) -> Result<usize, BackendError> {
+        let n = out.len().min(RX_BATCH);
+        let meta = &mut self.rx_meta;
+        let got = match self
+            .rx_mmsg
+            .recv(self.rx.as_fd(), pool, RX_SLOT, &mut meta[..n])
+        {
+            Ok(n) => n,
+            // Nothing waiting, a signal, or a late ICMP port unreachable for an earlier
+            // send: nothing received this time.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::Interrupted | ErrorKind::ConnectionRefused
+                ) =>
+            {
+                return Ok(0)
+            }
+            Err(source) => {
+                return Err(BackendError::Recv {
+                    addr: self.local,
+                    source,
+                })
+            }
         };
         let mut k = 0;
-        let mut truncated = 0;
-        for (i, &(src, len, trunc)) in got[..count].iter().enumerate() {
-            if trunc {
-                truncated += 1;
+        for (i, m) in meta[..got].iter().enumerate() {
+            if m.truncated {
+                self.stats.truncated += 1;
                 continue;
             }
-            let Some(src) = src else { continue };
-            // Datagram i sits in slot i; keep the kept ones in slots 0..k.
-            if k != i {
-                pool.copy_within(i * slot..i * slot + len, k * slot);
+            let Some(src) = m.src else {
+                self.stats.no_source += 1;
+                continue;
+            };
+            let segment = m.gro_segment.filter(|&s| s < m.len);
+            if let Some(s) = segment {
+                self.stats.gro_datagrams += 1;
+                self.stats.gro_segments += m.len.div_ceil(s) as u64;
             }
             out[k] = Received {
                 src,
                 dst: self.local,
-                len,
+                offset: i * RX_SLOT,
+                len: m.len,
+                segment,
                 ipv4_id: None,
             };
             k += 1;
         }
-        self.truncated += truncated;
         Ok(k)
     }
 
@@ -316,14 +441,6 @@ impl UdpBackend {
     pub fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.rx.as_fd()
     }
-}
-
-fn to_socket_addr(a: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = a.as_sockaddr_in() {
-        return Some(SocketAddr::from((v4.ip(), v4.port())));
-    }
-    a.as_sockaddr_in6()
-        .map(|v6| SocketAddr::from((v6.ip(), v6.port())))
 }
 
 fn wait_writable(s: &UdpSocket) {

@@ -470,10 +470,14 @@ impl Engine {
                 continue;
             }
             let mut ctx = ctx!(self, now);
-            if let Some(n) = qp
-                .next_response(&mut ctx, buf)
-                .or_else(|| qp.next_request(&mut ctx, buf))
-            {
+            let next = if qp.resp.only_ack_pending() {
+                qp.next_request(&mut ctx, buf)
+                    .or_else(|| qp.next_response(&mut ctx, buf))
+            } else {
+                qp.next_response(&mut ctx, buf)
+                    .or_else(|| qp.next_request(&mut ctx, buf))
+            };
+            if let Some(n) = next {
                 found = Some((qpn, n));
                 break;
             }

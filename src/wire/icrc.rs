@@ -234,29 +234,89 @@ fn pivot(v: u32) -> u32 {
     1 << (31 - v.leading_zeros())
 }
 
+/// How setting each bit of the IPv4 identification changes the ICRC of an input of
+/// `total` bytes (LRH through pad): the CRC is affine, so the change is the same whatever
+/// the other bytes are, and changes of several bits XOR together.
+fn id_deltas(total: usize) -> [u32; 16] {
+    const ZEROS: [u8; 1024] = [0; 1024];
+    let crc = |id: u16| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(&ZEROS[..ID_OFFSET]);
+        h.update(&id.to_be_bytes());
+        let mut left = total.saturating_sub(ID_OFFSET + 2);
+        while left > 0 {
+            let n = left.min(ZEROS.len());
+            h.update(&ZEROS[..n]);
+            left -= n;
+        }
+        h.finalize()
+    };
+    let base = crc(0);
+    core::array::from_fn(|bit| crc(1 << bit) ^ base)
+}
+
+/// Bytes of ICRC input (LRH through pad) of an IPv4 packet without options whose RoCE
+/// part (BTH through ICRC) is `roce_len` bytes.
+fn ipv4_icrc_input_len(roce_len: usize) -> usize {
+    MASKED_LRH.len() + IPV4_MIN_LEN + UDP_LEN + roce_len - ICRC_LEN
+}
+
+/// Moves ICRCs from one IPv4 identification to another without a CRC pass over the
+/// packet. For UDP GSO (`backend::udp`): the kernel cuts one send into segments whose
+/// IDs count up from the send's own (0, from an unconnected socket with DF), and the ICRC
+/// covers each segment's ID (A17.4.1), so segment `k` must carry the ICRC of ID `k`.
+/// The deltas depend only on the length; the few lengths a stream uses (full segments,
+/// a shorter last one, ACKs) are kept.
+#[derive(Debug, Default)]
+pub struct Ipv4IdRebase {
+    /// (ICRC input length, deltas); length 0 is an empty entry.
+    cache: [(usize, [u32; 16]); 4],
+    next: usize,
+}
+
+impl Ipv4IdRebase {
+    pub fn new() -> Ipv4IdRebase {
+        Ipv4IdRebase::default()
+    }
+
+    /// Rewrites the ICRC at the end of `roce` (BTH through ICRC, sent over IPv4 without
+    /// options), computed with identification `from`, to the one for identification `to`.
+    pub fn rebase(&mut self, roce: &mut [u8], from: u16, to: u16) {
+        let Some(at) = roce.len().checked_sub(ICRC_LEN) else {
+            return;
+        };
+        if at < bth::HEADER_LEN || from == to {
+            return;
+        }
+        let total = ipv4_icrc_input_len(roce.len());
+        let i = match self.cache.iter().position(|e| e.0 == total) {
+            Some(i) => i,
+            None => {
+                let i = self.next;
+                self.next = (self.next + 1) % self.cache.len();
+                self.cache[i] = (total, id_deltas(total));
+                i
+            }
+        };
+        let deltas = &self.cache[i].1;
+        let flip = from ^ to;
+        let delta = (0..16)
+            .filter(|b| flip & (1 << b) != 0)
+            .fold(0, |d, b| d ^ deltas[b]);
+        let icrc = u32::from_le_bytes([roce[at], roce[at + 1], roce[at + 2], roce[at + 3]]);
+        roce[at..].copy_from_slice(&(icrc ^ delta).to_le_bytes());
+    }
+}
+
 impl IdBasis {
     /// The basis for ICRC inputs of `total` bytes (LRH through pad).
     fn new(total: usize) -> IdBasis {
-        const ZEROS: [u8; 1024] = [0; 1024];
-        let crc = |id: u16| {
-            let mut h = crc32fast::Hasher::new();
-            h.update(&ZEROS[..ID_OFFSET]);
-            h.update(&id.to_be_bytes());
-            let mut left = total.saturating_sub(ID_OFFSET + 2);
-            while left > 0 {
-                let n = left.min(ZEROS.len());
-                h.update(&ZEROS[..n]);
-                left -= n;
-            }
-            h.finalize()
-        };
-        let base = crc(0);
         let mut b = IdBasis {
             rows: [(0, 0); 16],
             n: 0,
         };
-        for bit in 0..16 {
-            let (v, m) = b.reduce(crc(1 << bit) ^ base);
+        for (bit, &delta) in id_deltas(total).iter().enumerate() {
+            let (v, m) = b.reduce(delta);
             if v != 0 {
                 b.rows[b.n] = (v, m ^ (1 << bit));
                 b.n += 1;
@@ -300,7 +360,7 @@ impl Ipv4IdSolver {
         match verify(ip_id0, udp, roce) {
             Ok(()) => Ok(0),
             Err(WireError::BadIcrc { found, computed }) => {
-                let total = MASKED_LRH.len() + IPV4_MIN_LEN + UDP_LEN + roce.len() - ICRC_LEN;
+                let total = ipv4_icrc_input_len(roce.len());
                 let basis = self
                     .by_len
                     .entry(total)
@@ -403,5 +463,32 @@ mod test {
         pkt[0] = 4;
         fill(ph.ip(), ph.udp(), &mut pkt).unwrap();
         assert_eq!(solver.solve(ph.ip(), ph.udp(), &pkt).unwrap(), 0);
+    }
+
+    /// Rebasing an ICRC from ID 0 to ID k gives exactly the ICRC computed with ID k, for
+    /// lengths from an ACK to a 4096-byte segment, and rebasing back restores it.
+    #[test]
+    fn ipv4_id_rebase_equals_recomputing() {
+        let src = "10.0.0.1:49152".parse().unwrap();
+        let dst = "10.0.0.2:4791".parse().unwrap();
+        let mut r = Ipv4IdRebase::new();
+        for len in [20, 24, 80, 1052, 4124, 4125, 4127, 333] {
+            let mut pkt: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let ph0 = PseudoHeaders::new(src, dst, 0, len);
+            fill(ph0.ip(), ph0.udp(), &mut pkt).unwrap();
+            let sent = pkt.clone();
+            for id in [1u16, 2, 3, 17, 63, 0x8001, 0xffff] {
+                let mut p = sent.clone();
+                r.rebase(&mut p, 0, id);
+                let phk = PseudoHeaders::new(src, dst, id, len);
+                verify(phk.ip(), phk.udp(), &p).unwrap();
+                assert!(
+                    verify(ph0.ip(), ph0.udp(), &p).is_err(),
+                    "len {len} id {id}"
+                );
+                r.rebase(&mut p, id, 0);
+                assert_eq!(p, sent);
+            }
+        }
     }
 }

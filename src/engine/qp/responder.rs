@@ -128,6 +128,21 @@ impl Responder {
         !self.queue.is_empty()
     }
 
+    /// Whether all that waits is one positive ACK. It can yield to the QP's own
+    /// requests: it is cumulative and covers nothing they depend on, and behind a
+    /// request of the same length or longer it rides in the same GSO send (the kernel
+    /// lets only a train's last segment be shorter).
+    pub fn only_ack_pending(&self) -> bool {
+        self.queue.len() == 1
+            && matches!(
+                self.queue.front(),
+                Some(Response::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
+    }
+
     /// Queues an ACK, coalescing with an ACK already waiting at the back.
     fn push_ack(&mut self, psn: Psn, msn: u32, stats: &mut crate::engine::stats::Counters) {
         if let Some(Response::Ack {
