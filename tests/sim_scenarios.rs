@@ -898,3 +898,60 @@ fn sqd_finishes_what_started_starts_nothing_new_and_reports_drained() {
     p.settle();
     assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::Success)]);
 }
+
+/// A lone positive ACK yields to its QP's ready request (it is cumulative and covers
+/// nothing the request depends on), so a ping-pong answer and the ACK of the ping leave
+/// in that order, the shorter last, as one UDP GSO send can carry them. Anything else
+/// waiting in the responder (a NAK, a READ response) keeps going first.
+#[test]
+fn a_lone_ack_goes_out_behind_the_qps_request() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 1, 0, 64);
+    p.post_recv(A, 1, 0, 64);
+    p.send(A, 1, SendOp::Send, 0, 64);
+    let now = Instant::from_nanos(1_000);
+    let mut buf = [0u8; 4352];
+    // A's SEND reaches B: B now owes an ACK.
+    let t = p.engine(A).poll_transmit(now, &mut buf).expect("A sends");
+    let ping = buf[..t.len].to_vec();
+    p.engine(B).handle_datagram(
+        now,
+        Datagram {
+            src: t.src,
+            dst: t.dst,
+            ipv4_id: Some(0),
+            data: &ping,
+        },
+    );
+    assert_eq!(p.completions(B).len(), 1, "B received the ping");
+    // B answers before its NIC transmits: the answer first, then the ACK.
+    p.send(B, 2, SendOp::Send, 0, 64);
+    let mut order = Vec::new();
+    while let Some(t) = p.engine(B).poll_transmit(now, &mut buf) {
+        order.push((buf[0], t.len));
+    }
+    assert_eq!(
+        order,
+        vec![
+            (op::RC_SEND_ONLY.0, 12 + 64 + 4),
+            (op::RC_ACKNOWLEDGE.0, 12 + 4 + 4)
+        ]
+    );
+    // With no request ready, the ACK goes at once.
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 1, 0, 64);
+    p.send(A, 1, SendOp::Send, 0, 64);
+    let t = p.engine(A).poll_transmit(now, &mut buf).expect("A sends");
+    let ping = buf[..t.len].to_vec();
+    p.engine(B).handle_datagram(
+        now,
+        Datagram {
+            src: t.src,
+            dst: t.dst,
+            ipv4_id: Some(0),
+            data: &ping,
+        },
+    );
+    let t = p.engine(B).poll_transmit(now, &mut buf).expect("B ACKs");
+    assert_eq!((buf[0], t.len), (op::RC_ACKNOWLEDGE.0, 20));
+}
