@@ -72,6 +72,9 @@ pub struct UdpStats {
     /// GSO sends (each carries two or more datagrams) and the datagrams they carried.
     pub gso_sends: u64,
     pub gso_segments: u64,
+    /// Sending sockets on which the kernel refused GSO (no checksum offload on the
+    /// device, say): they send one datagram per packet from then on.
+    pub gso_fallbacks: u64,
     /// Received datagrams the kernel had coalesced (GRO), and the datagrams inside.
     pub gro_datagrams: u64,
     pub gro_segments: u64,
@@ -358,6 +361,7 @@ impl UdpBackend {
                         }
                     }
                     self.tx.get_mut(&src.port()).expect("socket").gso = false;
+                    self.stats.gso_fallbacks += 1;
                     let rest = trains[done].start;
                     return self.send_run(pool, slot, &run[rest..], base + rest);
                 }

@@ -494,9 +494,17 @@ fn run_inner(args: &Args) -> Result<bool, String> {
         let c = n.d.engine.counters();
         let shown: Vec<String> = c.nonzero().map(|(k, v)| format!("{k}={v}")).collect();
         println!("NIC {name} counters: {}", shown.join(" "));
+        let b = n.d.backend.stats;
         println!(
-            "NIC {name} I/O: {} datagrams sent, {} received, {} dropped by --loss",
-            n.d.io.tx_datagrams, n.d.io.rx_datagrams, n.d.io.tx_dropped
+            "NIC {name} I/O: {} datagrams sent ({} in {} GSO sends), {} received ({} in {} \
+             GRO-coalesced), {} dropped by --loss",
+            n.d.io.tx_datagrams,
+            b.gso_segments,
+            b.gso_sends,
+            n.d.io.rx_datagrams,
+            b.gro_segments,
+            b.gro_datagrams,
+            n.d.io.tx_dropped
         );
     }
     println!(

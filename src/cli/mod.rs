@@ -32,6 +32,14 @@ enum Command {
     Perf(perf::Args),
 }
 
+/// A `SECS` option: a positive, finite number of seconds (fractions allowed).
+fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v)),
+        _ => Err(format!("{s} is not a positive number of seconds")),
+    }
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();

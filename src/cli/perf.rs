@@ -157,15 +157,15 @@ pub struct Args {
     pub bind: Option<IpAddr>,
     /// How long the server waits for a client (default: forever) and the client for the
     /// server to listen (default 5 s).
-    #[arg(long, value_name = "SECS")]
-    pub wait: Option<f64>,
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub wait: Option<Duration>,
     /// Longest time the NIC polls for the next packet before it sleeps on the socket
     /// (0: always sleep, which leaves the CPU to a peer on the same machine).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
     pub spin_us: u64,
     /// Longest silence (no exchange step, no packet) before giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub timeout: f64,
+    #[arg(long, value_name = "SECS", value_parser = super::seconds, default_value = "10")]
+    pub timeout: Duration,
     /// perftest's device (-d), GID index (-x) and CM-less (-F) options: accepted and
     /// ignored, the NIC is the one bound to --bind.
     #[arg(short = 'd', long = "ib-dev", hide = true)]
@@ -191,8 +191,6 @@ pub enum PerfError {
     LatTest(Test),
     #[error("perf write --lat needs -s 1 or more: the last byte carries the turn")]
     LatSize,
-    #[error("--{what} {value} is not a positive number of seconds")]
-    Seconds { what: &'static str, value: f64 },
     #[error(transparent)]
     Locate(#[from] LocateError),
     #[error("{0}: start the server first (`roce-emu perf` or `{1}` without a SERVER), check -p")]
@@ -684,14 +682,6 @@ pub fn run(args: &Args) -> i32 {
     }
 }
 
-fn seconds(what: &'static str, value: f64) -> Result<Duration> {
-    if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(PerfError::Seconds { what, value })
-    }
-}
-
 fn run_inner(args: &Args) -> Result<()> {
     let test = args.test;
     let mtu = match args.mtu {
@@ -722,8 +712,7 @@ fn run_inner(args: &Args) -> Result<()> {
             return Err(PerfError::Zero { what });
         }
     }
-    let timeout = seconds("timeout", args.timeout)?;
-    let wait = args.wait.map(|w| seconds("wait", w)).transpose()?;
+    let (timeout, wait) = (args.timeout, args.wait);
 
     let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
     let server = args.server.as_deref().zip(addrs);
@@ -969,6 +958,7 @@ fn run_inner(args: &Args) -> Result<()> {
         if args.json {
             let mut j = lat_json(test, &r, path_mtu, client, bind, peer_ip);
             j["counters"] = nic.d.engine.counters().nonzero().collect();
+            j["io"] = io_json(&nic.d);
             println!("{j}");
         } else {
             print_lat(&r);
@@ -1006,6 +996,7 @@ fn run_inner(args: &Args) -> Result<()> {
     if args.json {
         let mut j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);
         j["counters"] = nic.d.engine.counters().nonzero().collect();
+        j["io"] = io_json(&nic.d);
         println!("{j}");
     } else {
         print_report(&shown);
@@ -1466,6 +1457,21 @@ fn print_lat(r: &LatReport) {
         r.size, r.iters, r.t_min, r.t_max, r.t_typical, r.t_avg, r.t_stdev, r.p99, r.p999
     );
     println!("{line}");
+}
+
+/// The I/O path's counters (the engine's are under "counters").
+fn io_json(d: &Driver) -> serde_json::Value {
+    let b = d.backend.stats;
+    serde_json::json!({
+        "tx_datagrams": d.io.tx_datagrams,
+        "rx_datagrams": d.io.rx_datagrams,
+        "gso_sends": b.gso_sends,
+        "gso_segments": b.gso_segments,
+        "gso_fallbacks": b.gso_fallbacks,
+        "gro_datagrams": b.gro_datagrams,
+        "gro_segments": b.gro_segments,
+        "truncated": b.truncated,
+    })
 }
 
 fn lat_json(

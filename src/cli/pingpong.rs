@@ -99,15 +99,15 @@ pub struct Args {
     pub bind: Option<IpAddr>,
     /// Seconds the client keeps trying to connect (default 5) or the server waits for a
     /// client (default: forever, as rc_pingpong).
-    #[arg(long, value_name = "SECS")]
-    pub wait: Option<f64>,
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub wait: Option<Duration>,
     /// Longest time the NIC polls for the next packet before it sleeps on the socket
     /// (0: always sleep, which leaves the CPU to a peer on the same machine).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
     pub spin_us: u64,
     /// Seconds any step of the exchange, or the traffic, may go without progress.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
-    pub timeout: f64,
+    #[arg(long, value_name = "SECS", value_parser = super::seconds, default_value = "10")]
+    pub timeout: Duration,
 }
 
 // ---- the address record ---------------------------------------------------------------
@@ -259,8 +259,6 @@ pub enum PingpongError {
     Mtu(u32),
     #[error("{what} must be at least 1")]
     Zero { what: &'static str },
-    #[error("--{what} {value} is not a positive number of seconds")]
-    Seconds { what: &'static str, value: f64 },
     #[error(transparent)]
     Locate(#[from] LocateError),
     #[error(
@@ -385,14 +383,6 @@ pub fn run(args: &Args) -> i32 {
     }
 }
 
-fn seconds(what: &'static str, value: f64) -> Result<Duration> {
-    if value.is_finite() && value > 0.0 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(PingpongError::Seconds { what, value })
-    }
-}
-
 fn run_inner(args: &Args) -> Result<()> {
     let mtu = Mtu::from_bytes(args.mtu).ok_or(PingpongError::Mtu(args.mtu))?;
     if args.rx_depth == 0 {
@@ -403,8 +393,7 @@ fn run_inner(args: &Args) -> Result<()> {
     if args.iters == 0 {
         return Err(PingpongError::Zero { what: "-n (iters)" });
     }
-    let timeout = seconds("timeout", args.timeout)?;
-    let wait = args.wait.map(|w| seconds("wait", w)).transpose()?;
+    let (timeout, wait) = (args.timeout, args.wait);
 
     // Where the server is, and so which address this NIC takes by default.
     let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
@@ -902,17 +891,10 @@ impl Pingpong {
     }
 
     /// Drives the NIC until `iters` sends and receives completed, polling while `Spin`
-    /// says so and sleeping on the socket (or the next timer) otherwise.
+    /// says so and sleeping on the socket (or the next timer) otherwise. On an error,
+    /// what the engine still had to send (a NAK for the peer, say) leaves when the
+    /// driver is dropped.
     fn run_loop(&mut self, timeout: Duration) -> Result<()> {
-        let r = self.run_loop_inner(timeout);
-        if r.is_err() {
-            // What the failure produced (a NAK for the peer, say) still goes out.
-            let _ = self.d.transmit();
-        }
-        r
-    }
-
-    fn run_loop_inner(&mut self, timeout: Duration) -> Result<()> {
         let mut wc = [Completion::default(); 2];
         let mut progress = Instant::now();
         let mut spin = Spin::new(self.spin);

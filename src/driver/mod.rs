@@ -203,6 +203,15 @@ impl Driver {
     }
 }
 
+impl Drop for Driver {
+    /// Whatever the engine still has to send leaves before the NIC goes away: a caller
+    /// that stops on an error (a QP in ERR, a timeout) still tells the peer what the
+    /// engine produced for it (a NAK, the ACK of its last message).
+    fn drop(&mut self) {
+        let _ = self.transmit();
+    }
+}
+
 /// Polls every driver until none has work and returns if anything happened (so the
 /// caller can look at its completions); otherwise sleeps until a datagram arrives for any
 /// of them or the earliest deadline (at most `max_wait`).
