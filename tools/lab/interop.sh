@@ -83,7 +83,9 @@ run_test() {
 }
 
 usec() { sed -n 's/.* = \([0-9.]*\) usec\/iter/\1/p' "$1" | tail -1; }
-mbps_json() { python3 -c 'import json,sys; print("%.2f MB/s" % json.load(open(sys.argv[1]))["bw_average_mb_per_sec"])' "$1" 2>/dev/null; }
+# The figure of a roce-emu perf run, and how many of its datagrams left in GSO trains
+# (rxe receives them as separate packets with IP IDs 0, 1, 2, ...: each ICRC must match).
+mbps_json() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); io=j.get("io",{}); print("%.2f MB/s, %d of %d datagrams sent in GSO trains" % (j["bw_average_mb_per_sec"], io.get("gso_segments",0), io.get("tx_datagrams",0)))' "$1" 2>/dev/null; }
 mbps_table() { awk '/#bytes/{getline; print $4 " MB/s"}' "$1" | tail -1; }
 
 # ---- the three shapes of a test ---------------------------------------------------------
