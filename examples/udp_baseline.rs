@@ -2,8 +2,10 @@
 //! this machine, to hold `roce-emu perf` and `roce-emu pingpong` against.
 //!
 //! ```text
-//! udp_baseline sink  BIND:PORT                 receive (recvmmsg, 32 a call) until 1 s quiet
-//! udp_baseline blast DST:PORT SIZE COUNT       send COUNT datagrams (sendmmsg, 32 a call)
+//! udp_baseline sink  BIND:PORT [gro]           receive (recvmmsg, 32 a call; with gro: UDP
+//!                                              GRO, one recvmsg a train) until 1 s quiet
+//! udp_baseline blast DST:PORT SIZE COUNT [gso] send COUNT datagrams (sendmmsg, 32 a call;
+//!                                              with gso: one UDP GSO send per 64 KiB)
 //! udp_baseline echo  BIND:PORT COUNT [K]       answer COUNT round trips (busy polling)
 //! udp_baseline ping  DST:PORT SIZE COUNT [K]   COUNT round trips (busy polling), K each way
 //! ```
@@ -33,6 +35,15 @@ fn arg<T: std::str::FromStr>(a: &[String], i: usize, what: &str) -> T {
         .unwrap_or_else(|| die(&format!("missing or bad {what}")))
 }
 
+/// An optional trailing word: present (true), absent (false), anything else an error.
+fn flag(a: &[String], i: usize, word: &str) -> bool {
+    match a.get(i).map(String::as_str) {
+        None => false,
+        Some(w) if w == word => true,
+        Some(w) => die(&format!("expected {word} or nothing, not {w}")),
+    }
+}
+
 fn die(msg: &str) -> ! {
     eprintln!("udp_baseline: {msg}");
     std::process::exit(2)
@@ -52,16 +63,42 @@ fn bind(addr: SocketAddr) -> UdpSocket {
     s.into()
 }
 
-fn sink(addr: SocketAddr) {
+fn sink(addr: SocketAddr, gro: bool) {
     let s = bind(addr);
     s.set_nonblocking(true).expect("nonblocking");
+    if gro {
+        setsockopt(&s, sockopt::UdpGroSegment, &true)
+            .unwrap_or_else(|e| die(&format!("UDP_GRO: {e}")));
+    }
+    let mut cmsg = nix::cmsg_space!(i32);
     let mut pool = vec![0u8; SLOT * BATCH];
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let (mut n, mut bytes) = (0u64, 0u64);
     let (mut first, mut last) = (None, Instant::now());
     let start = Instant::now();
     loop {
-        let got = {
+        // With GRO one receive holds a train: (datagrams, bytes).
+        let got: Vec<(u64, u64)> = if gro {
+            let mut iov = [IoSliceMut::new(&mut pool[..])];
+            match recvmsg::<SockaddrStorage>(
+                s.as_raw_fd(),
+                &mut iov,
+                Some(&mut cmsg),
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(m) => {
+                    let mut k = 1;
+                    for c in m.cmsgs().into_iter().flatten() {
+                        if let ControlMessageOwned::UdpGroSegments(g) = c {
+                            k = m.bytes.div_ceil(g.max(1) as usize) as u64;
+                        }
+                    }
+                    vec![(k, m.bytes as u64)]
+                }
+                Err(nix::errno::Errno::EAGAIN) => Vec::new(),
+                Err(e) => die(&format!("recvmsg: {e}")),
+            }
+        } else {
             let mut iovs: Vec<[IoSliceMut<'_>; 1]> = pool
                 .chunks_exact_mut(SLOT)
                 .map(|c| [IoSliceMut::new(c)])
@@ -73,7 +110,7 @@ fn sink(addr: SocketAddr) {
                 MsgFlags::MSG_DONTWAIT,
                 None,
             ) {
-                Ok(r) => r.map(|m| m.bytes as u64).collect::<Vec<_>>(),
+                Ok(r) => r.map(|m| (1, m.bytes as u64)).collect::<Vec<_>>(),
                 Err(nix::errno::Errno::EAGAIN) => Vec::new(),
                 Err(e) => die(&format!("recvmmsg: {e}")),
             }
@@ -91,8 +128,8 @@ fn sink(addr: SocketAddr) {
         }
         last = Instant::now();
         first.get_or_insert(last);
-        n += got.len() as u64;
-        bytes += got.iter().sum::<u64>();
+        n += got.iter().map(|g| g.0).sum::<u64>();
+        bytes += got.iter().map(|g| g.1).sum::<u64>();
     }
     let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
     println!(
@@ -105,7 +142,7 @@ fn sink(addr: SocketAddr) {
     );
 }
 
-fn blast(dst: SocketAddr, size: usize, count: u64) {
+fn blast(dst: SocketAddr, size: usize, count: u64, gso: bool) {
     let src: SocketAddr = if dst.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }
         .parse()
         .expect("addr");
@@ -114,6 +151,24 @@ fn blast(dst: SocketAddr, size: usize, count: u64) {
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
     let addrs: Vec<Option<SockaddrStorage>> = (0..BATCH).map(|_| Some(dst.into())).collect();
     let mut sent = 0u64;
+    // GSO: trains of as many datagrams as fit 64 KiB, one sendmsg each.
+    let train = (65_000 / size.max(1)).clamp(1, 64);
+    while gso && sent < count {
+        let k = ((count - sent) as usize).min(train);
+        let iovs: Vec<IoSlice<'_>> = (0..k).map(|_| IoSlice::new(&payload)).collect();
+        let seg = size as u16;
+        match sendmsg(
+            s.as_raw_fd(),
+            &iovs,
+            &[ControlMessage::UdpGsoSegments(&seg)],
+            MsgFlags::empty(),
+            Some(&SockaddrStorage::from(dst)),
+        ) {
+            Ok(_) => sent += k as u64,
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+            Err(e) => die(&format!("sendmsg (GSO): {e}")),
+        }
+    }
     while sent < count {
         let k = ((count - sent) as usize).min(BATCH);
         let iovs: Vec<[IoSlice<'_>; 1]> = (0..k).map(|_| [IoSlice::new(&payload)]).collect();
@@ -310,11 +365,12 @@ impl Mode {
 fn main() {
     let a: Vec<String> = std::env::args().skip(1).collect();
     match a.first().map(String::as_str) {
-        Some("sink") => sink(arg(&a, 1, "BIND:PORT")),
+        Some("sink") => sink(arg(&a, 1, "BIND:PORT"), flag(&a, 2, "gro")),
         Some("blast") => blast(
             arg(&a, 1, "DST:PORT"),
             arg(&a, 2, "SIZE"),
             arg(&a, 3, "COUNT"),
+            flag(&a, 4, "gso"),
         ),
         Some("echo") => echo(arg(&a, 1, "BIND:PORT"), arg(&a, 2, "COUNT"), mode(a.get(3))),
         Some("ping") => ping(
@@ -324,8 +380,8 @@ fn main() {
             mode(a.get(4)),
         ),
         _ => die(
-            "usage: sink BIND:PORT | blast DST:PORT SIZE COUNT | echo BIND:PORT COUNT [K] | \
-             ping DST:PORT SIZE COUNT [K]",
+            "usage: sink BIND:PORT [gro] | blast DST:PORT SIZE COUNT [gso] | \
+             echo BIND:PORT COUNT [K] | ping DST:PORT SIZE COUNT [K]",
         ),
     }
 }

@@ -9,8 +9,10 @@
 #       and a 28-byte "ACK" in one sendmmsg and receives both (an RC ping-pong moves four
 #       datagrams per round trip, raw UDP two);
 #   (f) the same as one UDP GSO send each way, received with GRO: how roce-emu's UDP
-#       backend sends a message with the ACK behind it. The floor for (d) on this kernel.
-# Prints b/a (target >= 0.8), d/c (target <= 1.5), d/e and d/f; the median of RUNS runs of each.
+#       backend sends a message with the ACK behind it. The floor for (d) on this kernel;
+#   (g) raw UDP goodput as (a) but in UDP GSO trains received with GRO, as roce-emu's
+#       backend sends a message's MTU-sized packets. The ceiling for (b) on this kernel.
+# Prints b/a (target >= 0.8), d/c (target <= 1.5), and d/e, d/f, b/g for context; the median of RUNS runs of each.
 # Usage: tools/bench-net.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +31,14 @@ a_run() {
   timeout 60 "$udp" blast 127.0.0.70:47910 4112 200000
   wait "$p"
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["datagrams"]*4096/d["secs"]/1048576)' "$out/sink"
+}
+g_run() {
+  timeout 60 "$udp" sink 127.0.0.70:47915 gro >"$out/sinkg" &
+  local p=$!
+  sleep 0.2
+  timeout 60 "$udp" blast 127.0.0.70:47915 4112 200000 gso
+  wait "$p"
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["datagrams"]*4096/d["secs"]/1048576)' "$out/sinkg"
 }
 b_run() {
   timeout 120 "$bin" perf write -s 65536 -m 4096 -n 5000 -p 18800 --bind 127.0.0.71 --wait 30 --json >"$out/srv" &
@@ -70,15 +80,15 @@ d_run() {
 }
 
 declare -A v
-for k in a b c d e f; do
+for k in a b c d e f g; do
   v[$k]=""
   for _ in $(seq "$runs"); do v[$k]+="$(${k}_run) "; done
 done
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -r)"
-python3 - "${v[a]}" "${v[b]}" "${v[c]}" "${v[d]}" "${v[e]}" "${v[f]}" <<'PY'
+python3 - "${v[a]}" "${v[b]}" "${v[c]}" "${v[d]}" "${v[e]}" "${v[f]}" "${v[g]}" <<'PY'
 import statistics, sys
-a, b, c, d, e, f = ([float(x) for x in s.split()] for s in sys.argv[1:7])
-m = {k: statistics.median(x) for k, x in zip("abcdef", (a, b, c, d, e, f))}
+a, b, c, d, e, f, g = ([float(x) for x in s.split()] for s in sys.argv[1:8])
+m = {k: statistics.median(x) for k, x in zip("abcdefg", (a, b, c, d, e, f, g))}
 def runs(x): return ", ".join(f"{v:.1f}" for v in x)
 print(f"(a) raw UDP goodput, 4112-byte datagrams  {m['a']:9.1f} MB/s   runs: {runs(a)}")
 print(f"(b) roce-emu perf write 64 KiB, MTU 4096  {m['b']:9.1f} MB/s   runs: {runs(b)}")
@@ -86,9 +96,11 @@ print(f"(c) raw UDP 64-byte round trip            {m['c']:9.2f} us     runs: {ru
 print(f"(d) roce-emu pingpong -s 64 round trip    {m['d']:9.2f} us     runs: {runs(d)}")
 print(f"(e) raw UDP, 2 datagrams each way          {m['e']:9.2f} us     runs: {runs(e)}")
 print(f"(f) raw UDP, 2 each way as one GSO send     {m['f']:9.2f} us     runs: {runs(f)}")
+print(f"(g) raw UDP goodput, GSO trains + GRO      {m['g']:9.1f} MB/s   runs: {runs(g)}")
 ba, dc = m['b'] / m['a'], m['d'] / m['c']
 print(f"b/a = {ba:.2f} (target >= 0.8: {'met' if ba >= 0.8 else 'MISSED'})")
 print(f"d/c = {dc:.2f} (target <= 1.5: {'met' if dc <= 1.5 else 'MISSED'})")
 print(f"d/e = {m['d'] / m['e']:.2f} (against raw UDP moving RC's four datagrams per round trip)")
 print(f"d/f = {m['d'] / m['f']:.2f} (against the same four as two GSO sends, roce-emu's own pattern)")
+print(f"b/g = {m['b'] / m['g']:.2f} (against raw UDP sending in GSO trains too)")
 PY

@@ -130,9 +130,12 @@ impl Driver {
             did = true;
             let now = self.clock.now();
             for r in &self.got[..n] {
-                let bytes = &self.pool[r.offset..r.offset + r.len];
-                // A coalesced (GRO) datagram is several RoCE packets back to back.
-                for data in bytes.chunks(r.segment.unwrap_or(r.len.max(1))) {
+                // A coalesced (GRO) datagram is several RoCE packets back to back. An
+                // empty datagram still goes to the engine, which counts it as a drop.
+                let seg = r.segment.unwrap_or(r.len);
+                let mut rest = &self.pool[r.offset..r.offset + r.len];
+                loop {
+                    let (data, tail) = rest.split_at(seg.min(rest.len()));
                     self.io.rx_datagrams += 1;
                     self.engine.handle_datagram(
                         now,
@@ -143,6 +146,10 @@ impl Driver {
                             data,
                         },
                     );
+                    rest = tail;
+                    if rest.is_empty() {
+                        break;
+                    }
                 }
             }
             if n < RX_BATCH {
