@@ -278,7 +278,10 @@ impl UdpBackend {
         base: usize,
     ) -> Result<(), BackendError> {
         let src = run[0].src;
-        let gso = self.tx_socket(src)?.gso;
+        let (fd, gso) = {
+            let t = self.tx_socket(src)?;
+            (t.sock.as_raw_fd(), t.gso)
+        };
         let mut trains = [Train::default(); TX_BATCH];
         let n = Self::trains(run, gso, &mut trains);
         for t in &trains[..n] {
@@ -300,7 +303,6 @@ impl UdpBackend {
                 end += 1;
             }
             let sent = {
-                let fd = self.tx[&src.port()].sock.as_raw_fd();
                 let iovs: [IoSlice<'_>; TX_BATCH] = core::array::from_fn(|k| {
                     IoSlice::new(run.get(k).map_or(&[][..], |it| {
                         &pool[(base + k) * slot..(base + k) * slot + it.len]

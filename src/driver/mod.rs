@@ -156,10 +156,13 @@ impl Driver {
                 break;
             }
         }
-        let now = self.clock.now();
-        if self.engine.poll_timeout().is_some_and(|t| t <= now) {
-            self.engine.handle_timeout(now);
-            did = true;
+        // The clock only when a timer is armed: an idle NIC is polled in a loop.
+        if let Some(deadline) = self.engine.poll_timeout() {
+            let now = self.clock.now();
+            if deadline <= now {
+                self.engine.handle_timeout(now);
+                did = true;
+            }
         }
         Ok(did)
     }
@@ -167,6 +170,9 @@ impl Driver {
     /// The second half of `poll`: sends everything the engine has, in batches.
     pub fn transmit(&mut self) -> Result<bool, BackendError> {
         let mut did = false;
+        if !self.engine.may_transmit() {
+            return Ok(false);
+        }
         let now = self.clock.now();
         loop {
             let mut n = 0;

@@ -458,6 +458,13 @@ impl Engine {
     /// Writes the next packet to send into `buf` (which should hold at least path MTU +
     /// 64 bytes), ICRC included. Responses go before new requests, QPs take turns.
     #[must_use]
+    /// Whether `poll_transmit` may have a packet: some QP has a response queued or a
+    /// request not yet sent. False means it has none, whatever the time; a caller that
+    /// polls an idle NIC in a loop skips reading the clock.
+    pub fn may_transmit(&self) -> bool {
+        self.qps.values().any(Qp::may_transmit)
+    }
+
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let mut found = None;
         // Round robin: QPs from the cursor on, wrapping to the start; each once.
@@ -466,7 +473,7 @@ impl Engine {
             let Some(qpn) = next else { break };
             next = self.next_qpn_from(qpn.wrapping_add(1));
             let qp = self.qps.get_mut(&qpn).expect("key from the map");
-            if !(qp.resp.has_pending() || qp.sends() && qp.req.sq_idx < qp.sq.len()) {
+            if !qp.may_transmit() {
                 continue;
             }
             let mut ctx = ctx!(self, now);

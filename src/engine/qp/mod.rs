@@ -385,6 +385,12 @@ impl Qp {
         matches!(self.state, QpState::Rts | QpState::Sqd)
     }
 
+    /// A response queued, or a request not yet sent (the requester may still be held
+    /// back by its window, a fence or an RNR wait).
+    pub fn may_transmit(&self) -> bool {
+        self.resp.has_pending() || self.sends() && self.req.sq_idx < self.sq.len()
+    }
+
     /// Whether the responder side runs (IBA 10.3.1: from RTR on).
     pub fn receives(&self) -> bool {
         matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd)
