@@ -17,21 +17,17 @@
 //! UDP checksum 0 (`UDP_NO_CHECK6_RX`), which rxe sends. Our UDP checksums are computed by
 //! the kernel (rxe sends 0; receivers accept both).
 
-use super::sys::{RecvMeta, RecvMmsg};
+use super::sys::{RecvMeta, RecvMmsg, SendMmsg};
 use super::{BackendError, Received};
 use crate::wire::icrc::Ipv4IdRebase;
 use crate::wire::ROCE_UDP_PORT;
 use nix::errno::Errno;
-use nix::sys::socket::{
-    sendmmsg, setsockopt, sockopt, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
-};
+use nix::sys::socket::{setsockopt, sockopt};
+use rustc_hash::FxHashMap;
 use socket2::{Domain, Protocol, Socket, Type};
-use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::io::IoSlice;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 /// Socket buffer size asked for (the kernel caps it at net.core.*mem_max).
@@ -84,14 +80,14 @@ pub struct UdpBackend {
     local: SocketAddr,
     rx: UdpSocket,
     /// Sending sockets by source port.
-    tx: HashMap<u16, TxSocket>,
-    /// recvmmsg and sendmmsg headers, allocated once; the GSO ones carry a UDP_SEGMENT
-    /// control message (nix shares one control message across a sendmmsg call).
+    tx: FxHashMap<u16, TxSocket>,
+    /// recvmmsg and sendmmsg headers, allocated once.
     rx_mmsg: RecvMmsg,
     rx_meta: [RecvMeta; RX_BATCH],
-    tx_headers: MultiHeaders<SockaddrStorage>,
-    tx_gso_headers: MultiHeaders<SockaddrStorage>,
-    tx_addrs: [Option<SockaddrStorage>; TX_BATCH],
+    /// How many datagrams the next `recvmmsg` asks for: one after a call found nothing,
+    /// `RX_BATCH` after one that found some (see `recv_batch`).
+    rx_want: usize,
+    tx_mmsg: SendMmsg,
     /// ICRCs of GSO segments moved to the IPv4 IDs the kernel gives them.
     rebase: Ipv4IdRebase,
     pub stats: UdpStats,
@@ -161,12 +157,11 @@ impl UdpBackend {
         Ok(UdpBackend {
             local,
             rx,
-            tx: HashMap::new(),
+            tx: FxHashMap::default(),
             rx_mmsg: RecvMmsg::new(RX_BATCH),
             rx_meta: [RecvMeta::default(); RX_BATCH],
-            tx_headers: MultiHeaders::preallocate(TX_BATCH, None),
-            tx_gso_headers: MultiHeaders::preallocate(TX_BATCH, Some(nix::cmsg_space!(u16))),
-            tx_addrs: [None; TX_BATCH],
+            rx_want: RX_BATCH,
+            tx_mmsg: SendMmsg::new(TX_BATCH, TX_BATCH),
             rebase: Ipv4IdRebase::new(),
             stats: UdpStats::default(),
         })
@@ -269,7 +264,8 @@ impl UdpBackend {
         }
     }
 
-    /// Sends one run: datagram `k` of `run` is in slot `base + k`.
+    /// Sends one run: datagram `k` of `run` is in slot `base + k`. Single datagrams and
+    /// GSO trains go in one `sendmmsg` (more only if the kernel takes part of it).
     fn send_run(
         &mut self,
         pool: &mut [u8],
@@ -278,10 +274,7 @@ impl UdpBackend {
         base: usize,
     ) -> Result<(), BackendError> {
         let src = run[0].src;
-        let (fd, gso) = {
-            let t = self.tx_socket(src)?;
-            (t.sock.as_raw_fd(), t.gso)
-        };
+        let gso = self.tx_socket(src)?.gso;
         let mut trains = [Train::default(); TX_BATCH];
         let n = Self::trains(run, gso, &mut trains);
         for t in &trains[..n] {
@@ -289,94 +282,65 @@ impl UdpBackend {
                 self.rebase_train(pool, slot, base, run, *t, false);
             }
         }
-        let mut done = 0; // trains sent
-        while done < n {
-            // One sendmmsg: single datagrams together, or GSO trains of one segment size
-            // together (the control message is shared across the call).
-            let multi = trains[done].segments() > 1;
-            let seg = run[trains[done].start].len;
-            let mut end = done + 1;
-            while end < n
-                && (trains[end].segments() > 1) == multi
-                && (!multi || run[trains[end].start].len == seg)
-            {
-                end += 1;
+        let (done, refused) = {
+            let fd = self.tx[&src.port()].sock.as_fd();
+            let pool: &[u8] = pool;
+            let mut batch = self.tx_mmsg.batch();
+            for t in &trains[..n] {
+                let parts = (t.start..t.end).map(|k| {
+                    let at = (base + k) * slot;
+                    &pool[at..at + run[k].len]
+                });
+                let seg = (t.segments() > 1).then_some(run[t.start].len as u16);
+                let staged = batch.push(run[t.start].dst, parts, seg);
+                debug_assert!(staged, "a run fits one batch");
             }
-            let sent = {
-                let iovs: [IoSlice<'_>; TX_BATCH] = core::array::from_fn(|k| {
-                    IoSlice::new(run.get(k).map_or(&[][..], |it| {
-                        &pool[(base + k) * slot..(base + k) * slot + it.len]
-                    }))
-                });
-                let msgs: [&[IoSlice<'_>]; TX_BATCH] = core::array::from_fn(|m| {
-                    let t = trains[(done + m).min(n - 1)];
-                    &iovs[t.start..t.end]
-                });
-                let count = end - done;
-                // Kept in `self`: 32 socket addresses are 4 KiB, too much to build per call.
-                for (m, a) in self.tx_addrs[..count].iter_mut().enumerate() {
-                    *a = Some(SockaddrStorage::from(run[trains[done + m].start].dst));
-                }
-                let addrs = &self.tx_addrs;
-                if multi {
-                    let seg16 = seg as u16;
-                    sendmmsg(
-                        fd,
-                        &mut self.tx_gso_headers,
-                        msgs[..count].iter(),
-                        &addrs[..count],
-                        [ControlMessage::UdpGsoSegments(&seg16)],
-                        MsgFlags::empty(),
-                    )
-                    .map(|r| r.count())
-                } else {
-                    sendmmsg(
-                        fd,
-                        &mut self.tx_headers,
-                        msgs[..count].iter(),
-                        &addrs[..count],
-                        [],
-                        MsgFlags::empty(),
-                    )
-                    .map(|r| r.count())
-                }
-            };
-            match sent {
-                Ok(r) => {
-                    if multi {
-                        self.stats.gso_sends += r as u64;
-                        self.stats.gso_segments += trains[done..done + r]
-                            .iter()
-                            .map(|t| t.segments() as u64)
-                            .sum::<u64>();
-                    }
-                    done += r.max(1);
-                }
-                Err(Errno::EAGAIN) => wait_writable(&self.tx[&src.port()].sock),
-                Err(Errno::EINTR) => {}
-                Err(e) if multi && gso_refused(e) => {
-                    // Undo the ICRC rewrite of what is left and send it datagram by
-                    // datagram, now and from now on.
-                    for t in &trains[done..n] {
-                        if t.segments() > 1 {
-                            self.rebase_train(pool, slot, base, run, *t, true);
+            let mut done = 0; // trains sent
+            let mut refused = false;
+            while done < n {
+                match batch.send(fd, done) {
+                    Ok(r) => {
+                        for t in &trains[done..done + r] {
+                            if t.segments() > 1 {
+                                self.stats.gso_sends += 1;
+                                self.stats.gso_segments += t.segments() as u64;
+                            }
                         }
+                        done += r.max(1);
                     }
-                    self.tx.get_mut(&src.port()).expect("socket").gso = false;
-                    self.stats.gso_fallbacks += 1;
-                    let rest = trains[done].start;
-                    return self.send_run(pool, slot, &run[rest..], base + rest);
-                }
-                // ICMP port unreachable from an earlier datagram: this one went.
-                Err(Errno::ECONNREFUSED) => done += 1,
-                Err(e) => {
-                    return Err(BackendError::Send {
-                        src,
-                        dst: run[trains[done].start].dst,
-                        source: std::io::Error::from(e),
-                    })
+                    Err(e) => match e.raw_os_error().map(Errno::from_raw) {
+                        Some(Errno::EAGAIN) => wait_writable(fd),
+                        Some(Errno::EINTR) => {}
+                        Some(e) if trains[done].segments() > 1 && gso_refused(e) => {
+                            refused = true;
+                            break;
+                        }
+                        // ICMP port unreachable from an earlier datagram: this one went.
+                        Some(Errno::ECONNREFUSED) => done += 1,
+                        _ => {
+                            return Err(BackendError::Send {
+                                src,
+                                dst: run[trains[done].start].dst,
+                                source: e,
+                            })
+                        }
+                    },
                 }
             }
+            (done, refused)
+        };
+        if refused {
+            // Undo the ICRC rewrite of what is left and send it datagram by datagram, now
+            // and from now on.
+            for t in &trains[done..n] {
+                if t.segments() > 1 {
+                    self.rebase_train(pool, slot, base, run, *t, true);
+                }
+            }
+            self.tx.get_mut(&src.port()).expect("socket").gso = false;
+            self.stats.gso_fallbacks += 1;
+            let rest = trains[done].start;
+            return self.send_run(pool, slot, &run[rest..], base + rest);
         }
         Ok(())
     }
@@ -386,12 +350,18 @@ impl UdpBackend {
     /// no allocation. A datagram the kernel coalesced (GRO) has `segment` set: it holds
     /// datagrams of that length, the last possibly shorter. Datagrams longer than a slot
     /// are dropped and counted (`stats.truncated`).
+    ///
+    /// After a call that found nothing, the next asks for one datagram: `recvmmsg` tries
+    /// the socket again after each datagram it takes, and for a lone datagram (a ping-pong's
+    /// message, or its message and ACK coalesced) that second try costs as much as the
+    /// first. A batch that fills its request is followed by a full-size one.
     pub fn recv_batch(
         &mut self,
         pool: &mut [u8],
         out: &mut [Received],
     ) -> Result<usize, BackendError> {
-        let n = out.len().min(RX_BATCH);
+        let n = out.len().min(RX_BATCH).min(self.rx_want);
+        self.rx_want = RX_BATCH;
         let meta = &mut self.rx_meta;
         let got = match self
             .rx_mmsg
@@ -406,7 +376,7 @@ impl UdpBackend {
                     ErrorKind::WouldBlock | ErrorKind::Interrupted | ErrorKind::ConnectionRefused
                 ) =>
             {
-                return Ok(0)
+                0
             }
             Err(source) => {
                 return Err(BackendError::Recv {
@@ -415,6 +385,10 @@ impl UdpBackend {
                 })
             }
         };
+        if got == 0 {
+            self.rx_want = 1;
+            return Ok(0);
+        }
         let mut k = 0;
         for (i, m) in meta[..got].iter().enumerate() {
             if m.truncated {
@@ -449,9 +423,9 @@ impl UdpBackend {
     }
 }
 
-fn wait_writable(s: &UdpSocket) {
+fn wait_writable(fd: std::os::fd::BorrowedFd<'_>) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLOUT)];
+    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
     let _ = poll(&mut fds, PollTimeout::from(10u8));
 }
 

@@ -216,7 +216,7 @@ impl PseudoHeaders {
 /// to echelon form, computed once (17 CRCs over zeros) the first time a length is seen.
 #[derive(Debug, Default)]
 pub struct Ipv4IdSolver {
-    by_len: std::collections::HashMap<usize, IdBasis>,
+    by_len: rustc_hash::FxHashMap<usize, IdBasis>,
 }
 
 /// Independent delta combinations, each with the ID bits that make it. Row `k` has a
