@@ -12,7 +12,8 @@
 #       backend sends a message with the ACK behind it. The floor for (d) on this kernel;
 #   (g) raw UDP goodput as (a) but in UDP GSO trains received with GRO, as roce-emu's
 #       backend sends a message's MTU-sized packets. The ceiling for (b) on this kernel.
-# Prints b/a (target >= 0.8), d/c (target <= 1.5), and d/e, d/f, b/g for context; the median of RUNS runs of each.
+# Prints b/a (target >= 0.8), d/c (target <= 1.5), and d/e, d/f, b/g for context: ratios of
+# the medians of RUNS rounds, and b/a and d/c round by round.
 # Usage: tools/bench-net.sh [RUNS]   (default 3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -79,10 +80,11 @@ d_run() {
   sed -n 's/.* = \([0-9.]*\) usec\/iter/\1/p' "$out/ppc"
 }
 
+# Rounds of a..g rather than runs of each in turn: a ratio's two sides are measured
+# minutes apart at most, so a change in the machine's load moves both.
 declare -A v
-for k in a b c d e f g; do
-  v[$k]=""
-  for _ in $(seq "$runs"); do v[$k]+="$(${k}_run) "; done
+for _ in $(seq "$runs"); do
+  for k in a b c d e f g; do v[$k]+="$(${k}_run) "; done
 done
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(uname -r)"
 python3 - "${v[a]}" "${v[b]}" "${v[c]}" "${v[d]}" "${v[e]}" "${v[f]}" "${v[g]}" <<'PY'
@@ -98,8 +100,9 @@ print(f"(e) raw UDP, 2 datagrams each way          {m['e']:9.2f} us     runs: {r
 print(f"(f) raw UDP, 2 each way as one GSO send     {m['f']:9.2f} us     runs: {runs(f)}")
 print(f"(g) raw UDP goodput, GSO trains + GRO      {m['g']:9.1f} MB/s   runs: {runs(g)}")
 ba, dc = m['b'] / m['a'], m['d'] / m['c']
-print(f"b/a = {ba:.2f} (target >= 0.8: {'met' if ba >= 0.8 else 'MISSED'})")
-print(f"d/c = {dc:.2f} (target <= 1.5: {'met' if dc <= 1.5 else 'MISSED'})")
+def rounds(x, y): return ", ".join(f"{p / q:.2f}" for p, q in zip(x, y))
+print(f"b/a = {ba:.2f} (target >= 0.8: {'met' if ba >= 0.8 else 'MISSED'})   per round: {rounds(b, a)}")
+print(f"d/c = {dc:.2f} (target <= 1.5: {'met' if dc <= 1.5 else 'MISSED'})   per round: {rounds(d, c)}")
 print(f"d/e = {m['d'] / m['e']:.2f} (against raw UDP moving RC's four datagrams per round trip)")
 print(f"d/f = {m['d'] / m['f']:.2f} (against the same four as two GSO sends, roce-emu's own pattern)")
 print(f"b/g = {m['b'] / m['g']:.2f} (against raw UDP sending in GSO trains too)")
