@@ -59,6 +59,8 @@ pub struct RoceFrame<'a> {
     pub roce: &'a [u8],
     /// Offset of `roce` in the frame.
     pub roce_offset: usize,
+    /// From the IP header through the end of `roce`: what the ICRC check reads in place.
+    l3: &'a [u8],
 }
 
 fn trunc(header: Header, offset: usize, need: usize, have: usize) -> WireError {
@@ -173,6 +175,7 @@ impl<'a> RoceFrame<'a> {
             udp,
             roce: &frame[roce_offset..udp_off + udp_len],
             roce_offset,
+            l3: &frame[off..udp_off + udp_len],
         })
     }
 
@@ -181,9 +184,9 @@ impl<'a> RoceFrame<'a> {
         RocePacket::new_checked(self.roce)
     }
 
-    /// Verifies the ICRC.
+    /// Verifies the ICRC: one CRC pass over the frame's bytes in place.
     pub fn verify_icrc(&self) -> Result<()> {
-        icrc::verify(self.ip.bytes(), self.udp.slice(), self.roce)
+        icrc::verify_in_place(self.l3, self.ip.bytes().len())
     }
 
     /// The owned headers, for re-emission.
@@ -304,8 +307,7 @@ impl FrameRepr {
         let mut udp = self.udp.clone();
         udp.length = u16::try_from(udp_len).map_err(|_| too_big(Header::Udp))?;
         buf[off..off + UdpHeader::LEN].copy_from_slice(&udp.to_bytes());
-        let (hdrs, roce_bytes) = buf[..total].split_at_mut(hl);
-        icrc::fill(&hdrs[ip_start..off], &hdrs[off..], roce_bytes)?;
+        icrc::fill_in_place(&mut buf[ip_start..total], off - ip_start)?;
         Ok(total)
     }
 }
