@@ -113,8 +113,12 @@ pub fn verify(ip: &[u8], udp: &[u8], roce: &[u8]) -> Result<()> {
         ));
     }
     let (covered, tail) = roce.split_at(roce.len() - ICRC_LEN);
+    check(tail, compute(ip, udp, covered)?)
+}
+
+/// Compares the ICRC trailer `tail` (four bytes, least significant first) with `computed`.
+fn check(tail: &[u8], computed: u32) -> Result<()> {
     let found = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-    let computed = compute(ip, udp, covered)?;
     if found == computed {
         Ok(())
     } else {
@@ -269,15 +273,25 @@ fn in_place_masks(l3: &[u8], ip_len: usize) -> Option<&'static [MaskedByte]> {
     }
 }
 
+/// The one-pass CRC of `covered` (IP header through the last pad byte, contiguous).
+fn crc_in_place(masks: &[MaskedByte], covered: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(LRH_STATE ^ mask_delta(masks, covered));
+    h.update(covered);
+    h.finalize()
+}
+
+/// For `l3` with its ICRC: how many bytes the ICRC covers and the masks, when the one-pass
+/// path applies; otherwise the copying functions on the split parts decide (and report).
+fn in_place(l3: &[u8], ip_len: usize) -> Option<(usize, &'static [MaskedByte])> {
+    let n = l3.len().checked_sub(ICRC_LEN)?;
+    Some((n, in_place_masks(&l3[..n], ip_len)?))
+}
+
 /// The ICRC of `covered` = IP header (`ip_len` bytes), UDP header, and BTH through the
 /// last pad byte, contiguous. Same result and errors as `compute` on the three parts.
 pub fn compute_in_place(covered: &[u8], ip_len: usize) -> Result<u32> {
     match in_place_masks(covered, ip_len) {
-        Some(masks) => {
-            let mut h = crc32fast::Hasher::new_with_initial(LRH_STATE ^ mask_delta(masks, covered));
-            h.update(covered);
-            Ok(h.finalize())
-        }
+        Some(masks) => Ok(crc_in_place(masks, covered)),
         None => {
             let (ip, udp, rest) = split_l3(covered, ip_len);
             compute(ip, udp, rest)
@@ -295,33 +309,21 @@ fn split_l3(l3: &[u8], ip_len: usize) -> (&[u8], &[u8], &[u8]) {
 /// `verify` for a frame whose IP header (`ip_len` bytes), UDP header and RoCE packet
 /// (through the ICRC) are contiguous in `l3`: one CRC pass, nothing copied.
 pub fn verify_in_place(l3: &[u8], ip_len: usize) -> Result<()> {
-    if in_place_masks(l3, ip_len).is_none()
-        || l3.len() < ip_len + UDP_LEN + bth::HEADER_LEN + ICRC_LEN
-    {
+    let Some((n, masks)) = in_place(l3, ip_len) else {
         let (ip, udp, roce) = split_l3(l3, ip_len);
         return verify(ip, udp, roce);
-    }
-    let (covered, tail) = l3.split_at(l3.len() - ICRC_LEN);
-    let found = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-    let computed = compute_in_place(covered, ip_len)?;
-    if found == computed {
-        Ok(())
-    } else {
-        Err(WireError::BadIcrc { found, computed })
-    }
+    };
+    check(&l3[n..], crc_in_place(masks, &l3[..n]))
 }
 
 /// `fill` for contiguous headers and packet (see `verify_in_place`).
 pub fn fill_in_place(l3: &mut [u8], ip_len: usize) -> Result<u32> {
-    if in_place_masks(l3, ip_len).is_none()
-        || l3.len() < ip_len + UDP_LEN + bth::HEADER_LEN + ICRC_LEN
-    {
+    let Some((n, masks)) = in_place(l3, ip_len) else {
         let (ip, rest) = l3.split_at_mut(ip_len.min(l3.len()));
         let (udp, roce) = rest.split_at_mut(UDP_LEN.min(rest.len()));
         return fill(ip, udp, roce);
-    }
-    let n = l3.len() - ICRC_LEN;
-    let crc = compute_in_place(&l3[..n], ip_len)?;
+    };
+    let crc = crc_in_place(masks, &l3[..n]);
     l3[n..].copy_from_slice(&crc.to_le_bytes());
     Ok(crc)
 }
