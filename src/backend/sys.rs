@@ -77,11 +77,7 @@ pub struct RecvMeta {
 /// control message no later one can carry one; here every header is reset before every
 /// call. All buffers are allocated once.
 pub struct RecvMmsg {
-    hdrs: Box<[libc::mmsghdr]>,
-    iovs: Box<[libc::iovec]>,
-    addrs: Box<[libc::sockaddr_storage]>,
-    /// One control buffer per header, in u64s for alignment.
-    cmsgs: Box<[[u64; CMSG_WORDS]]>,
+    b: MmsgBuffers,
     /// The pool, slot size and slot count the headers point into (set again when any
     /// changes).
     base: Option<(*mut u8, usize, usize)>,
@@ -92,23 +88,39 @@ pub struct RecvMmsg {
 /// Room for one `int` control message (CMSG_SPACE(4) is 24 on 64-bit Linux), in u64s.
 const CMSG_WORDS: usize = 4;
 
-impl RecvMmsg {
-    pub fn new(n: usize) -> RecvMmsg {
+/// The C structures of an `mmsg` call, allocated once and zeroed: headers, I/O vectors,
+/// socket addresses and control buffers (one per header, in u64s for alignment). Boxed, so
+/// pointers into them stay valid while the owner lives.
+struct MmsgBuffers {
+    hdrs: Box<[libc::mmsghdr]>,
+    iovs: Box<[libc::iovec]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    cmsgs: Box<[[u64; CMSG_WORDS]]>,
+}
+
+impl MmsgBuffers {
+    /// `msgs` headers (each with an address and a control buffer) and `iovs` I/O vectors.
+    fn new(msgs: usize, iovs: usize) -> MmsgBuffers {
         // SAFETY: these are plain C structs for which all-zero bytes is a valid value.
         let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
         let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let zero_iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        MmsgBuffers {
+            hdrs: vec![zero_hdr; msgs].into_boxed_slice(),
+            iovs: vec![zero_iov; iovs].into_boxed_slice(),
+            addrs: vec![zero_addr; msgs].into_boxed_slice(),
+            cmsgs: vec![[0u64; CMSG_WORDS]; msgs].into_boxed_slice(),
+        }
+    }
+}
+
+impl RecvMmsg {
+    pub fn new(n: usize) -> RecvMmsg {
         RecvMmsg {
-            hdrs: vec![zero_hdr; n].into_boxed_slice(),
-            iovs: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                };
-                n
-            ]
-            .into_boxed_slice(),
-            addrs: vec![zero_addr; n].into_boxed_slice(),
-            cmsgs: vec![[0u64; CMSG_WORDS]; n].into_boxed_slice(),
+            b: MmsgBuffers::new(n, n),
             base: None,
             dirty: 0,
         }
@@ -124,31 +136,34 @@ impl RecvMmsg {
         slot: usize,
         out: &mut [RecvMeta],
     ) -> io::Result<usize> {
-        let n = out.len().min(self.hdrs.len()).min(pool.len() / slot.max(1));
+        let n = out
+            .len()
+            .min(self.b.hdrs.len())
+            .min(pool.len() / slot.max(1));
         if n == 0 {
             return Ok(0);
         }
         // Pointers are set once for a pool: every slot it has room for.
         let base = pool.as_mut_ptr();
-        let cap = self.hdrs.len().min(pool.len() / slot);
+        let cap = self.b.hdrs.len().min(pool.len() / slot);
         if self.base != Some((base, slot, cap)) {
             self.base = Some((base, slot, cap));
             for i in 0..cap {
-                self.iovs[i] = libc::iovec {
+                self.b.iovs[i] = libc::iovec {
                     iov_base: pool[i * slot..].as_mut_ptr().cast(),
                     iov_len: slot,
                 };
-                let h = &mut self.hdrs[i].msg_hdr;
-                h.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-                h.msg_iov = &mut self.iovs[i];
+                let h = &mut self.b.hdrs[i].msg_hdr;
+                h.msg_name = (&mut self.b.addrs[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_iov = &mut self.b.iovs[i];
                 h.msg_iovlen = 1;
-                h.msg_control = self.cmsgs[i].as_mut_ptr().cast();
+                h.msg_control = self.b.cmsgs[i].as_mut_ptr().cast();
             }
             self.dirty = cap;
         }
         // What the kernel writes back, in the headers the last call may have written (an
         // idle NIC polls in a loop: resetting all 32 each time showed in profiles).
-        for h in &mut self.hdrs[..self.dirty.min(cap)] {
+        for h in &mut self.b.hdrs[..self.dirty.min(cap)] {
             h.msg_len = 0;
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
             h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>() as _;
@@ -161,7 +176,7 @@ impl RecvMmsg {
         let got = unsafe {
             libc::recvmmsg(
                 fd.as_raw_fd(),
-                self.hdrs.as_mut_ptr(),
+                self.b.hdrs.as_mut_ptr(),
                 n as libc::c_uint,
                 libc::MSG_DONTWAIT,
                 std::ptr::null_mut(),
@@ -179,10 +194,10 @@ impl RecvMmsg {
         }
         let got = got as usize;
         for (i, meta) in out.iter_mut().enumerate().take(got) {
-            let h = &self.hdrs[i];
+            let h = &self.b.hdrs[i];
             *meta = RecvMeta {
                 len: h.msg_len as usize,
-                src: sockaddr(&self.addrs[i], h.msg_hdr.msg_namelen),
+                src: sockaddr(&self.b.addrs[i], h.msg_hdr.msg_namelen),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 gro_segment: gro_segment(&h.msg_hdr),
             };
@@ -241,10 +256,7 @@ fn sockaddr(a: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<std::net
 /// addresses and its I/O vectors per call: a quarter of a ping-pong's user time on the
 /// send path. Here the headers are allocated once and a call fills only what it sends.
 pub struct SendMmsg {
-    hdrs: Box<[libc::mmsghdr]>,
-    iovs: Box<[libc::iovec]>,
-    addrs: Box<[libc::sockaddr_storage]>,
-    cmsgs: Box<[[u64; CMSG_WORDS]]>,
+    b: MmsgBuffers,
 }
 
 /// Messages staged for one `sendmmsg`, borrowing their bytes for `'p`.
@@ -258,21 +270,8 @@ pub struct SendBatch<'s, 'p> {
 impl SendMmsg {
     /// Room for `msgs` messages of `iovs` datagrams in all.
     pub fn new(msgs: usize, iovs: usize) -> SendMmsg {
-        // SAFETY: plain C structs for which all-zero bytes is a valid value.
-        let zero_hdr: libc::mmsghdr = unsafe { std::mem::zeroed() };
-        let zero_addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         SendMmsg {
-            hdrs: vec![zero_hdr; msgs].into_boxed_slice(),
-            iovs: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                };
-                iovs
-            ]
-            .into_boxed_slice(),
-            addrs: vec![zero_addr; msgs].into_boxed_slice(),
-            cmsgs: vec![[0u64; CMSG_WORDS]; msgs].into_boxed_slice(),
+            b: MmsgBuffers::new(msgs, iovs),
         }
     }
 
@@ -298,24 +297,24 @@ impl<'p> SendBatch<'_, 'p> {
         segment: Option<u16>,
     ) -> bool {
         let (i, first) = (self.msgs, self.iovs);
-        if i == self.m.hdrs.len() || first + parts.len() > self.m.iovs.len() {
+        if i == self.m.b.hdrs.len() || first + parts.len() > self.m.b.iovs.len() {
             return false;
         }
         for (k, p) in parts.enumerate() {
             // The kernel only reads through these pointers (sendmsg).
-            self.m.iovs[first + k] = libc::iovec {
+            self.m.b.iovs[first + k] = libc::iovec {
                 iov_base: p.as_ptr().cast_mut().cast(),
                 iov_len: p.len(),
             };
             self.iovs += 1;
         }
-        let namelen = write_sockaddr(&mut self.m.addrs[i], dst);
+        let namelen = write_sockaddr(&mut self.m.b.addrs[i], dst);
         let controllen = match segment {
             Some(seg) => {
                 // SAFETY: the buffer is CMSG_WORDS u64s (32 bytes), aligned for cmsghdr,
                 // and CMSG_SPACE(2) (24) fits in it; the macros compute offsets inside it.
                 unsafe {
-                    let c = self.m.cmsgs[i].as_mut_ptr().cast::<libc::cmsghdr>();
+                    let c = self.m.b.cmsgs[i].as_mut_ptr().cast::<libc::cmsghdr>();
                     (*c).cmsg_level = libc::SOL_UDP;
                     (*c).cmsg_type = libc::UDP_SEGMENT;
                     (*c).cmsg_len = libc::CMSG_LEN(2) as _;
@@ -325,14 +324,14 @@ impl<'p> SendBatch<'_, 'p> {
             }
             None => 0,
         };
-        let h = &mut self.m.hdrs[i];
+        let h = &mut self.m.b.hdrs[i];
         h.msg_len = 0;
-        h.msg_hdr.msg_name = (&mut self.m.addrs[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_hdr.msg_name = (&mut self.m.b.addrs[i] as *mut libc::sockaddr_storage).cast();
         h.msg_hdr.msg_namelen = namelen;
-        h.msg_hdr.msg_iov = &mut self.m.iovs[first];
+        h.msg_hdr.msg_iov = &mut self.m.b.iovs[first];
         h.msg_hdr.msg_iovlen = self.iovs - first;
         h.msg_hdr.msg_control = if controllen > 0 {
-            self.m.cmsgs[i].as_mut_ptr().cast()
+            self.m.b.cmsgs[i].as_mut_ptr().cast()
         } else {
             std::ptr::null_mut()
         };
@@ -356,7 +355,7 @@ impl<'p> SendBatch<'_, 'p> {
         let rc = unsafe {
             libc::sendmmsg(
                 fd.as_raw_fd(),
-                self.m.hdrs[from..].as_mut_ptr(),
+                self.m.b.hdrs[from..].as_mut_ptr(),
                 n as libc::c_uint,
                 0,
             )
