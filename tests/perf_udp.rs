@@ -161,8 +161,9 @@ fn atomics_both_kinds() {
 }
 
 /// A send window smaller than the completion interval (-t 8 < -Q 100): the client asks
-/// for completions often enough to keep going; a receive queue of 1 makes the server answer
-/// RNR NAKs that the client waits out.
+/// for completions often enough to keep going; a receive queue of 1 that the server re-posts
+/// only 1 ms after each completion (--recv-hold-us) makes it answer RNR NAKs that the client
+/// waits out.
 #[test]
 fn small_tx_depth_and_rnr() {
     let (server, client) = pair(
@@ -170,7 +171,17 @@ fn small_tx_depth_and_rnr() {
         "127.0.0.61",
         18746,
         &[
-            "send", "-s", "64", "-n", "50", "-r", "1", "--json", "--check",
+            "send",
+            "-s",
+            "64",
+            "-n",
+            "50",
+            "-r",
+            "1",
+            "--recv-hold-us",
+            "1000",
+            "--json",
+            "--check",
         ],
         &[
             "send", "-s", "64", "-n", "50", "-t", "8", "--json", "--check",
@@ -371,6 +382,10 @@ fn bad_options_are_named() {
         (
             &["write", "--timeout", "0"][..],
             "0 is not a positive number of seconds",
+        ),
+        (
+            &["write", "--recv-hold-us", "100"][..],
+            "--recv-hold-us slows the receives of a send server",
         ),
         (
             &["write", "192.0.2.1"][..],

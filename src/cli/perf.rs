@@ -35,6 +35,7 @@ use crate::engine::{
 };
 use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
 use crate::wire::Psn;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -141,6 +142,16 @@ pub struct Args {
     /// Receives the SEND server keeps posted.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 512)]
     pub rx_depth: u32,
+    /// The SEND server re-posts a completed receive only this long after its completion,
+    /// as a slow application would: with a small -r the client's SENDs find no receive and
+    /// are answered with RNR NAKs (IBA 9.7.5.2.8), which exercises the requester's RNR
+    /// timer and retries.
+    #[arg(
+        long = "recv-hold-us",
+        value_name = "MICROSECONDS",
+        default_value_t = 0
+    )]
+    pub recv_hold_us: u64,
     /// Ask for a completion every this many work requests.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
@@ -191,6 +202,11 @@ pub enum PerfError {
     LatTest(Test),
     #[error("perf write --lat needs -s 1 or more: the last byte carries the turn")]
     LatSize,
+    #[error(
+        "--recv-hold-us slows the receives of a send server (perf send, no --lat, no SERVER): \
+         drop it here"
+    )]
+    RecvHold,
     #[error(transparent)]
     Locate(#[from] LocateError),
     #[error("{0}: start the server first (`roce-emu perf` or `{1}` without a SERVER), check -p")]
@@ -711,6 +727,9 @@ fn run_inner(args: &Args) -> Result<()> {
         if v == 0 {
             return Err(PerfError::Zero { what });
         }
+    }
+    if args.recv_hold_us > 0 && (test != Test::Send || lat || args.server.is_some()) {
+        return Err(PerfError::RecvHold);
     }
     let (timeout, wait) = (args.timeout, args.wait);
 
@@ -1331,6 +1350,10 @@ struct RecvState {
     posted: u64,
     depth: u64,
     started: Option<Instant>,
+    /// --recv-hold-us: how long a completed receive waits before it is posted again, and
+    /// when each waiting one is due (in completion order, so the front is the earliest).
+    hold: Duration,
+    held: VecDeque<Instant>,
 }
 
 impl RecvState {
@@ -1345,6 +1368,8 @@ impl RecvState {
             posted: 0,
             depth: u64::from(args.rx_depth),
             started: None,
+            hold: Duration::from_micros(args.recv_hold_us),
+            held: VecDeque::new(),
         };
         for _ in 0..r.depth.min(iters) {
             r.post_one(nic, size, geo)?;
@@ -1367,6 +1392,30 @@ impl RecvState {
             .map_err(verbs("posting a receive"))?;
         self.posted += 1;
         Ok(())
+    }
+
+    /// A receive completed: post the next one now, or after the hold.
+    fn replace(&mut self, nic: &mut Nic, p: &Plan, now: Instant) -> Result<()> {
+        if self.hold.is_zero() {
+            if self.posted < p.iters {
+                self.post_one(nic, p.size, &p.geo)?;
+            }
+        } else {
+            self.held.push_back(now + self.hold);
+        }
+        Ok(())
+    }
+
+    /// Posts the held receives that are due; true while some are still held.
+    fn release(&mut self, nic: &mut Nic, p: &Plan) -> Result<bool> {
+        let now = Instant::now();
+        while self.held.front().is_some_and(|&due| due <= now) {
+            self.held.pop_front();
+            if self.posted < p.iters {
+                self.post_one(nic, p.size, &p.geo)?;
+            }
+        }
+        Ok(!self.held.is_empty())
     }
 }
 
@@ -1428,9 +1477,7 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
                     })?;
                 }
                 done += 1;
-                if r.posted < p.iters {
-                    r.post_one(nic, p.size, &p.geo)?;
-                }
+                r.replace(nic, p, now)?;
             }
             if done % p.cq_mod == 0 || done == p.iters {
                 meter.marks.push((done, now));
@@ -1438,7 +1485,9 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
             progress = now;
             continue;
         }
-        nic.step(&mut spin, false, progress, p, done)?;
+        // Held receives: keep polling (no sleep on the socket) until they are posted.
+        let holding = r.release(nic, p)?;
+        nic.step(&mut spin, holding, progress, p, done)?;
     }
     Ok(meter.report(p.size, p.iters))
 }

@@ -232,7 +232,10 @@ with_loss() {
   return $rc
 }
 # RNR: 8 SENDs back to back into a receive queue of one WQE (the peer answers RNR NAK and
-# the requester waits out the timer and resends).
+# the requester waits out the timer and resends). When roce-emu is the responder it re-posts
+# its one receive only 5 ms after each completion (--recv-hold-us): under TCG rxe's SENDs
+# can arrive further apart than a polling NIC takes to re-post, and then no RNR happens at
+# all (a CI run saw 0 of 50).
 counter() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["counters"].get(sys.argv[2],0))' "$T/host.txt" "$1" 2>/dev/null; }
 rnr_emu_client() {
   emu_client "ib_send_bw $(pt) -s 64 -n 50 -r 1" perf send --bind "$LAB_HOST4" --json -s 64 -n 50 -t 8
@@ -241,7 +244,7 @@ rnr_emu_client() {
   [ $rc = 0 ] && [ "${rnr:-0}" -gt 0 ]
 }
 rnr_emu_server() {
-  emu_server "ib_send_bw $(pt) -s 64 -n 50 -t 8 $LAB_HOST4" perf send --bind "$LAB_HOST4" --json -s 64 -n 50 -r 1
+  emu_server "ib_send_bw $(pt) -s 64 -n 50 -t 8 $LAB_HOST4" perf send --bind "$LAB_HOST4" --json -s 64 -n 50 -r 1 --recv-hold-us 5000
   local rc=$? rnr; rnr=$(counter send_rnr_err)
   FIG="RNR NAKs sent by roce-emu: ${rnr:-?}"
   [ $rc = 0 ] && [ "${rnr:-0}" -gt 0 ]
