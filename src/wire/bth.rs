@@ -168,6 +168,7 @@ impl Repr {
     }
 
     /// Writes all 12 bytes; reserved bits become zero.
+    #[inline]
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
         p.set_opcode(self.opcode);
         p.set_flags(self.solicited, self.migreq, self.pad, self.tver);

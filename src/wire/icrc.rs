@@ -253,36 +253,53 @@ static MASKS_V6: [MaskedByte; 8] = [
     ),
 ];
 
-/// The register change that stands for masking `l3`'s variant fields.
-fn mask_delta(masks: &[MaskedByte], l3: &[u8]) -> u32 {
+/// The register change that stands for masking `l3`'s variant fields. Generic over the
+/// table so that, inlined for one family, the offsets and masks are constants and one
+/// bounds check covers every byte read.
+#[inline(always)]
+fn mask_delta<const N: usize>(masks: &'static [MaskedByte; N], l3: &[u8]) -> u32 {
+    let Some(head) = l3.get(..=masks[N - 1].0) else {
+        return 0; // unreachable: `in_place_masks` checked the length
+    };
     masks
         .iter()
-        .fold(0, |acc, (j, m, t)| acc ^ t[usize::from(m & !l3[*j])])
+        .fold(0, |acc, (j, m, t)| acc ^ t[usize::from(m & !head[*j])])
+}
+
+/// Which masks a one-pass ICRC applies.
+#[derive(Debug, Clone, Copy)]
+enum Masks {
+    V4,
+    V6,
 }
 
 /// The masks for `l3` if the one-pass path applies: IPv4 without options or IPv6, with
 /// at least a BTH after the UDP header.
-fn in_place_masks(l3: &[u8], ip_len: usize) -> Option<&'static [MaskedByte]> {
+fn in_place_masks(l3: &[u8], ip_len: usize) -> Option<Masks> {
     if l3.len() < ip_len + UDP_LEN + bth::HEADER_LEN {
         return None;
     }
     match (l3[0] >> 4, ip_len) {
-        (4, IPV4_MIN_LEN) if usize::from(l3[0] & 0x0f) * 4 == IPV4_MIN_LEN => Some(&MASKS_V4),
-        (6, IPV6_LEN) => Some(&MASKS_V6),
+        (4, IPV4_MIN_LEN) if usize::from(l3[0] & 0x0f) * 4 == IPV4_MIN_LEN => Some(Masks::V4),
+        (6, IPV6_LEN) => Some(Masks::V6),
         _ => None,
     }
 }
 
 /// The one-pass CRC of `covered` (IP header through the last pad byte, contiguous).
-fn crc_in_place(masks: &[MaskedByte], covered: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(LRH_STATE ^ mask_delta(masks, covered));
+fn crc_in_place(masks: Masks, covered: &[u8]) -> u32 {
+    let delta = match masks {
+        Masks::V4 => mask_delta(&MASKS_V4, covered),
+        Masks::V6 => mask_delta(&MASKS_V6, covered),
+    };
+    let mut h = crc32fast::Hasher::new_with_initial(LRH_STATE ^ delta);
     h.update(covered);
     h.finalize()
 }
 
 /// For `l3` with its ICRC: how many bytes the ICRC covers and the masks, when the one-pass
 /// path applies; otherwise the copying functions on the split parts decide (and report).
-fn in_place(l3: &[u8], ip_len: usize) -> Option<(usize, &'static [MaskedByte])> {
+fn in_place(l3: &[u8], ip_len: usize) -> Option<(usize, Masks)> {
     let n = l3.len().checked_sub(ICRC_LEN)?;
     Some((n, in_place_masks(&l3[..n], ip_len)?))
 }

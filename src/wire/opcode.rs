@@ -50,6 +50,10 @@ impl Headers {
         Headers(self.0 | other.0)
     }
 
+    pub const fn without(self, other: Headers) -> Headers {
+        Headers(self.0 & !other.0)
+    }
+
     pub const fn contains(self, other: Headers) -> bool {
         self.0 & other.0 == other.0
     }
