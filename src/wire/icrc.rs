@@ -228,36 +228,32 @@ const fn shift_table(j: usize) -> [u32; 256] {
 /// A masked byte: its offset from the IP header, the bits the mask sets, and its table.
 type MaskedByte = (usize, u8, [u32; 256]);
 
+const fn masked(j: usize, bits: u8) -> MaskedByte {
+    (j, bits, shift_table(j))
+}
+
 /// IPv4 without options: TOS, TTL, header checksum; UDP checksum; BTH byte 4.
 static MASKS_V4: [MaskedByte; 7] = [
-    (1, 0xff, shift_table(1)),
-    (8, 0xff, shift_table(8)),
-    (10, 0xff, shift_table(10)),
-    (11, 0xff, shift_table(11)),
-    (26, 0xff, shift_table(26)),
-    (27, 0xff, shift_table(27)),
-    (
-        28 + bth::field::FECN_BECN,
-        0xff,
-        shift_table(28 + bth::field::FECN_BECN),
-    ),
+    masked(1, 0xff),
+    masked(8, 0xff),
+    masked(10, 0xff),
+    masked(11, 0xff),
+    masked(26, 0xff),
+    masked(27, 0xff),
+    masked(28 + bth::field::FECN_BECN, 0xff),
 ];
 
 /// IPv6: traffic class and flow label (the low nibble of byte 0, bytes 1-3), hop limit;
 /// UDP checksum; BTH byte 4.
 static MASKS_V6: [MaskedByte; 8] = [
-    (0, 0x0f, shift_table(0)),
-    (1, 0xff, shift_table(1)),
-    (2, 0xff, shift_table(2)),
-    (3, 0xff, shift_table(3)),
-    (7, 0xff, shift_table(7)),
-    (46, 0xff, shift_table(46)),
-    (47, 0xff, shift_table(47)),
-    (
-        48 + bth::field::FECN_BECN,
-        0xff,
-        shift_table(48 + bth::field::FECN_BECN),
-    ),
+    masked(0, 0x0f),
+    masked(1, 0xff),
+    masked(2, 0xff),
+    masked(3, 0xff),
+    masked(7, 0xff),
+    masked(46, 0xff),
+    masked(47, 0xff),
+    masked(48 + bth::field::FECN_BECN, 0xff),
 ];
 
 /// The register change that stands for masking `l3`'s variant fields. Generic over the

@@ -167,6 +167,14 @@ impl OpcodeInfo {
         Some(self.offsets[which.0.trailing_zeros() as usize] as usize)
     }
 
+    /// Where an extension header lies in the packet, from the start of the BTH: its offset
+    /// through its length. A slice of exactly this range lets a view's accessors drop
+    /// their bounds checks.
+    #[inline]
+    pub fn range_of(&self, which: Headers) -> Option<core::ops::Range<usize>> {
+        self.offset_of(which).map(|o| o..o + which.len())
+    }
+
     pub const fn has(&self, which: Headers) -> bool {
         self.headers.contains(which)
     }

@@ -125,8 +125,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     #[inline]
     fn ext(&self, which: Headers) -> Option<&[u8]> {
-        let off = self.info().offset_of(which)?;
-        Some(&self.buffer.as_ref()[off..])
+        Some(&self.buffer.as_ref()[self.info().range_of(which)?])
     }
 
     pub fn deth(&self) -> Option<deth::Packet<&[u8]>> {
@@ -263,7 +262,7 @@ impl Repr {
         // One table lookup; every extension header is then read at its fixed offset, as a
         // slice of its exact length (constant per call) so the accessors' bounds checks fold.
         let info = p.info();
-        let at = |h: Headers| info.offset_of(h).map(|o| &b[o..o + h.len()]);
+        let at = |h: Headers| info.range_of(h).map(|r| &b[r]);
         // The AETH syndrome can hold a reserved value: the only way parsing fails here.
         let aeth = match at(Headers::AETH) {
             Some(h) => Some(aeth::Repr::parse(&aeth::Packet::new_unchecked(h))?),
@@ -414,8 +413,7 @@ impl Repr {
             .emit(&mut bth::Packet::new_unchecked(&mut buf[..bth::HEADER_LEN]));
         // Each header as a slice of its exact length, so the setters' bounds checks fold.
         fn slot<'b>(buf: &'b mut [u8], info: &OpcodeInfo, h: Headers) -> &'b mut [u8] {
-            let o = info.offset_of(h).unwrap_or(0); // check() matched headers to opcode
-            &mut buf[o..o + h.len()]
+            &mut buf[info.range_of(h).expect("check() matched headers to opcode")]
         }
         if let Some(h) = &self.deth {
             h.emit(&mut deth::Packet::new_unchecked(slot(
