@@ -1397,25 +1397,33 @@ impl RecvState {
     /// A receive completed: post the next one now, or after the hold.
     fn replace(&mut self, nic: &mut Nic, p: &Plan, now: Instant) -> Result<()> {
         if self.hold.is_zero() {
-            if self.posted < p.iters {
-                self.post_one(nic, p.size, &p.geo)?;
-            }
+            self.repost(nic, p)
         } else {
             self.held.push_back(now + self.hold);
+            Ok(())
         }
-        Ok(())
     }
 
-    /// Posts the held receives that are due; true while some are still held.
+    /// Posts the held receives that are due; true while some are still held. Reads the
+    /// clock only when some are: this runs on every idle poll.
     fn release(&mut self, nic: &mut Nic, p: &Plan) -> Result<bool> {
+        if self.held.is_empty() {
+            return Ok(false);
+        }
         let now = Instant::now();
         while self.held.front().is_some_and(|&due| due <= now) {
             self.held.pop_front();
-            if self.posted < p.iters {
-                self.post_one(nic, p.size, &p.geo)?;
-            }
+            self.repost(nic, p)?;
         }
         Ok(!self.held.is_empty())
+    }
+
+    /// Posts the next receive, if the test still needs one.
+    fn repost(&mut self, nic: &mut Nic, p: &Plan) -> Result<()> {
+        if self.posted < p.iters {
+            self.post_one(nic, p.size, &p.geo)?;
+        }
+        Ok(())
     }
 }
 
