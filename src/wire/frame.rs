@@ -76,6 +76,13 @@ fn trunc(header: Header, offset: usize, need: usize, have: usize) -> WireError {
 
 impl<'a> RoceFrame<'a> {
     /// Splits an Ethernet frame.
+    ///
+    /// Always inlined, as is `parse_ip_at`: returned from a call, the split is written to
+    /// memory a field at a time and read back in 16-byte loads, which wait for those
+    /// stores to retire (a store-forwarding stall). Inlined, its fields stay in registers:
+    /// split + ICRC check of a 4 KiB frame went from 121 to 111 ns, crc32fast alone
+    /// being 109 (measured in a separate binary, where LLVM had not inlined them).
+    #[inline(always)]
     pub fn parse_ethernet(frame: &'a [u8]) -> Result<RoceFrame<'a>> {
         let eth = Ethernet2HeaderSlice::from_slice(frame)
             .map_err(|_| trunc(Header::Ethernet, 0, Ethernet2Header::LEN, frame.len()))?;
@@ -113,7 +120,7 @@ impl<'a> RoceFrame<'a> {
         Self::parse_ip_at(packet, 0)
     }
 
-    #[inline]
+    #[inline(always)] // see parse_ethernet
     fn parse_ip_at(frame: &'a [u8], off: usize) -> Result<RoceFrame<'a>> {
         let rest = &frame[off..];
         let (ip, ip_end) = match rest.first().map(|b| b >> 4) {
