@@ -143,6 +143,14 @@ fn any_changed_covered_byte_fails_the_icrc() {
                         "{name}#{}: byte {at} ^ {x:#x} went unnoticed",
                         i + 1
                     );
+                    // The one-pass check the receive path uses, which masks by
+                    // correcting the CRC's start instead of copying the headers.
+                    let r = icrc::verify_in_place(&bytes, ip_len);
+                    assert!(
+                        r.is_err(),
+                        "{name}#{}: byte {at} ^ {x:#x} went unnoticed in place",
+                        i + 1
+                    );
                     bytes[at] ^= x;
                     checked += 1;
                 }
@@ -157,6 +165,8 @@ fn any_changed_covered_byte_fails_the_icrc() {
             let (ip, rest) = bytes.split_at(ip_len);
             let (udp, roce) = rest.split_at(8);
             icrc::verify(ip, udp, roce).unwrap_or_else(|e| panic!("{name}#{}: {e}", i + 1));
+            icrc::verify_in_place(&bytes, ip_len)
+                .unwrap_or_else(|e| panic!("{name}#{} in place: {e}", i + 1));
             assert!(roce.len() > ICRC_LEN);
         }
     }
