@@ -74,7 +74,14 @@ pub struct UdpStats {
     /// Received datagrams the kernel had coalesced (GRO), and the datagrams inside.
     pub gro_datagrams: u64,
     pub gro_segments: u64,
+    /// Datagrams dropped because their socket stayed unwritable for `SEND_STALL_LIMIT`
+    /// waits: a NIC whose queue is full drops too, and the transport retransmits.
+    pub tx_stalled: u64,
 }
+
+/// Waits (of `wait_writable`'s 10 ms) for an unwritable socket before the datagrams at the
+/// head of the batch are dropped: a send never blocks the driver for more than a second.
+const SEND_STALL_LIMIT: u32 = 100;
 
 pub struct UdpBackend {
     local: SocketAddr,
@@ -297,6 +304,7 @@ impl UdpBackend {
             }
             let mut done = 0; // trains sent
             let mut refused = false;
+            let mut stalls = 0;
             while done < n {
                 match batch.send(fd, done) {
                     Ok(r) => {
@@ -307,9 +315,18 @@ impl UdpBackend {
                             }
                         }
                         done += r.max(1);
+                        stalls = 0;
                     }
                     Err(e) => match e.raw_os_error().map(Errno::from_raw) {
-                        Some(Errno::EAGAIN) => wait_writable(fd),
+                        Some(Errno::EAGAIN) if stalls == SEND_STALL_LIMIT => {
+                            self.stats.tx_stalled += trains[done].segments() as u64;
+                            done += 1;
+                            stalls = 0;
+                        }
+                        Some(Errno::EAGAIN) => {
+                            wait_writable(fd);
+                            stalls += 1;
+                        }
                         Some(Errno::EINTR) => {}
                         Some(e) if trains[done].segments() > 1 && gso_refused(e) => {
                             refused = true;

@@ -497,14 +497,15 @@ fn run_inner(args: &Args) -> Result<bool, String> {
         let b = n.d.backend.stats;
         println!(
             "NIC {name} I/O: {} datagrams sent ({} in {} GSO sends), {} received ({} in {} \
-             GRO-coalesced), {} dropped by --loss",
+             GRO-coalesced), {} dropped by --loss, {} dropped on a socket unwritable for 1 s",
             n.d.io.tx_datagrams,
             b.gso_segments,
             b.gso_sends,
             n.d.io.rx_datagrams,
             b.gro_segments,
             b.gro_datagrams,
-            n.d.io.tx_dropped
+            n.d.io.tx_dropped,
+            b.tx_stalled
         );
     }
     println!(

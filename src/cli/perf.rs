@@ -1528,6 +1528,7 @@ fn io_json(d: &Driver) -> serde_json::Value {
         "gro_datagrams": b.gro_datagrams,
         "gro_segments": b.gro_segments,
         "truncated": b.truncated,
+        "tx_stalled": b.tx_stalled,
     })
 }
 
