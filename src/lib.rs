@@ -23,5 +23,7 @@ pub mod cli;
 pub mod driver;
 pub mod engine;
 pub mod mem;
+pub mod rng;
 pub mod sim;
+pub mod verbs;
 pub mod wire;

@@ -60,10 +60,22 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "eprintln!",
         ],
     ),
+    // The I/O adapters: sockets and files, no protocol state.
+    (
+        "backend",
+        &["backend", "wire", "rng"],
+        &["crate::engine", "crate::verbs", "println!"],
+    ),
+    // The verbs layer owns a NIC: everything below it, nothing of the tools.
+    (
+        "verbs",
+        &["verbs", "backend", "driver", "engine", "mem", "wire", "rng"],
+        &["println!", "eprintln!", "clap"],
+    ),
     // The simulator drives engines with a virtual clock only.
     (
         "sim",
-        &["sim", "engine", "wire", "mem"],
+        &["sim", "engine", "wire", "mem", "rng"],
         &[
             "std::fs",
             "std::thread",

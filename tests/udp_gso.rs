@@ -2,7 +2,8 @@
 //! GSO send and arrive, coalesced (GRO) or not, as the same datagrams in order; IPv4
 //! segments carry ICRCs for the IDs the kernel numbers them with.
 
-use roce_emu::backend::udp::{Outgoing, UdpBackend, RX_BATCH, RX_SLOT};
+use roce_emu::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT};
+use roce_emu::backend::Outgoing;
 use roce_emu::backend::Received;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

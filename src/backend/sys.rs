@@ -85,6 +85,15 @@ pub struct RecvMmsg {
     dirty: usize,
 }
 
+// SAFETY: the raw pointers in the headers point into the boxed buffers this value owns
+// (which move with it) or into the caller's pool, which every call sets again before the
+// kernel reads them; nothing is shared with another thread or tied to the creating one.
+// Moving the value to another thread (the verbs layer's progress thread) is therefore sound.
+unsafe impl Send for MmsgBuffers {}
+// SAFETY: as for `MmsgBuffers`: `base` is only compared with the next call's pool, never
+// dereferenced outside a call that is handed that pool.
+unsafe impl Send for RecvMmsg {}
+
 /// Room for one `int` control message (CMSG_SPACE(4) is 24 on 64-bit Linux), in u64s.
 const CMSG_WORDS: usize = 4;
 

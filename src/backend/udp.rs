@@ -18,7 +18,7 @@
 //! the kernel (rxe sends 0; receivers accept both).
 
 use super::sys::{RecvMeta, RecvMmsg, SendMmsg};
-use super::{BackendError, Received};
+use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::icrc::Ipv4IdRebase;
 use crate::wire::ROCE_UDP_PORT;
 use nix::errno::Errno;
@@ -43,14 +43,6 @@ const GSO_MAX_SEGMENTS: usize = 64;
 /// Most bytes in one GSO send: the UDP length field, less headers, with room to spare.
 const GSO_MAX_BYTES: usize = 65_000;
 
-/// One datagram of a transmit batch, in slot `i` of the caller's pool.
-#[derive(Debug, Clone, Copy)]
-pub struct Outgoing {
-    pub src: SocketAddr,
-    pub dst: SocketAddr,
-    pub len: usize,
-}
-
 /// A socket that sends from one source port.
 struct TxSocket {
     sock: UdpSocket,
@@ -58,26 +50,8 @@ struct TxSocket {
     gso: bool,
 }
 
-/// Counters of what the backend itself dropped or chose.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct UdpStats {
-    /// Datagrams cut short because they were larger than a receive slot (dropped).
-    pub truncated: u64,
-    /// Datagrams received from an address that is neither IPv4 nor IPv6 (dropped).
-    pub no_source: u64,
-    /// GSO sends (each carries two or more datagrams) and the datagrams they carried.
-    pub gso_sends: u64,
-    pub gso_segments: u64,
-    /// Sending sockets on which the kernel refused GSO (no checksum offload on the
-    /// device, say): they send one datagram per packet from then on.
-    pub gso_fallbacks: u64,
-    /// Received datagrams the kernel had coalesced (GRO), and the datagrams inside.
-    pub gro_datagrams: u64,
-    pub gro_segments: u64,
-    /// Datagrams dropped because their socket stayed unwritable for `SEND_STALL_LIMIT`
-    /// waits: a NIC whose queue is full drops too, and the transport retransmits.
-    pub tx_stalled: u64,
-}
+/// The UDP backend's counters (the common [`PortStats`]).
+pub type UdpStats = PortStats;
 
 /// Waits (of `wait_writable`'s 10 ms) for an unwritable socket before the datagrams at the
 /// head of the batch are dropped: a send never blocks the driver for more than a second.
@@ -98,6 +72,8 @@ pub struct UdpBackend {
     /// ICRCs of GSO segments moved to the IPv4 IDs the kernel gives them.
     rebase: Ipv4IdRebase,
     pub stats: UdpStats,
+    /// Whether new sending sockets try GSO (`--no-gso` clears it).
+    gso: bool,
 }
 
 fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
@@ -171,7 +147,17 @@ impl UdpBackend {
             tx_mmsg: SendMmsg::new(TX_BATCH, TX_BATCH),
             rebase: Ipv4IdRebase::new(),
             stats: UdpStats::default(),
+            gso: true,
         })
+    }
+
+    /// One datagram per packet from now on (`--no-gso`): for captures on `lo` that show
+    /// packets as they are, and to measure what GSO buys.
+    pub fn set_gso(&mut self, on: bool) {
+        self.gso = on;
+        for s in self.tx.values_mut() {
+            s.gso = on;
+        }
     }
 
     pub fn local(&self) -> SocketAddr {
@@ -190,7 +176,8 @@ impl UdpBackend {
             } else {
                 bind(src)?
             };
-            self.tx.insert(src.port(), TxSocket { sock, gso: true });
+            let gso = self.gso;
+            self.tx.insert(src.port(), TxSocket { sock, gso });
         }
         Ok(self.tx.get_mut(&src.port()).expect("inserted above"))
     }
@@ -437,6 +424,29 @@ impl UdpBackend {
     /// The receiving socket, for waiting on several backends at once.
     pub fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.rx.as_fd()
+    }
+}
+
+impl Backend for UdpBackend {
+    fn local(&self) -> SocketAddr {
+        self.local
+    }
+    fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
+        UdpBackend::recv_batch(self, pool, out)
+    }
+    fn send_batch(
+        &mut self,
+        pool: &mut [u8],
+        slot: usize,
+        out: &[Outgoing],
+    ) -> Result<(), BackendError> {
+        UdpBackend::send_batch(self, pool, slot, out)
+    }
+    fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        UdpBackend::rx_fd(self)
+    }
+    fn stats(&self) -> PortStats {
+        self.stats
     }
 }
 

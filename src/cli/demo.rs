@@ -4,11 +4,10 @@
 //! latency and throughput. `--loss P` drops that share of datagrams (seeded) on both
 //! sides and everything must still verify. Exit status 0 only if every check passed.
 
-use crate::backend::udp::UdpBackend;
-use crate::driver::{step_all, Clock, Driver};
+use crate::driver::Spin;
 use crate::engine::*;
-use crate::mem::{MemoryRegion, Sge};
-use crate::sim::direct::{connect, rc_end, RcEnd, RcParams};
+use crate::mem::{Access, MemoryRegion, Sge};
+use crate::verbs::{self, Context, Device};
 use crate::wire::Psn;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -34,6 +33,13 @@ pub struct Args {
     /// Seed of the loss rule.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Write every packet each NIC sends and receives to a pcap file: FILE with the NIC's
+    /// address added before the extension (demo-127.0.0.1.pcap, demo-127.0.0.2.pcap).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// One UDP datagram per packet (no GSO trains).
+    #[arg(long)]
+    pub no_gso: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,20 +93,22 @@ const MAX_MSG: u32 = 128 << 10;
 const MSG_DEADLINE: Duration = Duration::from_secs(20);
 
 struct Nic {
-    d: Driver,
-    end: RcEnd,
+    ctx: Context,
+    mr: Arc<MemoryRegion>,
+    cq: u32,
+    qpn: u32,
     iova: u64,
 }
 
 impl Nic {
     fn mr(&self) -> &Arc<MemoryRegion> {
-        &self.end.mr
+        &self.mr
     }
     fn sge(&self, off: u64, len: u32) -> Sge {
         Sge {
             addr: self.iova + off,
             length: len,
-            lkey: self.end.mr.lkey(),
+            lkey: self.mr.lkey(),
         }
     }
 }
@@ -124,52 +132,88 @@ struct Row {
     failures: Vec<String>,
 }
 
-fn nic(ip: IpAddr, iova: u64, clock: Clock) -> Result<Nic, String> {
-    let backend = UdpBackend::bind(ip).map_err(|e| e.to_string())?;
-    let mut cfg = EngineConfig::new(ip);
+fn nic(args: &Args, ip: IpAddr, iova: u64, seed: u64) -> Result<Nic, String> {
+    let mut dev = Device::new(ip);
     // As the Linux soft-RoCE does: retry_cnt 7 retries forever, so a lossy link delays
     // messages but never fails them (the IBA's finite count is the engine default).
-    cfg.retry_cnt_7_infinite = true;
-    let mut engine = Engine::new(cfg, Arc::new(crate::mem::MrTable::new()));
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let end = rc_end(&mut engine, iova, REGION, cap).map_err(|e| e.to_string())?;
+    dev.engine.retry_cnt_7_infinite = true;
+    dev.loss = (args.loss > 0.0).then_some((args.loss, seed));
+    dev.pcap = args.pcap.as_ref().map(|p| pcap_path(p, ip));
+    dev.gso = !args.no_gso;
+    let ctx = dev.open().map_err(|e| e.to_string())?;
+    let pd = ctx.alloc_pd();
+    let mr = ctx
+        .reg_mr(pd, iova, REGION, Access::ALL)
+        .map_err(|e| e.to_string())?;
+    let cq = ctx.create_cq(128, None).map_err(|e| e.to_string())?;
+    let qpn = ctx
+        .create_qp(&QpInit {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            cap: QpCap {
+                max_send_wr: 64,
+                max_recv_wr: 64,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            sq_sig_all: false,
+        })
+        .map_err(|e| e.to_string())?;
     Ok(Nic {
-        d: Driver::new(engine, backend, clock),
-        end,
+        ctx,
+        mr,
+        cq,
+        qpn,
         iova,
     })
+}
+
+/// `--pcap FILE` with two NICs in one process: one file each, `FILE` with `-a`/`-b`
+/// before the extension... simply the NIC's address appended, so both are found.
+fn pcap_path(p: &std::path::Path, ip: IpAddr) -> std::path::PathBuf {
+    let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned());
+    let ext = p.extension().map(|s| s.to_string_lossy().into_owned());
+    let name = match (stem, ext) {
+        (Some(s), Some(e)) => format!("{s}-{ip}.{e}"),
+        (Some(s), None) => format!("{s}-{ip}"),
+        _ => format!("roce-emu-{ip}.pcap"),
+    };
+    p.with_file_name(name)
 }
 
 /// Drives both NICs until `done` holds or the deadline passes.
 fn wait(
     a: &mut Nic,
     b: &mut Nic,
-    mut done: impl FnMut(&mut Nic, &mut Nic) -> bool,
+    mut done: impl FnMut(&mut Nic, &mut Nic) -> Result<bool, String>,
 ) -> Result<bool, String> {
     let start = WallInstant::now();
+    let mut spin = Spin::new(Duration::from_micros(crate::driver::DEFAULT_SPIN_US));
     loop {
-        if done(a, b) {
+        if done(a, b)? {
             return Ok(true);
         }
         if start.elapsed() > MSG_DEADLINE {
             return Ok(false);
         }
-        step_all(&mut [&mut a.d, &mut b.d], Duration::from_millis(5)).map_err(|e| e.to_string())?;
+        if !spin.keep_polling() {
+            verbs::wait_any(&[&a.ctx, &b.ctx], Duration::from_millis(5))
+                .map_err(|e| e.to_string())?;
+            spin.slept();
+        }
     }
 }
 
-fn poll_one(n: &mut Nic) -> Option<Completion> {
+/// Polls `n`'s CQ (which drives its NIC) for one completion.
+fn poll_one(n: &Nic) -> Result<Option<Completion>, String> {
     let mut c = [Completion::default()];
-    let cq = n.end.cq;
-    match n.d.engine.poll_cq(cq, &mut c) {
-        Ok(1) => Some(c[0]),
-        _ => None,
+    match n.ctx.poll_cq(n.cq, &mut c) {
+        Ok(1) => Ok(Some(c[0])),
+        Ok(_) => Ok(None),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -186,7 +230,7 @@ fn one(
     let imm = 0x1000_0000 | i as u32;
     let b_remote = |off: u64| Remote {
         va: b.iova + off,
-        rkey: b.end.mr.rkey().0,
+        rkey: b.mr.rkey().0,
     };
     let (sop, local) = match op {
         Op::Send => (SendOp::Send, a.sge(A_SRC, size)),
@@ -242,9 +286,9 @@ fn one(
     if op.consumes_recv() {
         b.mr().fill(0);
         let sge = b.sge(B_RECV, MAX_MSG);
-        b.d.engine
+        b.ctx
             .post_recv(
-                b.end.qpn,
+                b.qpn,
                 &RecvWr {
                     wr_id: i as u64,
                     sges: &[sge],
@@ -253,9 +297,9 @@ fn one(
             .map_err(|e| err(&e))?;
     }
     let t0 = WallInstant::now();
-    a.d.engine
+    a.ctx
         .post_send(
-            a.end.qpn,
+            a.qpn,
             &SendWr {
                 wr_id: i as u64,
                 op: sop,
@@ -271,14 +315,19 @@ fn one(
     let mut recv = None;
     let ok = wait(a, b, |a, b| {
         if sent.is_none() {
-            sent = poll_one(a);
+            sent = poll_one(a)?;
         }
-        if recv.is_none() && op.consumes_recv() {
-            recv = poll_one(b);
+        // Polled whatever the operation and until the end: polling is what drives B's
+        // NIC here (the ACK of a SEND leaves with B's next poll).
+        if let Some(c) = poll_one(b)? {
+            if recv.is_some() || !op.consumes_recv() {
+                return Err(format!("NIC B completed an unexpected receive: {c:?}"));
+            }
+            recv = Some(c);
         }
         // An error completion ends the wait: the receive side may never complete.
         let failed = sent.is_some_and(|c| c.status != WcStatus::Success);
-        sent.is_some() && (recv.is_some() || !op.consumes_recv() || failed)
+        Ok(sent.is_some() && (recv.is_some() || !op.consumes_recv() || failed))
     })?;
     let lat = t0.elapsed();
     if !ok {
@@ -373,29 +422,30 @@ fn run_inner(args: &Args) -> Result<bool, String> {
     if !(0.0..=0.5).contains(&args.loss) {
         return Err(format!("--loss {} is out of range 0.0..=0.5", args.loss));
     }
-    let clock = Clock::default();
-    let mut a = nic(args.a, 0x7f00_0000_0000, clock)?;
-    let mut b = nic(args.b, 0x7f10_0000_0000, clock)?;
-    let p = RcParams {
-        mtu,
-        timeout: 10, // 4.2 ms: loopback round trips are tens of microseconds
-        ..RcParams::default()
-    };
+    let mut a = nic(args, args.a, 0x7f00_0000_0000, args.seed)?;
+    let mut b = nic(
+        args,
+        args.b,
+        0x7f10_0000_0000,
+        args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    )?;
     let (pa, pb) = (Psn::new(0xfff000), Psn::new(0x123456));
-    connect(&mut a.d.engine, a.end.qpn, args.b, b.end.qpn, pa, pb, &p)
-        .map_err(|e| e.to_string())?;
-    connect(&mut b.d.engine, b.end.qpn, args.a, a.end.qpn, pb, pa, &p)
-        .map_err(|e| e.to_string())?;
-    if args.loss > 0.0 {
-        a.d.set_loss(args.loss, args.seed);
-        b.d.set_loss(args.loss, args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    // timeout 10: 4.2 ms; loopback round trips are tens of microseconds.
+    let (timeout, retry, rnr_retry, min_rnr, rd_atomic) = (10, 7, 7, 12, 16);
+    let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    for (n, peer, peer_qpn, my, theirs) in
+        [(&a, args.b, b.qpn, pa, pb), (&b, args.a, a.qpn, pb, pa)]
+    {
+        let rtr = QpAttr::rtr(peer, mtu, peer_qpn, theirs, rd_atomic, min_rnr);
+        let rts = QpAttr::rts(my, timeout, retry, rnr_retry, rd_atomic);
+        verbs::connect_rc(&n.ctx, n.qpn, remote, &rtr, &rts).map_err(|e| e.to_string())?;
     }
     println!(
         "roce-emu demo: NIC A {} QP {:#x} <-> NIC B {} QP {:#x}, RC, path MTU {}, UDP loopback, retry_cnt 7 (forever, as rxe){}",
         args.a,
-        a.end.qpn,
+        a.qpn,
         args.b,
-        b.end.qpn,
+        b.qpn,
         mtu.bytes(),
         if args.loss > 0.0 {
             format!(
@@ -447,7 +497,7 @@ fn run_inner(args: &Args) -> Result<bool, String> {
                 }
                 // A failed QP fails everything after it: stop at the first broken state.
                 for (name, n) in [("A", &a), ("B", &b)] {
-                    let st = n.d.engine.qp(n.end.qpn).map(|q| q.state);
+                    let st = n.ctx.qp_state(n.qpn).map_err(|e| e.to_string());
                     if st != Ok(QpState::Rts) {
                         row.failures
                             .push(format!("QP {name} left RTS ({st:?}): stopping"));
@@ -491,20 +541,21 @@ fn run_inner(args: &Args) -> Result<bool, String> {
         }
     }
     for (name, n) in [("A", &a), ("B", &b)] {
-        let c = n.d.engine.counters();
+        let c = n.ctx.counters();
         let shown: Vec<String> = c.nonzero().map(|(k, v)| format!("{k}={v}")).collect();
         println!("NIC {name} counters: {}", shown.join(" "));
-        let b = n.d.backend.stats;
+        let b = n.ctx.port_stats();
+        let io = n.ctx.io_stats();
         println!(
             "NIC {name} I/O: {} datagrams sent ({} in {} GSO sends), {} received ({} in {} \
              GRO-coalesced), {} dropped by --loss, {} dropped on a socket unwritable for 1 s",
-            n.d.io.tx_datagrams,
+            io.tx_datagrams,
             b.gso_segments,
             b.gso_sends,
-            n.d.io.rx_datagrams,
+            io.rx_datagrams,
             b.gro_segments,
             b.gro_datagrams,
-            n.d.io.tx_dropped,
+            b.fault_dropped,
             b.tx_stalled
         );
     }

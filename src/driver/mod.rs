@@ -5,8 +5,8 @@
 mod spin;
 pub use spin::{Spin, DEFAULT_SPIN_US};
 
-use crate::backend::udp::{wait_readable, Outgoing, UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
-use crate::backend::{BackendError, Received};
+use crate::backend::udp::{wait_readable, UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
+use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::engine::{Datagram, Engine, Instant};
 use std::time::Duration;
 
@@ -31,21 +31,19 @@ impl Clock {
 pub struct IoStats {
     pub rx_datagrams: u64,
     pub tx_datagrams: u64,
-    /// Datagrams the loss rule dropped on transmit.
-    pub tx_dropped: u64,
 }
 
-/// One engine on one backend.
-pub struct Driver {
+/// One engine on one backend (UDP unless said otherwise; fault injection and capture are
+/// backends wrapping another, `backend::fault` and `backend::capture`).
+pub struct Driver<B: Backend = UdpBackend> {
     pub engine: Engine,
-    pub backend: UdpBackend,
+    pub backend: B,
     pub clock: Clock,
     pub io: IoStats,
     /// Transmit pool: `TX_BATCH` slots of `BUF` bytes, sent by one `sendmmsg`.
     buf: Vec<u8>,
     /// Receive pool: `RX_BATCH` slots of `RX_SLOT` bytes, filled by one `recvmmsg`.
     pool: Vec<u8>,
-    loss: Option<Loss>,
     /// Metadata of the datagrams in `pool` and `buf`, kept between calls: an idle NIC
     /// is polled in a loop, and rebuilding them each time was a measurable share of it.
     got: Box<[Received; RX_BATCH]>,
@@ -60,29 +58,11 @@ pub struct Driver {
 /// 67 ms at code 14, rc_pingpong's and perftest's; 8 µs at code 1, the shortest).
 const TIMER_CHECK_EVERY: u32 = 8;
 
-/// A seeded transmit-side drop rule (for `demo --loss`).
-#[derive(Debug, Clone)]
-struct Loss {
-    p: f64,
-    state: u64,
-}
-
-impl Loss {
-    fn drop_next(&mut self) -> bool {
-        // xorshift64*: deterministic for a seed.
-        self.state ^= self.state >> 12;
-        self.state ^= self.state << 25;
-        self.state ^= self.state >> 27;
-        let r = self.state.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        ((r >> 11) as f64 / (1u64 << 53) as f64) < self.p
-    }
-}
-
 /// Largest datagram handled: a 4096-byte MTU packet and headers.
 const BUF: usize = 4096 + 256;
 
-impl Driver {
-    pub fn new(engine: Engine, backend: UdpBackend, clock: Clock) -> Driver {
+impl<B: Backend> Driver<B> {
+    pub fn new(engine: Engine, backend: B, clock: Clock) -> Driver<B> {
         let local = backend.local();
         Driver {
             engine,
@@ -91,7 +71,6 @@ impl Driver {
             io: IoStats::default(),
             buf: vec![0; BUF * TX_BATCH],
             pool: vec![0; RX_SLOT * RX_BATCH],
-            loss: None,
             got: Box::new(
                 [Received {
                     src: local,
@@ -111,11 +90,6 @@ impl Driver {
             ),
             idle_receives: 0,
         }
-    }
-
-    /// Drops each transmitted datagram with probability `p` (seeded, reproducible).
-    pub fn set_loss(&mut self, p: f64, seed: u64) {
-        self.loss = (p > 0.0).then_some(Loss { p, state: seed | 1 });
     }
 
     /// Does everything that can be done now without waiting: receives what is queued,
@@ -203,10 +177,6 @@ impl Driver {
                     break;
                 };
                 did = true;
-                if self.loss.as_mut().is_some_and(|l| l.drop_next()) {
-                    self.io.tx_dropped += 1;
-                    continue;
-                }
                 self.out[n] = Outgoing {
                     src: t.src,
                     dst: t.dst,
@@ -237,7 +207,7 @@ impl Driver {
     }
 }
 
-impl Drop for Driver {
+impl<B: Backend> Drop for Driver<B> {
     /// Whatever the engine still has to send leaves before the NIC goes away: a caller
     /// that stops on an error (a QP in ERR, a timeout) still tells the peer what the
     /// engine produced for it (a NAK, the ACK of its last message).
@@ -249,7 +219,10 @@ impl Drop for Driver {
 /// Polls every driver until none has work and returns if anything happened (so the
 /// caller can look at its completions); otherwise sleeps until a datagram arrives for any
 /// of them or the earliest deadline (at most `max_wait`).
-pub fn step_all(drivers: &mut [&mut Driver], max_wait: Duration) -> Result<(), BackendError> {
+pub fn step_all<B: Backend>(
+    drivers: &mut [&mut Driver<B>],
+    max_wait: Duration,
+) -> Result<(), BackendError> {
     let mut any = false;
     loop {
         let mut did = false;

@@ -60,6 +60,9 @@ pub struct Engine {
     stats: Counters,
     events: VecDeque<AsyncEvent>,
     overrun: Vec<u32>,
+    /// CQs whose completion event fired, oldest first (`poll_cq_event`).
+    notified: VecDeque<u32>,
+    notified_now: Vec<u32>,
     /// Where the round-robin over QPs resumes in `poll_transmit`.
     tx_cursor: u32,
     /// Finds the IPv4 ID of packets received without it (see `check_icrc`).
@@ -76,6 +79,8 @@ macro_rules! ctx {
             cqs: &mut $self.cqs,
             events: &mut $self.events,
             overrun: &mut $self.overrun,
+            notified: &mut $self.notified_now,
+            solicited: false,
         }
     };
 }
@@ -92,6 +97,8 @@ impl Engine {
             stats: Counters::default(),
             events: VecDeque::new(),
             overrun: Vec::new(),
+            notified: VecDeque::new(),
+            notified_now: Vec::new(),
             tx_cursor: 0,
             id_solver: icrc::Ipv4IdSolver::new(),
         }
@@ -156,6 +163,25 @@ impl Engine {
         Ok(n)
     }
 
+    /// `ibv_req_notify_cq`: the next completion (`solicited_only`: the next solicited or
+    /// failed one) added to `cq` raises one event, read with `poll_cq_event`. One-shot.
+    /// Completions already in the CQ raise nothing (IBA C11-22): a caller re-arms, then
+    /// polls the CQ once more, as every verbs program does.
+    pub fn req_notify_cq(&mut self, cq: u32, solicited_only: bool) -> Result<(), VerbsError> {
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
+        q.arm(if solicited_only {
+            cq::Notify::Solicited
+        } else {
+            cq::Notify::Next
+        });
+        Ok(())
+    }
+
+    /// The next CQ whose completion event fired (the completion channel's event).
+    pub fn poll_cq_event(&mut self) -> Option<u32> {
+        self.notified.pop_front()
+    }
+
     pub fn create_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
         if init.qp_type != QpType::Rc {
             return Err(VerbsError::UnsupportedQpType(match init.qp_type {
@@ -205,6 +231,11 @@ impl Engine {
             .remove(&qpn)
             .map(|_| ())
             .ok_or(VerbsError::NoSuchQp(qpn))
+    }
+
+    /// A QP of the protection domain `pd`, if any (`ibv_dealloc_pd` refuses then).
+    pub fn qp_of_pd(&self, pd: crate::mem::Pd) -> Option<u32> {
+        self.qps.values().find(|q| q.pd == pd).map(|q| q.qpn)
     }
 
     pub fn qp(&self, qpn: u32) -> Result<&Qp, VerbsError> {
@@ -398,6 +429,7 @@ impl Engine {
         self.stats.inc(Counter::RcvdPkts);
         let payload = pkt.payload();
         let mut ctx = ctx!(self, now);
+        ctx.solicited = repr.bth.solicited;
         if is_req {
             qp.on_request(&mut ctx, &repr, payload);
         } else {
@@ -519,6 +551,7 @@ impl Engine {
 
     /// CQ overruns found during a call move every QP on the CQ to ERR.
     fn after_call(&mut self) {
+        self.notified.extend(self.notified_now.drain(..));
         while let Some(cq) = self.overrun.pop() {
             let qpns: Vec<u32> = self
                 .qps

@@ -81,6 +81,11 @@ pub(crate) struct Ctx<'a> {
     pub events: &'a mut VecDeque<AsyncEvent>,
     /// CQs that overran during this call; the engine moves their QPs to ERR afterwards.
     pub overrun: &'a mut Vec<u32>,
+    /// CQs whose armed completion event fired (`Engine::poll_cq_event`).
+    pub notified: &'a mut Vec<u32>,
+    /// The request being handled had the Solicited Event bit (BTH SE): a receive
+    /// completion it causes is a solicited one.
+    pub solicited: bool,
 }
 
 impl Ctx<'_> {
@@ -90,7 +95,13 @@ impl Ctx<'_> {
             return;
         };
         let was_in_error = q.in_error;
-        if !q.push(c) {
+        let receive = matches!(c.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm);
+        let solicited = c.status != WcStatus::Success || (receive && self.solicited);
+        if q.push(c) {
+            if q.fire(solicited) {
+                self.notified.push(cq);
+            }
+        } else {
             self.stats.inc(Counter::CqOverrun);
             if !was_in_error {
                 self.events

@@ -1,0 +1,288 @@
+//! Who runs the NIC and when (see the module docs of `verbs`): the state shared between
+//! the program's calls and the progress thread, and the thread itself.
+
+use super::channel::EventQueue;
+use super::{Error, Event};
+use crate::backend::udp::wait_readable;
+use crate::backend::Backend;
+use crate::driver::{Clock, Driver};
+use crate::engine::Instant;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use rustc_hash::FxHashMap;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// How long after a program's last `poll_cq` the progress thread leaves the NIC to it.
+/// Long against a polling loop's period (a microsecond or so), short against the ACK
+/// timeouts programs choose (67 ms at rc_pingpong's and perftest's timeout 14).
+const HANDOFF: Duration = Duration::from_millis(2);
+/// Longest sleep of the progress thread with no deadline armed (it then re-checks
+/// whether the program still polls).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+
+/// The NIC and what hangs off it, under the one lock.
+pub(crate) struct Nic {
+    pub(crate) driver: Driver<Box<dyn Backend>>,
+    /// Completion channels by CQ.
+    pub(crate) channels: FxHashMap<u32, Arc<EventQueue<u32>>>,
+    /// Why the port failed, once it has.
+    failed: Option<String>,
+    /// When the progress thread, asleep, will next look at the NIC (None: awake, or
+    /// leaving the NIC to the program).
+    thread_wake: Option<Instant>,
+}
+
+impl Nic {
+    pub(crate) fn new(driver: Driver<Box<dyn Backend>>) -> Nic {
+        Nic {
+            driver,
+            channels: FxHashMap::default(),
+            failed: None,
+            thread_wake: None,
+        }
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        match &self.failed {
+            Some(why) => Err(Error::PortDown(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn port_failed(&mut self, shared: &Shared, e: crate::backend::BackendError) -> Error {
+        let why = e.to_string();
+        if self.failed.is_none() {
+            self.failed = Some(why.clone());
+            shared.events.push(Event::PortError(why));
+        }
+        Error::Port(e)
+    }
+
+    /// Sends what is queued, then receives what waits and runs due timers.
+    pub(crate) fn drive(&mut self, shared: &Shared) -> Result<bool, Error> {
+        self.check()?;
+        let r = self
+            .driver
+            .transmit()
+            .and_then(|tx| Ok(self.driver.receive()? || tx));
+        r.map_err(|e| self.port_failed(shared, e))
+    }
+
+    /// Sends what is queued.
+    pub(crate) fn flush(&mut self, shared: &Shared) -> Result<bool, Error> {
+        self.check()?;
+        let r = self.driver.transmit();
+        r.map_err(|e| self.port_failed(shared, e))
+    }
+
+    /// Moves fired completion events to their channels and async events to the queue.
+    pub(crate) fn dispatch(&mut self, shared: &Shared) {
+        while let Some(cq) = self.driver.engine.poll_cq_event() {
+            if let Some(ch) = self.channels.get(&cq) {
+                ch.push(cq);
+            }
+        }
+        while let Some(ev) = self.driver.engine.poll_event() {
+            shared.events.push(Event::Engine(ev));
+        }
+    }
+
+    /// After a post or a modify: what it produced leaves now unless the program is
+    /// polling (its next `poll_cq` sends the batch); an earlier deadline wakes the thread.
+    pub(crate) fn after_post(&mut self, shared: &Shared) -> Result<(), Error> {
+        if !shared.app_polling() {
+            self.flush(shared)?;
+        }
+        self.dispatch(shared);
+        shared.rearm(self);
+        Ok(())
+    }
+}
+
+/// What the program's calls and the progress thread share.
+pub(crate) struct Shared {
+    nic: Mutex<Nic>,
+    pub(crate) local_ip: IpAddr,
+    clock: Clock,
+    /// Engine time (ns) until which the program drives the NIC itself.
+    app_until: AtomicU64,
+    /// Wakes the sleeping progress thread (an earlier deadline, shutdown).
+    doorbell: EventFd,
+    /// The port's receive fd, duplicated so the thread can sleep on it without the lock.
+    rx_fd: OwnedFd,
+    stop: AtomicBool,
+    pub(crate) events: EventQueue<Event>,
+}
+
+impl Shared {
+    pub(crate) fn new(nic: Nic, clock: Clock) -> std::io::Result<Shared> {
+        let local_ip = nic.driver.backend.local().ip();
+        let rx_fd = nic.driver.backend.rx_fd().try_clone_to_owned()?;
+        Ok(Shared {
+            nic: Mutex::new(nic),
+            local_ip,
+            clock,
+            app_until: AtomicU64::new(0),
+            doorbell: EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?,
+            rx_fd,
+            stop: AtomicBool::new(false),
+            events: EventQueue::new()?,
+        })
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Nic> {
+        // A panic while holding the lock leaves the engine as it was between two calls
+        // (its calls do not unwind half-way by design); carry on rather than poison all.
+        self.nic.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock, for a call that drives the NIC: the thread stays away for `HANDOFF`.
+    pub(crate) fn lock_polling(&self) -> MutexGuard<'_, Nic> {
+        self.drive_until(HANDOFF);
+        self.lock()
+    }
+
+    fn drive_until(&self, d: Duration) {
+        let until = self.clock.now().as_nanos() + d.as_nanos() as u64;
+        self.app_until.store(until, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stop_polling(&self) {
+        self.app_until.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn app_polling(&self) -> bool {
+        self.clock.now().as_nanos() < self.app_until.load(Ordering::Relaxed)
+    }
+
+    fn ring(&self) {
+        let _ = self.doorbell.write(1);
+    }
+
+    /// Wakes the thread if the engine now has a deadline before the thread's wake-up.
+    pub(crate) fn rearm(&self, nic: &mut Nic) {
+        if let (Some(wake), Some(t)) = (nic.thread_wake, nic.driver.engine.poll_timeout()) {
+            if t < wake {
+                nic.thread_wake = None;
+                self.ring();
+            }
+        }
+    }
+
+    pub(crate) fn wait(&self, max: Duration) -> Result<(), Error> {
+        let w = self.prepare_wait(max)?;
+        if !w.is_zero() {
+            wait_readable(&[self.rx_fd.as_fd()], w);
+        }
+        Ok(())
+    }
+
+    /// Before the program sleeps on the port itself: it keeps driving (the thread stays
+    /// away while it sleeps); returns how long it may sleep.
+    pub(crate) fn prepare_wait(&self, max: Duration) -> Result<Duration, Error> {
+        self.drive_until(max + HANDOFF);
+        let mut nic = self.lock();
+        nic.check()?;
+        Ok(nic.driver.until_deadline(max))
+    }
+
+    pub(crate) fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.rx_fd.as_fd()
+    }
+
+    pub(crate) fn linger(&self, quiet: Duration, max: Duration) {
+        let start = std::time::Instant::now();
+        let mut last = std::time::Instant::now();
+        while start.elapsed() < max && last.elapsed() < quiet {
+            self.drive_until(quiet + HANDOFF);
+            let w = {
+                let mut nic = self.lock();
+                match nic.drive(self) {
+                    Ok(true) => {
+                        let _ = nic.flush(self);
+                        nic.dispatch(self);
+                        last = std::time::Instant::now();
+                        continue;
+                    }
+                    Ok(false) => nic.driver.until_deadline(Duration::from_millis(5)),
+                    Err(_) => break,
+                }
+            };
+            wait_readable(&[self.rx_fd.as_fd()], w);
+        }
+        self.stop_polling();
+    }
+
+    pub(crate) fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.ring();
+    }
+
+    /// One turn of the progress thread: drives the NIC if the program does not; returns
+    /// how long to sleep and whether the port fd is worth watching.
+    fn turn(&self) -> (Duration, bool) {
+        let now = self.clock.now().as_nanos();
+        let until = self.app_until.load(Ordering::Relaxed);
+        if now < until {
+            return (Duration::from_nanos(until - now).min(MAX_SLEEP), false);
+        }
+        let mut nic = self.lock();
+        if nic.failed.is_some() {
+            return (MAX_SLEEP, false);
+        }
+        loop {
+            match nic.drive(self) {
+                Ok(true) => {
+                    // ACKs and responses to what was just received.
+                    let _ = nic.flush(self);
+                    nic.dispatch(self);
+                }
+                Ok(false) => break,
+                Err(_) => return (MAX_SLEEP, false),
+            }
+            if self.app_polling() || self.stop.load(Ordering::Relaxed) {
+                return (Duration::ZERO, false);
+            }
+        }
+        nic.dispatch(self);
+        let w = nic.driver.until_deadline(MAX_SLEEP);
+        nic.thread_wake = Some(self.clock.now().saturating_add(w));
+        (w, true)
+    }
+
+    fn run(&self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let (w, watch_port) = self.turn();
+            if w.is_zero() {
+                continue;
+            }
+            let ms = w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+            let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
+            let bell = PollFd::new(self.doorbell.as_fd(), PollFlags::POLLIN);
+            if watch_port {
+                let port = PollFd::new(self.rx_fd.as_fd(), PollFlags::POLLIN);
+                let _ = poll(&mut [bell, port], timeout);
+            } else {
+                let _ = poll(&mut [bell], timeout);
+            }
+            let _ = self.doorbell.read();
+            self.lock().thread_wake = None;
+        }
+    }
+}
+
+/// Starts the progress thread. It blocks every signal: a program's handlers (perftest's
+/// SIGALRM for `-D`) run on its own threads, as with a kernel NIC.
+pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("roce-emu-progress".into())
+        .spawn(move || {
+            use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+            let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
+            shared.run();
+        })
+}
