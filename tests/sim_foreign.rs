@@ -9,7 +9,7 @@ mod common;
 use common::rc::{pattern, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Backing, Key, MemError, MemoryRegion, MrTable, Rkey};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 const A: usize = 0;
@@ -32,6 +32,25 @@ unsafe fn foreign(
     t.reg_mr_at_addr(pd, b, ALL).unwrap()
 }
 
+// The program's buffers are atomics (AtomicU8/AtomicU64, i.e. plain bytes and words in
+// memory), so that the test's own reads and writes of them go through shared references
+// to interior-mutable memory and never invalidate the raw pointer the region holds, as a
+// `&mut` to a Vec's bytes would under Rust's aliasing rules. A C program has no such
+// rules; the bytes are the same.
+fn buffer(len: usize, fill: u8) -> Box<[AtomicU8]> {
+    (0..len).map(|_| AtomicU8::new(fill)).collect()
+}
+
+fn get(b: &[AtomicU8]) -> Vec<u8> {
+    b.iter().map(|x| x.load(Ordering::Relaxed)).collect()
+}
+
+fn put(b: &[AtomicU8], data: &[u8]) {
+    for (x, &v) in b.iter().zip(data) {
+        x.store(v, Ordering::Relaxed);
+    }
+}
+
 /// Deregisters `mr` and checks nothing else holds it, so the caller may free the memory.
 fn release(t: &MrTable, mr: Arc<MemoryRegion>) {
     t.dereg_mr(mr.lkey()).unwrap();
@@ -46,7 +65,7 @@ fn release(t: &MrTable, mr: Arc<MemoryRegion>) {
 fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
     let mut p = Pair::new(Opts::default());
     // The program's buffer: 64 guard bytes, 4096 registered bytes, 64 guard bytes.
-    let mut mine = vec![0xeeu8; 64 + 4096 + 64].into_boxed_slice();
+    let mine = buffer(64 + 4096 + 64, 0xee);
     // The program's counters, which it also updates itself with its own atomics.
     let words: Box<[AtomicU64]> = (0..4).map(|_| AtomicU64::new(0)).collect();
     words[1].store(7, Ordering::SeqCst);
@@ -56,7 +75,7 @@ fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
     // SAFETY: `mine` and `words` live to the end of the test, after `release` below.
     let (buf, ctr) = unsafe {
         (
-            foreign(&t, pd, mine.as_mut_ptr().add(64), 4096),
+            foreign(&t, pd, mine.as_ptr().add(64) as *mut u8, 4096),
             foreign(&t, pd, words.as_ptr() as *mut u8, 32),
         )
     };
@@ -129,10 +148,9 @@ fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
         ]
     );
     // The WRITE landed in the program's own bytes, and nowhere else.
-    let payload: Vec<u8> = mine[64 + 100..64 + 3100].to_vec();
-    assert_eq!(payload, pattern(5, 3000));
-    assert!(mine[..64 + 100].iter().all(|&x| x == 0xee));
-    assert!(mine[64 + 3100..].iter().all(|&x| x == 0xee));
+    assert_eq!(get(&mine[64 + 100..64 + 3100]), pattern(5, 3000));
+    assert!(get(&mine[..64 + 100]).iter().all(|&x| x == 0xee));
+    assert!(get(&mine[64 + 3100..]).iter().all(|&x| x == 0xee));
     // The atomics acted on the program's words, in host order, and returned originals.
     assert_eq!(words[0].load(Ordering::SeqCst), 5);
     assert_eq!(words[1].load(Ordering::SeqCst), 99);
@@ -146,7 +164,7 @@ fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
     assert_eq!(p.read_mem(A, 8016, 8), 0u64.to_ne_bytes());
 
     // A READ sees what the program itself wrote there.
-    mine[64 + 4000..64 + 4096].copy_from_slice(&pattern(9, 96));
+    put(&mine[64 + 4000..64 + 4096], &pattern(9, 96));
     p.send(
         A,
         5,
@@ -172,8 +190,8 @@ fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
     );
     p.settle();
     assert_eq!(p.completions(A)[0].status, WcStatus::RemAccessErr);
-    assert!(mine[64 + 4096..].iter().all(|&x| x == 0xee));
-    assert_eq!(&mine[64 + 4000..64 + 4096], &pattern(9, 96)[..]);
+    assert!(get(&mine[64 + 4096..]).iter().all(|&x| x == 0xee));
+    assert_eq!(get(&mine[64 + 4000..64 + 4096]), pattern(9, 96));
 
     release(&t, buf);
     release(&t, ctr);
@@ -230,8 +248,9 @@ fn foreign_regions_keep_every_check() {
     let t = MrTable::new();
     let pd = t.alloc_pd();
     let pd2 = t.alloc_pd();
-    let mut mem = vec![0u64; 8]; // 64 bytes, 8-aligned
-    let base = mem.as_mut_ptr().cast::<u8>();
+    let mem: Box<[AtomicU64]> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    let word = |i: usize| mem[i].load(Ordering::SeqCst);
+    let base = mem.as_ptr() as *mut u8;
     // SAFETY: `mem` outlives every region made of it (all released below).
     let (whole, ro, shifted) = unsafe {
         let whole = foreign(&t, pd, base, 32);
@@ -251,7 +270,7 @@ fn foreign_regions_keep_every_check() {
     };
     let (iova, rk) = (whole.iova(), whole.rkey());
     t.write_remote(pd, rk, iova + 24, &[1; 8]).unwrap();
-    assert_eq!(mem[3], u64::from_ne_bytes([1; 8]));
+    assert_eq!(word(3), u64::from_ne_bytes([1; 8]));
     // Range: one byte past the region is refused, nothing written.
     assert!(matches!(
         t.write_remote(pd, rk, iova + 25, &[2; 8]),
@@ -261,8 +280,8 @@ fn foreign_regions_keep_every_check() {
         t.write_remote(pd, rk, iova.wrapping_sub(1), &[2; 2]),
         Err(MemError::OutOfRange { .. })
     ));
-    assert_eq!(mem[3], u64::from_ne_bytes([1; 8]));
-    assert_eq!(mem[4], 0);
+    assert_eq!(word(3), u64::from_ne_bytes([1; 8]));
+    assert_eq!(word(4), 0);
     // PD and keys.
     assert!(matches!(
         t.write_remote(pd2, rk, iova, &[2]),
@@ -275,7 +294,7 @@ fn foreign_regions_keep_every_check() {
     ));
     // Access rights: a read-only region at its own iova.
     assert_eq!(ro.iova(), 0x1000);
-    mem[4] = 42;
+    mem[4].store(42, Ordering::SeqCst);
     let mut out = [0u8; 8];
     t.read_remote(pd, ro.rkey(), 0x1000, &mut out).unwrap();
     assert_eq!(u64::from_ne_bytes(out), 42);
@@ -290,12 +309,12 @@ fn foreign_regions_keep_every_check() {
     // Atomics: on the program's word, and refused where the host word is misaligned
     // although the va is aligned.
     assert_eq!(t.fetch_add(pd, rk, iova + 8, 3), Ok(0));
-    assert_eq!(mem[1], 3);
+    assert_eq!(word(1), 3);
     assert_eq!(
         t.fetch_add(pd, shifted.rkey(), 0x2008, 1),
         Err(MemError::MisalignedAtomic { va: 0x2008 })
     );
-    assert_eq!(mem[4], 42);
+    assert_eq!(word(4), 42);
     // A PD with regions cannot go; the device's max_mr_size holds for foreign memory.
     assert_eq!(t.dealloc_pd(pd), Err(MemError::PdInUse { pd, mrs: 3 }));
     let small = MrTable::with_config(roce_emu::mem::MrTableConfig {
