@@ -13,6 +13,7 @@ use super::backing::Backing;
 use super::key::{Key, Lkey, Rkey};
 use super::{Access, MemError, Pd};
 use core::fmt;
+use core::ops::Range;
 use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Whether a region's keys work.
@@ -208,6 +209,20 @@ impl MemoryRegion {
         f(&self.to_vec())
     }
 
+    /// Application side: runs `f` on a copy of the bytes at offsets `range` of the region
+    /// (offset 0 is `iova`): [`with_bytes`](Self::with_bytes) copying only what `f`
+    /// looks at. Panics if `range` is not inside the region, as slice indexing would.
+    pub fn with_bytes_in<R>(&self, range: Range<usize>, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(
+            range.start <= range.end && range.end <= self.bytes.len(),
+            "range {range:?} outside the region's {} bytes",
+            self.bytes.len()
+        );
+        let mut v = vec![0; range.len()];
+        self.bytes.read(range.start, &mut v);
+        f(&v)
+    }
+
     /// Application side: runs `f` on a copy of all the region's bytes and writes the
     /// copy back. Not atomic against the NIC: a remote write landing between the copy
     /// and the write-back is overwritten. Meant for setting a buffer up before traffic.
@@ -352,6 +367,16 @@ mod tests {
         assert_eq!(one, [0xaa]);
         m.fill(0x5a);
         m.with_bytes(|b| assert!(b.iter().all(|&x| x == 0x5a)));
+        m.write(0xffff_ffff_ffff_fffe, &[1, 2]).unwrap();
+        m.with_bytes_in(13..16, |b| assert_eq!(b, [0x5a, 1, 2]));
+        m.with_bytes_in(16..16, |b| assert!(b.is_empty()));
+        assert_eq!(m.to_vec().len(), 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the region's 16 bytes")]
+    fn with_bytes_in_past_the_end_panics() {
+        mr(0, 16).with_bytes_in(8..17, |_| ());
     }
 
     #[test]
