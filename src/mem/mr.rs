@@ -42,9 +42,13 @@ pub const fn range_within(mr_iova: u64, mr_len: u64, va: u64, len: u64) -> bool 
     !(len > mr_len || va < mr_iova || va - mr_iova > mr_len - len)
 }
 
-/// A registered memory region. Created by [`MrTable::reg_mr`](super::MrTable::reg_mr),
-/// shared as `Arc<MemoryRegion>`: a lookup clones the `Arc`, so a region deregistered
-/// while an operation holds it stays alive (and consistent) until that operation ends.
+/// A registered memory region. Created by [`MrTable::reg_mr`](super::MrTable::reg_mr)
+/// (owned bytes) or [`MrTable::reg_mr_backing`](super::MrTable::reg_mr_backing) (any
+/// [`Backing`], e.g. the program's own memory), shared as `Arc<MemoryRegion>`: a lookup
+/// clones the `Arc`, so a region deregistered while an operation holds it stays alive
+/// (and its bytes with it) until that operation ends. For foreign memory that is what
+/// the caller must wait for before freeing it: after `dereg_mr`, the registration's own
+/// `Arc` is the last one when `Arc::strong_count` is 1 (no new lookup can find it).
 pub struct MemoryRegion {
     pd: Pd,
     iova: u64,
@@ -271,6 +275,7 @@ impl fmt::Debug for MemoryRegion {
             .field("lkey", &format_args!("{}", self.lkey))
             .field("rkey", &format_args!("{}", self.rkey))
             .field("state", &self.state())
+            .field("backing", &self.bytes)
             .finish_non_exhaustive()
     }
 }
