@@ -14,8 +14,9 @@
 //! of ours either and knows nothing about packets.
 //!
 //! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
-// No unsafe code, except the one fenced syscall module `backend::sys` (socket options no
-// well-kept crate wraps), where each block carries a SAFETY comment.
+// No unsafe code, except two fenced modules where each block carries a SAFETY comment:
+// `backend::sys` (socket options no well-kept crate wraps) and `mem::backing` (raw copies
+// and atomics on registered memory, including the program's own, foreign, memory).
 #![deny(unsafe_code)]
 
 pub mod backend;

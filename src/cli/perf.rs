@@ -1283,9 +1283,9 @@ fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Report> {
 }
 
 fn check_range(mr: &MemoryRegion, off: u64, len: u32, seed: u8, what: &str) -> Result<()> {
-    mr.with_bytes(|b| {
-        let region = &b[off as usize..off as usize + len as usize];
-        match region
+    mr.with_bytes_in(
+        off as usize..off as usize + len as usize,
+        |region| match region
             .iter()
             .enumerate()
             .find(|&(j, &x)| x != pattern(off + j as u64, seed))
@@ -1296,8 +1296,8 @@ fn check_range(mr: &MemoryRegion, off: u64, len: u32, seed: u8, what: &str) -> R
                 off + j as u64,
                 pattern(off + j as u64, seed)
             ))),
-        }
-    })
+        },
+    )
 }
 
 /// The server's end check for WRITE and atomics, from the client's report (size, iters).
@@ -1468,8 +1468,8 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
                     // Message m came from the client's offset for m, into our slot for m.
                     let ours = (c.wr_id % r.depth) * p.geo.stride;
                     let theirs = offset(c.wr_id, p.size, &p.geo);
-                    nic.mr.with_bytes(|b| {
-                        let got = &b[ours as usize..ours as usize + p.size as usize];
+                    let slot = ours as usize..ours as usize + p.size as usize;
+                    nic.mr.with_bytes_in(slot, |got| {
                         match got
                             .iter()
                             .enumerate()

@@ -11,6 +11,8 @@
 //! - [`key`]: [`Lkey`]/[`Rkey`] (`index << 8 | key byte`, as rxe) and the deterministic
 //!   [`KeyGen`] that picks key bytes.
 //! - [`mr`]: [`MemoryRegion`], its bytes, and the overflow-safe range check.
+//! - [`backing`]: [`Backing`], the bytes behind a region: owned, or the caller's own
+//!   memory registered in place; the only `unsafe` in this module, fenced.
 //! - [`table`]: [`MrTable`], which allocates PDs and MRs and validates every access in
 //!   rxe's `lookup_mem` order.
 //! - [`sge`]: scatter/gather lists and the cursor the transport walks them with
@@ -20,11 +22,16 @@
 //! no I/O; `tests/layering.rs` checks it. Everything is deterministic: key bytes come
 //! from a seeded generator, never from the OS.
 
+// The one module of `mem` with unsafe code (raw copies and atomics on registered
+// memory, the foreign-memory constructor); `tests/layering.rs` holds it to that.
+#[allow(unsafe_code)]
+pub mod backing;
 pub mod key;
 pub mod mr;
 pub mod sge;
 pub mod table;
 
+pub use backing::Backing;
 pub use key::{Key, KeyGen, Lkey, Rkey};
 pub use mr::{range_within, MemoryRegion, MrState};
 pub use sge::{copy_in, copy_out, gather, scatter, total_len, Sge, SgeCursor};
@@ -216,6 +223,9 @@ pub enum MemError {
     /// The region is longer than the table's configured maximum.
     #[error("memory region of {length} bytes exceeds the maximum of {max}")]
     MrTooLarge { length: u64, max: u64 },
+    /// Foreign memory at address 0.
+    #[error("memory region at a null address")]
+    NullAddress,
     /// The bytes backing the region could not be allocated.
     #[error("cannot allocate {length} bytes for a memory region")]
     OutOfMemory { length: u64 },

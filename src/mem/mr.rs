@@ -1,17 +1,20 @@
 //! A memory region: a range of the 64-bit I/O virtual address space, its access rights,
 //! its keys, its state, and the bytes behind it.
 //!
-//! In a real HCA the region maps application pages; here the region owns its bytes
-//! (`RwLock<Box<[u8]>>`, no unsafe code) and the application reaches them through
-//! [`MemoryRegion::read`], [`MemoryRegion::write`] and [`MemoryRegion::with_bytes`].
-//! The iova is whatever address the application chose to advertise; the peer uses it in
-//! RETH and AtomicETH, and every access is checked against `[iova, iova + length)`.
+//! The bytes are a [`Backing`]: a buffer this crate allocated (tools, tests) or memory
+//! the application registered in place (the C ABI's `ibv_reg_mr`). Either way the NIC
+//! reaches them through raw copies and real 8-byte atomics with no lock, and the
+//! application through [`MemoryRegion::read`], [`MemoryRegion::write`] and friends (or,
+//! for foreign memory, directly). The iova is whatever address the application chose to
+//! advertise; the peer uses it in RETH and AtomicETH, and every access is checked
+//! against `[iova, iova + length)` before the backing is touched.
 
+use super::backing::Backing;
 use super::key::{Key, Lkey, Rkey};
 use super::{Access, MemError, Pd};
 use core::fmt;
-use core::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use core::ops::Range;
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Whether a region's keys work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,9 +42,13 @@ pub const fn range_within(mr_iova: u64, mr_len: u64, va: u64, len: u64) -> bool 
     !(len > mr_len || va < mr_iova || va - mr_iova > mr_len - len)
 }
 
-/// A registered memory region. Created by [`MrTable::reg_mr`](super::MrTable::reg_mr),
-/// shared as `Arc<MemoryRegion>`: a lookup clones the `Arc`, so a region deregistered
-/// while an operation holds it stays alive (and consistent) until that operation ends.
+/// A registered memory region. Created by [`MrTable::reg_mr`](super::MrTable::reg_mr)
+/// (owned bytes) or [`MrTable::reg_mr_backing`](super::MrTable::reg_mr_backing) (any
+/// [`Backing`], e.g. the program's own memory), shared as `Arc<MemoryRegion>`: a lookup
+/// clones the `Arc`, so a region deregistered while an operation holds it stays alive
+/// (and its bytes with it) until that operation ends. For foreign memory that is what
+/// the caller must wait for before freeing it: after `dereg_mr`, the registration's own
+/// `Arc` is the last one when `Arc::strong_count` is 1 (no new lookup can find it).
 pub struct MemoryRegion {
     pd: Pd,
     iova: u64,
@@ -51,22 +58,22 @@ pub struct MemoryRegion {
     rkey: Rkey,
     /// `MrState` as a byte, so invalidation needs no lock.
     state: AtomicU8,
-    bytes: RwLock<Box<[u8]>>,
+    bytes: Backing,
 }
 
 const STATE_VALID: u8 = 0;
 const STATE_INVALID: u8 = 1;
 
 impl MemoryRegion {
-    /// Callers (the table) have checked the arguments: `bytes.len() == length`,
-    /// `iova + length <= 2^64`, `access` consistent.
+    /// Callers (the table) have checked the arguments: `iova + bytes.len() <= 2^64`,
+    /// `access` consistent.
     pub(super) fn new(
         pd: Pd,
         iova: u64,
         access: Access,
         lkey: Lkey,
         rkey: Rkey,
-        bytes: Box<[u8]>,
+        bytes: Backing,
     ) -> MemoryRegion {
         MemoryRegion {
             pd,
@@ -76,7 +83,7 @@ impl MemoryRegion {
             lkey,
             rkey,
             state: AtomicU8::new(STATE_VALID),
-            bytes: RwLock::new(bytes),
+            bytes,
         }
     }
 
@@ -105,8 +112,11 @@ impl MemoryRegion {
         self.lkey
     }
 
-    /// The remote key (for the peer). Same value as the lkey, as in rxe; the types keep
-    /// the two uses apart.
+    /// The remote key (for the peer): the lkey's value if the region has a remote
+    /// access right, else `Rkey(0)`, which names no region (index 0 is never used), as
+    /// rxe's `rxe_mr_init` does (`rkey = access & IB_ACCESS_REMOTE ? lkey : 0`). So a
+    /// local-only region cannot be reached from the network even by a peer that learns
+    /// its lkey: the lookup fails as an invalid R_Key, before any access check.
     pub fn rkey(&self) -> Rkey {
         self.rkey
     }
@@ -154,28 +164,21 @@ impl MemoryRegion {
         (va - self.iova) as usize
     }
 
-    // Poisoning only means a closure given to `with_bytes_mut` panicked; the bytes carry
-    // no invariant of ours, so the lock stays usable.
-    fn rd(&self) -> RwLockReadGuard<'_, Box<[u8]>> {
-        self.bytes.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn wr(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
-        self.bytes.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub(super) fn read_for(&self, key: Key, va: u64, out: &mut [u8]) -> Result<(), MemError> {
         self.check_range_for(key, va, out.len() as u64)?;
-        let o = self.offset(va);
-        out.copy_from_slice(&self.rd()[o..o + out.len()]);
+        self.bytes.read(self.offset(va), out);
         Ok(())
     }
 
     pub(super) fn write_for(&self, key: Key, va: u64, data: &[u8]) -> Result<(), MemError> {
         self.check_range_for(key, va, data.len() as u64)?;
-        let o = self.offset(va);
-        self.wr()[o..o + data.len()].copy_from_slice(data);
+        self.bytes.write(self.offset(va), data);
         Ok(())
+    }
+
+    /// The bytes behind the region: owned or foreign, its host address.
+    pub fn backing(&self) -> &Backing {
+        &self.bytes
     }
 
     /// Application side: copies the bytes at `[iova, iova + out.len())` into `out`.
@@ -193,46 +196,72 @@ impl MemoryRegion {
 
     /// Application side: fills the whole region with `byte`.
     pub fn fill(&self, byte: u8) {
-        self.wr().fill(byte);
+        self.bytes.fill(byte);
     }
 
-    /// Application side: runs `f` on all the region's bytes (index 0 is `iova`) under
-    /// the read lock. Keep `f` short: it blocks remote writes and atomics to this region.
-    /// `f` must not write to this region through the table (that would wait for the
-    /// write lock this call's read lock holds off: a deadlock).
+    /// Application side: a copy of all the region's bytes (index 0 is `iova`).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.bytes.len()];
+        self.bytes.read(0, &mut v);
+        v
+    }
+
+    /// Application side: runs `f` on a snapshot of all the region's bytes (index 0 is
+    /// `iova`). It copies the whole region (there is no lock to hold the NIC off while
+    /// `f` looks, so `f` sees a copy); for a few bytes [`read`](Self::read) is cheaper.
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        f(&self.rd())
+        f(&self.to_vec())
     }
 
-    /// Application side: runs `f` on all the region's bytes under the write lock.
+    /// Application side: runs `f` on a copy of the bytes at offsets `range` of the region
+    /// (offset 0 is `iova`): [`with_bytes`](Self::with_bytes) copying only what `f`
+    /// looks at. Panics if `range` is not inside the region, as slice indexing would.
+    pub fn with_bytes_in<R>(&self, range: Range<usize>, f: impl FnOnce(&[u8]) -> R) -> R {
+        assert!(
+            range.start <= range.end && range.end <= self.bytes.len(),
+            "range {range:?} outside the region's {} bytes",
+            self.bytes.len()
+        );
+        let mut v = vec![0; range.len()];
+        self.bytes.read(range.start, &mut v);
+        f(&v)
+    }
+
+    /// Application side: runs `f` on a copy of all the region's bytes and writes the
+    /// copy back. Not atomic against the NIC: a remote write landing between the copy
+    /// and the write-back is overwritten. Meant for setting a buffer up before traffic.
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(&mut self.wr())
+        let mut v = self.to_vec();
+        let r = f(&mut v);
+        self.bytes.write(0, &v);
+        r
     }
 
-    /// An 8-byte read-modify-write at `va` under the write lock, so no other access to
-    /// the region sees a torn or interleaved value. The word is the u64 in host byte
-    /// order (what an x86 host's CPU sees as the value), as a real NIC on x86 operates on
-    /// host memory; the wire's big-endian AtomicETH fields are converted by the engine.
-    /// Returns the original value.
+    /// A real 8-byte atomic at `va`: `op` gets the word as an `AtomicU64` on the
+    /// region's memory and returns the original value. The word is the u64 in host byte
+    /// order (what the host CPU sees as the value, as ibverbs' native `uint64_t`); the
+    /// wire's big-endian AtomicETH fields are converted by the engine. Being a hardware
+    /// atomic on the memory itself, it is atomic against other QPs' atomics and against
+    /// the program's own atomic operations on the same word.
     pub(super) fn atomic_for(
         &self,
         key: Key,
         va: u64,
-        op: impl FnOnce(u64) -> u64,
+        op: impl FnOnce(&AtomicU64) -> u64,
     ) -> Result<u64, MemError> {
         self.check_range_for(key, va, 8)?;
-        // Alignment after the key and range checks, as rxe (`rxe_mr_do_atomic_op`).
+        // Alignment after the key and range checks, as rxe (`rxe_mr_do_atomic_op`). An
+        // aligned va at a misaligned host address (foreign memory registered at an
+        // iova of another remainder mod 8) is refused the same way: the word cannot be
+        // operated on atomically.
         if va % 8 != 0 {
             return Err(MemError::MisalignedAtomic { va });
         }
-        let o = self.offset(va);
-        let mut bytes = self.wr();
-        let word: &mut [u8] = &mut bytes[o..o + 8];
-        let mut b = [0u8; 8];
-        b.copy_from_slice(word);
-        let orig = u64::from_ne_bytes(b);
-        word.copy_from_slice(&op(orig).to_ne_bytes());
-        Ok(orig)
+        let word = self
+            .bytes
+            .atomic_u64(self.offset(va))
+            .ok_or(MemError::MisalignedAtomic { va })?;
+        Ok(op(word))
     }
 }
 
@@ -246,6 +275,7 @@ impl fmt::Debug for MemoryRegion {
             .field("lkey", &format_args!("{}", self.lkey))
             .field("rkey", &format_args!("{}", self.rkey))
             .field("state", &self.state())
+            .field("backing", &self.bytes)
             .finish_non_exhaustive()
     }
 }
@@ -267,7 +297,7 @@ mod tests {
             Access::LOCAL_WRITE,
             Lkey::new(1, 7),
             Rkey::new(1, 7),
-            vec![0; len].into_boxed_slice(),
+            Backing::owned_at(iova, len as u64).unwrap(),
         )
     }
 
@@ -342,6 +372,16 @@ mod tests {
         assert_eq!(one, [0xaa]);
         m.fill(0x5a);
         m.with_bytes(|b| assert!(b.iter().all(|&x| x == 0x5a)));
+        m.write(0xffff_ffff_ffff_fffe, &[1, 2]).unwrap();
+        m.with_bytes_in(13..16, |b| assert_eq!(b, [0x5a, 1, 2]));
+        m.with_bytes_in(16..16, |b| assert!(b.is_empty()));
+        assert_eq!(m.to_vec().len(), 16);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside the region's 16 bytes")]
+    fn with_bytes_in_past_the_end_panics() {
+        mr(0, 16).with_bytes_in(8..17, |_| ());
     }
 
     #[test]
@@ -352,7 +392,7 @@ mod tests {
             Access::empty(),
             Lkey(0x100),
             Rkey(0x100),
-            vec![0; 8].into_boxed_slice(),
+            Backing::owned(8).unwrap(),
         );
         m.set_invalid();
         assert_eq!(m.state(), MrState::Invalid);
@@ -363,25 +403,31 @@ mod tests {
         assert_eq!(b, [9]);
     }
 
+    fn load(a: &AtomicU64) -> u64 {
+        a.load(Ordering::SeqCst)
+    }
+
     #[test]
     fn atomic_native_order_and_alignment() {
         let m = mr(0x2000, 32);
         m.write(0x2008, &0x0102_0304_0506_0708u64.to_ne_bytes())
             .unwrap();
         let k = Key::Remote(m.rkey());
-        let orig = m.atomic_for(k, 0x2008, |v| v.wrapping_add(1)).unwrap();
+        let orig = m
+            .atomic_for(k, 0x2008, |a| a.fetch_add(1, Ordering::SeqCst))
+            .unwrap();
         assert_eq!(orig, 0x0102_0304_0506_0708);
         let mut b = [0u8; 8];
         m.read(0x2008, &mut b).unwrap();
         assert_eq!(u64::from_ne_bytes(b), 0x0102_0304_0506_0709);
         assert_eq!(
-            m.atomic_for(k, 0x2004, |v| v),
+            m.atomic_for(k, 0x2004, load),
             Err(MemError::MisalignedAtomic { va: 0x2004 })
         );
         // The last word of the region is reachable; one past it is out of range.
-        assert_eq!(m.atomic_for(k, 0x2018, |v| v), Ok(0));
+        assert_eq!(m.atomic_for(k, 0x2018, load), Ok(0));
         assert!(matches!(
-            m.atomic_for(k, 0x2020, |v| v),
+            m.atomic_for(k, 0x2020, load),
             Err(MemError::OutOfRange { len: 8, .. })
         ));
     }

@@ -222,6 +222,7 @@ pub fn gather(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mem::Rkey;
     use proptest::prelude::*;
     use std::sync::Arc;
 
@@ -460,7 +461,8 @@ mod tests {
         // Invalidated, then deregistered, between two pieces of one message.
         let mut c = SgeCursor::new(&f.sges).unwrap();
         copy_out(&f.t, f.pd, &f.sges, &mut c, &mut [0; 6]).unwrap();
-        f.t.invalidate(f.pd, f.b.rkey()).unwrap();
+        // B has no remote right, so no rkey: invalidated by its lkey, as rxe does.
+        f.t.invalidate(f.pd, Rkey(f.b.lkey().0)).unwrap();
         assert_eq!(
             copy_out(&f.t, f.pd, &f.sges, &mut c, &mut [0; 6]),
             Err(MemError::MrInvalid {

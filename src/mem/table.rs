@@ -9,9 +9,11 @@
 //! Lock order (no cycles): the `alloc` mutex first, then at most one `mrs` or `pds`
 //! shard; no path holds a shard while taking the mutex or another shard.
 
+use super::backing::Backing;
 use super::key::{Key, KeyGen, Lkey, Rkey, MAX_INDEX};
 use super::mr::MemoryRegion;
 use super::{Access, MemError, Pd};
+use core::sync::atomic::Ordering;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -154,7 +156,9 @@ impl MrTable {
         }
     }
 
-    /// Registers a region of `length` zeroed bytes at `iova` in `pd` (`ibv_reg_mr`).
+    /// Registers a region of `length` zeroed bytes at `iova` in `pd` (`ibv_reg_mr`),
+    /// in a buffer the region owns ([`Backing::owned_at`]); the application reaches the
+    /// bytes through [`MemoryRegion::read`], [`MemoryRegion::write`] and friends.
     ///
     /// Refused: REMOTE_WRITE/REMOTE_ATOMIC without LOCAL_WRITE ([`MemError::InvalidAccess`],
     /// ibverbs `EINVAL`); `length == 0` ([`MemError::ZeroLengthMr`]: rxe refuses it too,
@@ -162,8 +166,8 @@ impl MrTable {
     /// true); a range past 2^64 ([`MemError::MrWraps`]; a region may end exactly at
     /// 2^64); more than `max_mr_len` bytes; an unknown PD; a full table.
     ///
-    /// The lkey and rkey have the same value (as rxe), whatever the access rights: an
-    /// rkey of a region without remote rights fails the access check, not the lookup.
+    /// The lkey and rkey have the same value (as rxe) if `access` has a remote right;
+    /// otherwise the rkey is 0 and names nothing ([`MemoryRegion::rkey`]).
     pub fn reg_mr(
         &self,
         pd: Pd,
@@ -171,6 +175,55 @@ impl MrTable {
         length: u64,
         access: Access,
     ) -> Result<Arc<MemoryRegion>, MemError> {
+        self.check_reg(iova, length, access)?;
+        // The PD and a full table are refused before allocating: no allocation for
+        // nothing, and an unknown PD is reported as such whatever the length.
+        self.check_pd(pd)?;
+        self.check_room()?;
+        self.reg_mr_backing(pd, iova, Backing::owned_at(iova, length)?, access)
+    }
+
+    /// Registers `backing` as a region at `iova` in `pd`: the general form of
+    /// [`reg_mr`](Self::reg_mr), for memory the caller owns ([`Backing::foreign`]; pass
+    /// `backing.addr()` as the iova for `ibv_reg_mr`'s "iova is the address", or use
+    /// [`reg_mr_at_addr`](Self::reg_mr_at_addr)). Same refusals as `reg_mr`, with
+    /// `length` the backing's; `max_mr_len` (the device's `max_mr_size`) applies to
+    /// foreign memory too. A refused backing is dropped (foreign memory: untouched).
+    pub fn reg_mr_backing(
+        &self,
+        pd: Pd,
+        iova: u64,
+        backing: Backing,
+        access: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        self.check_reg(iova, backing.len() as u64, access)?;
+        // Count the region in its PD first, so `dealloc_pd` cannot succeed between this
+        // check and the insertion.
+        match self.pds.get_mut(&pd.0) {
+            Some(mut n) => *n += 1,
+            None => return Err(MemError::NoSuchPd { pd }),
+        }
+        let res = self.reg_counted(pd, iova, backing, access);
+        if res.is_err() {
+            self.uncount(pd);
+        }
+        res
+    }
+
+    /// [`reg_mr_backing`](Self::reg_mr_backing) at the backing's own host address, what
+    /// `ibv_reg_mr(pd, addr, length, access)` does.
+    pub fn reg_mr_at_addr(
+        &self,
+        pd: Pd,
+        backing: Backing,
+        access: Access,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        let iova = backing.addr();
+        self.reg_mr_backing(pd, iova, backing, access)
+    }
+
+    /// The argument checks of a registration that need no table state.
+    fn check_reg(&self, iova: u64, length: u64, access: Access) -> Result<(), MemError> {
         if !access.is_consistent() {
             return Err(MemError::InvalidAccess { access });
         }
@@ -186,17 +239,17 @@ impl MrTable {
                 max: self.cfg.max_mr_len,
             });
         }
-        // Count the region in its PD first, so `dealloc_pd` cannot succeed between this
-        // check and the insertion.
-        match self.pds.get_mut(&pd.0) {
-            Some(mut n) => *n += 1,
-            None => return Err(MemError::NoSuchPd { pd }),
+        Ok(())
+    }
+
+    /// A full table, checked without the lock (again under it when inserting).
+    fn check_room(&self) -> Result<(), MemError> {
+        let max = self.cfg.max_mrs;
+        if self.mrs.len() >= max as usize {
+            Err(MemError::TableFull { max })
+        } else {
+            Ok(())
         }
-        let res = self.reg_counted(pd, iova, length, access);
-        if res.is_err() {
-            self.uncount(pd);
-        }
-        res
     }
 
     fn uncount(&self, pd: Pd) {
@@ -209,25 +262,10 @@ impl MrTable {
         &self,
         pd: Pd,
         iova: u64,
-        length: u64,
+        bytes: Backing,
         access: Access,
     ) -> Result<Arc<MemoryRegion>, MemError> {
         let max = self.cfg.max_mrs;
-        if self.mrs.len() >= max as usize {
-            // Checked again under the lock; this one avoids allocating for nothing.
-            return Err(MemError::TableFull { max });
-        }
-        // Fallible allocation: an absurd length is an error, not an abort.
-        let bytes = usize::try_from(length)
-            .ok()
-            .and_then(|n| {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).ok()?;
-                v.resize(n, 0u8);
-                Some(v.into_boxed_slice())
-            })
-            .ok_or(MemError::OutOfMemory { length })?;
-
         let mut a = self.alloc();
         if self.mrs.len() >= max as usize {
             return Err(MemError::TableFull { max });
@@ -244,12 +282,19 @@ impl MrTable {
             a.last_key.resize(slot + 1, 0);
         }
         a.last_key[slot] = key;
+        // rxe_mr_init: no remote right, no R_Key (0 names no region: index 0 is unused).
+        let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
+        let rkey = if access.intersects(remote) {
+            Rkey::new(index, key)
+        } else {
+            Rkey(0)
+        };
         let mr = Arc::new(MemoryRegion::new(
             pd,
             iova,
             access,
             Lkey::new(index, key),
-            Rkey::new(index, key),
+            rkey,
             bytes,
         ));
         self.mrs.insert(index, Arc::clone(&mr));
@@ -291,11 +336,21 @@ impl MrTable {
 
     /// Index, key byte, PD: the identity checks shared by lookups and invalidation.
     fn find(&self, pd: Pd, key: Key) -> Result<Arc<MemoryRegion>, MemError> {
-        let mr = self.get(key).ok_or(MemError::NoSuchMr { key })?;
-        let found = match key {
+        self.find_as(pd, key, |mr| match key {
             Key::Local(_) => mr.lkey().0,
             Key::Remote(_) => mr.rkey().0,
-        };
+        })
+    }
+
+    /// [`find`](Self::find) with the region's key to compare chosen by `region_key`.
+    fn find_as(
+        &self,
+        pd: Pd,
+        key: Key,
+        region_key: impl FnOnce(&MemoryRegion) -> u32,
+    ) -> Result<Arc<MemoryRegion>, MemError> {
+        let mr = self.get(key).ok_or(MemError::NoSuchMr { key })?;
+        let found = region_key(&mr);
         if found != key.raw() {
             return Err(MemError::KeyMismatch {
                 asked: key,
@@ -374,8 +429,16 @@ impl MrTable {
     /// the QP's `pd`, otherwise nothing changes. Invalidating an invalid region
     /// succeeds and changes nothing (rxe does the same). Afterwards every lookup of the
     /// region fails with [`MemError::MrInvalid`] until it is deregistered.
+    ///
+    /// The key to match is the rkey of a region with a remote right and the lkey of one
+    /// without (whose rkey is 0), as rxe's `rxe_invalidate_mr` (`remote ? rkey : lkey`):
+    /// a local-only region can still be invalidated, by the one key it has.
     pub fn invalidate(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
-        self.find(pd, Key::Remote(rkey))?.set_invalid();
+        self.find_as(pd, Key::Remote(rkey), |mr| match mr.rkey() {
+            Rkey(0) => mr.lkey().0,
+            r => r.0,
+        })?
+        .set_invalid();
         Ok(())
     }
 
@@ -401,8 +464,10 @@ impl MrTable {
     /// ([`MemError::MisalignedAtomic`], checked after the key checks as rxe does). The
     /// word is a u64 in host byte order, what the host CPU sees, as a real NIC on x86
     /// operates on little-endian host memory; the engine converts from and to the
-    /// big-endian AtomicETH/AtomicAckETH fields. It runs under the region's write lock,
-    /// so it is atomic with respect to every other access through this module.
+    /// big-endian AtomicETH/AtomicAckETH fields. It is an `AtomicU64` compare-exchange
+    /// on the memory itself, so it is atomic against other QPs' atomics and against the
+    /// program's own atomics on the same word (a foreign region at a host address that
+    /// is not 8-aligned where the va is refuses it as misaligned).
     pub fn compare_swap(
         &self,
         pd: Pd,
@@ -413,7 +478,11 @@ impl MrTable {
     ) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
         self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, |v| if v == compare { swap } else { v })
+            .atomic_for(key, va, |w| {
+                match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            })
     }
 
     /// ATOMIC fetch-and-add on the 8 bytes at `va` (wrapping, like the hardware):
@@ -422,7 +491,7 @@ impl MrTable {
     pub fn fetch_add(&self, pd: Pd, rkey: Rkey, va: u64, add: u64) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
         self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, |v| v.wrapping_add(add))
+            .atomic_for(key, va, |w| w.fetch_add(add, Ordering::SeqCst))
     }
 }
 
@@ -626,12 +695,47 @@ mod tests {
                 have: Access::REMOTE_READ
             }
         );
-        // The same number as an lkey works, as an rkey without remote rights does not.
+        // A region without remote rights has no R_Key (rkey 0, as rxe): its lkey's
+        // number presented as an rkey fails as an invalid key, before any access check,
+        // and rkey 0 names nothing.
         let norem = t.reg_mr(pd, 0, 16, Access::LOCAL_WRITE).unwrap();
+        assert_eq!(norem.rkey(), Rkey(0));
+        let as_rkey = Rkey(norem.lkey().0);
+        assert_eq!(
+            t.read_remote(pd, as_rkey, 0, &mut [0; 4]),
+            Err(MemError::KeyMismatch {
+                asked: Key::Remote(as_rkey),
+                found: Key::Remote(Rkey(0))
+            })
+        );
+        assert_eq!(
+            t.read_remote(pd, Rkey(0), 0, &mut [0; 4]),
+            Err(MemError::NoSuchMr {
+                key: Key::Remote(Rkey(0))
+            })
+        );
+        for need in [
+            Access::REMOTE_READ,
+            Access::REMOTE_WRITE,
+            Access::REMOTE_ATOMIC,
+        ] {
+            assert!(matches!(
+                t.lookup_remote(pd, as_rkey, 0, 8, need),
+                Err(MemError::KeyMismatch { .. })
+            ));
+        }
+        // The lkey works locally as before; any one remote right gives a usable rkey.
+        t.lookup_local(pd, norem.lkey(), 0, 16, Access::LOCAL_WRITE)
+            .unwrap();
+        let rr = t.reg_mr(pd, 0, 16, Access::REMOTE_READ).unwrap();
+        assert_eq!(rr.rkey().0, rr.lkey().0);
+        // Invalidation of a local-only region goes by its lkey (rxe_invalidate_mr).
         assert!(matches!(
-            t.read_remote(pd, norem.rkey(), 0, &mut [0; 4]),
-            Err(MemError::AccessDenied { .. })
+            t.invalidate(pd, Rkey(0)),
+            Err(MemError::NoSuchMr { .. })
         ));
+        t.invalidate(pd, as_rkey).unwrap();
+        assert!(!norem.is_valid());
     }
 
     #[test]
