@@ -31,14 +31,13 @@
 //! rc_pingpong busy-polls its CQ.
 
 use super::oob::{self, LocateError, OobError};
-use crate::backend::udp::{wait_readable, UdpBackend};
-use crate::backend::BackendError;
-use crate::driver::{Clock, Driver, Spin, DEFAULT_SPIN_US};
+use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::engine::{
-    AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
-    QpType, RecvWr, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
+    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
+    SendOp, SendWr, WcStatus,
 };
-use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
+use crate::mem::{Access, MemoryRegion, Sge};
+use crate::verbs::{self, Context, Device, Event};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
@@ -108,6 +107,12 @@ pub struct Args {
     /// Seconds any step of the exchange, or the traffic, may go without progress.
     #[arg(long, value_name = "SECS", value_parser = super::seconds, default_value = "10")]
     pub timeout: Duration,
+    /// Write every packet this NIC sends and receives to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// One UDP datagram per packet (no GSO trains).
+    #[arg(long)]
+    pub no_gso: bool,
 }
 
 // ---- the address record ---------------------------------------------------------------
@@ -266,15 +271,13 @@ pub enum PingpongError {
          address of the peer's family (or run the peer with the matching -g index)"
     )]
     Family { bind: IpAddr, peer: Ipv6Addr },
-    #[error(transparent)]
-    Backend(#[from] BackendError),
     #[error("{what}: {source}")]
     Verbs {
         what: &'static str,
-        source: VerbsError,
+        source: verbs::Error,
     },
     #[error("registering the {size}-byte buffer: {source}")]
-    Mem { size: u32, source: MemError },
+    Mem { size: u32, source: verbs::Error },
     #[error(
         "could not connect to {target} ({addrs}) within {secs} s: {source}: start the server \
          first (`roce-emu pingpong` or `ibv_rc_pingpong` without a SERVER), check -p"
@@ -326,7 +329,7 @@ pub enum PingpongError {
     PostRecv {
         posted: u32,
         wanted: u32,
-        source: VerbsError,
+        source: verbs::Error,
     },
     #[error(
         "{what} completion failed: {status} (wr_id {wr_id}) after {scnt} sends and {rcnt} \
@@ -344,7 +347,7 @@ pub enum PingpongError {
     #[error("completion for unknown wr_id {0}")]
     UnknownWrId(u64),
     #[error("asynchronous error {event:?}: the QP is in state {state}")]
-    Async { event: AsyncEvent, state: QpState },
+    Async { event: Event, state: QpState },
     #[error(
         "no completion for {secs} s after {scnt} sends and {rcnt} receives of {iters}: the \
          peer stopped, or {peer} and {local} cannot reach each other on UDP port 4791"
@@ -366,8 +369,11 @@ pub enum PingpongError {
 
 type Result<T, E = PingpongError> = std::result::Result<T, E>;
 
-fn verbs(what: &'static str) -> impl FnOnce(VerbsError) -> PingpongError {
-    move |source| PingpongError::Verbs { what, source }
+fn verbs<E: Into<verbs::Error>>(what: &'static str) -> impl FnOnce(E) -> PingpongError {
+    move |source| PingpongError::Verbs {
+        what,
+        source: source.into(),
+    }
 }
 
 // ---- the command ------------------------------------------------------------------------
@@ -444,7 +450,7 @@ fn run_inner(args: &Args) -> Result<()> {
                     .write(IOVA + i as u64, &[CHK_BYTE])
                     .map_err(|source| PingpongError::Mem {
                         size: pp.size,
-                        source,
+                        source: source.into(),
                     })?;
             }
         }
@@ -479,7 +485,7 @@ fn run_inner(args: &Args) -> Result<()> {
                 .read(IOVA + i as u64, &mut b)
                 .map_err(|source| PingpongError::Mem {
                     size: pp.size,
-                    source,
+                    source: source.into(),
                 })?;
             if b[0] != CHK_BYTE {
                 println!("invalid data in page {}", i / PAGE_SIZE);
@@ -664,7 +670,7 @@ fn server_exchange(
 // ---- the NIC and the traffic ------------------------------------------------------------
 
 struct Pingpong {
-    d: Driver,
+    ctx: Context,
     mr: Arc<MemoryRegion>,
     cq: u32,
     qpn: u32,
@@ -680,7 +686,7 @@ struct Pingpong {
     scnt: u32,
     rcnt: u32,
     /// Why the last `post_recv` stopped short.
-    recv_error: Option<VerbsError>,
+    recv_error: Option<verbs::Error>,
     /// `--spin-us`.
     spin: Duration,
 }
@@ -689,21 +695,22 @@ impl Pingpong {
     /// rc_pingpong's `pp_init_ctx`: buffer of 0x7b, MR (local write only), CQ of rx_depth +
     /// 1, RC QP (1 send WR, rx_depth receive WRs, one SGE each), moved to INIT.
     fn new(args: &Args, bind: IpAddr, mtu: Mtu) -> Result<Pingpong> {
-        let backend = UdpBackend::bind(bind)?;
-        let mut engine = Engine::new(EngineConfig::new(bind), Arc::new(MrTable::new()));
-        let mem = engine.mem().clone();
-        let pd = mem.alloc_pd();
-        let mr = mem
+        let mut dev = Device::new(bind);
+        dev.pcap = args.pcap.clone();
+        dev.gso = !args.no_gso;
+        let ctx = dev.open().map_err(verbs("opening the NIC"))?;
+        let pd = ctx.alloc_pd();
+        let mr = ctx
             .reg_mr(pd, IOVA, u64::from(args.size.max(1)), Access::LOCAL_WRITE)
             .map_err(|source| PingpongError::Mem {
                 size: args.size,
                 source,
             })?;
         mr.fill(0x7b);
-        let cq = engine
-            .create_cq(args.rx_depth as usize + 1)
+        let cq = ctx
+            .create_cq(args.rx_depth as usize + 1, None)
             .map_err(verbs("creating the CQ (-r too large?)"))?;
-        let qpn = engine
+        let qpn = ctx
             .create_qp(&QpInit {
                 qp_type: QpType::Rc,
                 pd,
@@ -719,11 +726,10 @@ impl Pingpong {
                 sq_sig_all: false,
             })
             .map_err(verbs("creating the QP (-r too large?)"))?;
-        engine
-            .modify_qp(qpn, &QpAttr::init(Access::empty()))
+        ctx.modify_qp(qpn, &QpAttr::init(Access::empty()))
             .map_err(verbs("moving the QP to INIT"))?;
         Ok(Pingpong {
-            d: Driver::new(engine, backend, Clock::default()),
+            ctx,
             mr,
             cq,
             qpn,
@@ -753,11 +759,12 @@ impl Pingpong {
     /// rc_pingpong's `pp_connect_ctx`: RTR then RTS toward the peer.
     fn connect(&mut self, my: &Dest, rem: &Dest, peer: IpAddr) -> Result<()> {
         self.peer = peer;
-        let e = &mut self.d.engine;
         let rtr = QpAttr::rtr(peer, self.mtu, rem.qpn, Psn::new(rem.psn), 1, 12);
-        e.modify_qp(self.qpn, &rtr)
+        self.ctx
+            .modify_qp(self.qpn, &rtr)
             .map_err(verbs("moving the QP to RTR"))?;
-        e.modify_qp(self.qpn, &QpAttr::rts(Psn::new(my.psn), 14, 7, 7, 1))
+        self.ctx
+            .modify_qp(self.qpn, &QpAttr::rts(Psn::new(my.psn), 14, 7, 7, 1))
             .map_err(verbs("moving the QP to RTS"))
     }
 
@@ -770,7 +777,7 @@ impl Pingpong {
                 wr_id: RECV_WRID,
                 sges: &sge,
             };
-            if let Err(e) = self.d.engine.post_recv(self.qpn, &wr) {
+            if let Err(e) = self.ctx.post_recv(self.qpn, &wr) {
                 self.recv_error = Some(e);
                 return i;
             }
@@ -780,8 +787,7 @@ impl Pingpong {
 
     fn post_send(&mut self) -> Result<()> {
         let sge = [self.sge()];
-        self.d
-            .engine
+        self.ctx
             .post_send(
                 self.qpn,
                 &SendWr {
@@ -796,7 +802,6 @@ impl Pingpong {
             )
             .map_err(verbs("posting a send"))
     }
-
     /// rc_pingpong's `parse_single_wc`.
     fn on_completion(&mut self, c: &Completion) -> Result<()> {
         if c.status != WcStatus::Success {
@@ -831,13 +836,13 @@ impl Pingpong {
     /// A failed completion, with what probably caused it.
     fn failed(&mut self, c: &Completion) -> PingpongError {
         // A flush follows the QP's own failure: the async event says which.
-        let cause = std::iter::from_fn(|| self.d.engine.poll_event())
-            .find(|e| !matches!(e, AsyncEvent::SqDrained { .. }));
+        let cause = std::iter::from_fn(|| self.ctx.poll_async_event())
+            .find(|e| !matches!(e, Event::Engine(AsyncEvent::SqDrained { .. })));
         let (what, hint) = match (c.wr_id, c.status) {
             (wr, WcStatus::WrFlushErr) => (
                 if wr == RECV_WRID { "receive" } else { "send" },
                 match cause {
-                    Some(AsyncEvent::QpRequestError { .. }) => format!(
+                    Some(Event::Engine(AsyncEvent::QpRequestError { .. })) => format!(
                         ": the QP failed on an invalid request from the peer: a packet larger \
                          than this side's -m {} or a message larger than its -s {}? (give both \
                          sides the same -s and -m)",
@@ -891,36 +896,29 @@ impl Pingpong {
     }
 
     /// Drives the NIC until `iters` sends and receives completed, polling while `Spin`
-    /// says so and sleeping on the socket (or the next timer) otherwise. On an error,
-    /// what the engine still had to send (a NAK for the peer, say) leaves when the
-    /// driver is dropped.
+    /// says so and sleeping on the socket (or the next timer) otherwise.
     fn run_loop(&mut self, timeout: Duration) -> Result<()> {
         let mut wc = [Completion::default(); 2];
         let mut progress = Instant::now();
         let mut spin = Spin::new(self.spin);
         while self.rcnt < self.iters || self.scnt < self.iters {
-            // Receive, react, then transmit: the ACK of the peer's message and our next
-            // message leave in one sendmmsg.
-            let rx = self.d.receive()?;
+            // Polling sends what was posted and receives what waits; our next message and
+            // the ACK of the peer's leave together with the next poll.
             let n = self
-                .d
-                .engine
+                .ctx
                 .poll_cq(self.cq, &mut wc)
                 .map_err(verbs("polling the CQ"))?;
             for c in &wc[..n] {
                 self.on_completion(c)?;
             }
-            if n > 0 {
-                progress = Instant::now();
-            }
-            if let Some(event) = self.d.engine.poll_event() {
-                if !matches!(event, AsyncEvent::SqDrained { .. }) {
-                    let state = self.d.engine.qp(self.qpn).map_or(QpState::Err, |q| q.state);
+            if let Some(event) = self.ctx.poll_async_event() {
+                if !matches!(event, Event::Engine(AsyncEvent::SqDrained { .. })) {
+                    let state = self.ctx.qp_state(self.qpn).unwrap_or(QpState::Err);
                     return Err(PingpongError::Async { event, state });
                 }
             }
-            let tx = self.d.transmit()?;
-            if rx || tx || n > 0 {
+            if n > 0 {
+                progress = Instant::now();
                 spin.active();
                 continue;
             }
@@ -937,32 +935,19 @@ impl Pingpong {
                     local: self.bind,
                 });
             }
-            let w = self.d.until_deadline(Duration::from_millis(100));
-            if !w.is_zero() {
-                wait_readable(&[self.d.backend.rx_fd()], w);
-                spin.slept();
-            }
+            self.ctx
+                .wait(Duration::from_millis(100))
+                .map_err(verbs("waiting for the NIC"))?;
+            spin.slept();
         }
         Ok(())
     }
 
     /// Keeps the NIC answering for a while after the last completion: a user-space NIC
     /// answers nothing once its process exits, and the peer may still need the ACK of its
-    /// last message (if ours was lost it resends after its ACK timeout). Ends after
-    /// `LINGER_QUIET` without a packet, at most `LINGER_MAX` in all.
+    /// last message (if ours was lost it resends after its ACK timeout).
     fn linger(&mut self) {
-        let start = Instant::now();
-        let mut last = Instant::now();
-        while start.elapsed() < LINGER_MAX && last.elapsed() < LINGER_QUIET {
-            match self.d.poll() {
-                Ok(true) => last = Instant::now(),
-                Ok(false) => {
-                    let w = self.d.until_deadline(Duration::from_millis(10));
-                    wait_readable(&[self.d.backend.rx_fd()], w);
-                }
-                Err(_) => break,
-            }
-        }
+        self.ctx.linger(LINGER_QUIET, LINGER_MAX);
     }
 }
 

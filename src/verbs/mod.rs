@@ -39,7 +39,7 @@ use crate::engine::{
     AsyncEvent, Completion, Counters, Engine, EngineConfig, QpAttr, QpInit, QpState, RecvWr,
     SendWr, VerbsError,
 };
-use crate::mem::{Access, Lkey, MemError, MemoryRegion, MrTable, Pd};
+use crate::mem::{Access, Backing, Lkey, MemError, MemoryRegion, MrTable, Pd};
 use progress::{Nic, Shared};
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -189,8 +189,24 @@ impl Context {
         Ok(mem.reg_mr(pd, iova, length, access)?)
     }
 
+    /// `ibv_reg_mr` over memory described by `backing` (owned, or the caller's own
+    /// memory through the unsafe `Backing::foreign`), at the address `iova`.
+    pub fn reg_mr_backing(
+        &self,
+        pd: Pd,
+        iova: u64,
+        backing: Backing,
+        access: Access,
+    ) -> Result<Arc<MemoryRegion>, Error> {
+        Ok(self.mem().reg_mr_backing(pd, iova, backing, access)?)
+    }
+
+    /// `ibv_dereg_mr`. Under the NIC's lock: no engine operation is using the region when
+    /// this returns (the engine keeps no region between calls), so foreign memory is the
+    /// caller's again once its own handles are dropped.
     pub fn dereg_mr(&self, lkey: Lkey) -> Result<(), Error> {
-        Ok(self.mem().dereg_mr(lkey)?)
+        let nic = self.shared.lock();
+        Ok(nic.driver.engine.mem().dereg_mr(lkey)?)
     }
 
     // ---- completion queues ----------------------------------------------------------
