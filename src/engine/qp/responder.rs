@@ -333,9 +333,24 @@ impl Qp {
         if info.is(Flags::END) {
             let mut inv = None;
             if let Some(ieth) = r.ieth {
-                // SEND with invalidate (IBA 10.6.7.2): the named R_Key stops working.
-                if ctx.mem.invalidate(self.pd, Rkey(ieth.rkey)).is_err() {
-                    return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+                // SEND with invalidate (IBA 10.6.7.2): the named R_Key stops working. Only
+                // a region with remote access rights may be invalidated by the peer; any
+                // other key (unknown, other PD, local-only region) is an R_Key violation:
+                // NAK Remote Access Error and the QP goes to ERR. rxe fails the same way
+                // (`invalidate_rkey` -> RESPST_ERR_INVALIDATE_RKEY, "Class J") and
+                // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
+                // a positive ACK (its aeth_syndrome is left at ACK), which would tell the
+                // sender its message was fine, so the NAK is ours.
+                if ctx.mem.invalidate_remote(self.pd, Rkey(ieth.rkey)).is_err() {
+                    self.complete_recv(
+                        ctx,
+                        WcStatus::RemInvReqErr,
+                        WcOpcode::Recv,
+                        offset,
+                        None,
+                        None,
+                    );
+                    return self.responder_fail(ctx, psn, Fail::RemoteAccess);
                 }
                 inv = Some(ieth.rkey);
             }
