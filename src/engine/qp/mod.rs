@@ -287,15 +287,23 @@ impl Qp {
     }
 
     /// Moves the QP to ERR: every outstanding work request completes with WR_FLUSH_ERR
-    /// (IBA 10.3.1, Error state), timers stop, and pending NAKs still go out. `fatal` says
-    /// the QP went there on its own (an asynchronous event is raised).
+    /// (IBA 10.3.1, Error state), timers stop, and every response already queued still
+    /// goes out. `fatal` says the QP went there on its own (an asynchronous event is
+    /// raised).
+    ///
+    /// The queue holds, in PSN order, only responses to requests the responder executed
+    /// before the error (and the NAK of the one that caused it): ACKs of delivered SENDs
+    /// and WRITEs, READ responses, atomic ACKs with their original values. They are owed
+    /// (IBA 9.7.5.1, C9-28: every executed request is acknowledged, in order): dropping
+    /// them made the requester complete an applied atomic with the error of a later
+    /// request, or time out on a SEND that was delivered. rxe sends each response while
+    /// it processes the request, before it looks at the next one, so none is ever lost.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
         if self.state == QpState::Err {
             return;
         }
         self.state = QpState::Err;
         self.timers = TimerTable::default();
-        self.resp.keep_only_naks();
         if fatal {
             ctx.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
         }

@@ -107,19 +107,6 @@ impl Responder {
         };
     }
 
-    /// On entering ERR: only NAKs are still sent.
-    pub fn keep_only_naks(&mut self) {
-        self.queue.retain(|r| {
-            matches!(
-                r,
-                Response::Ack {
-                    syndrome: Syndrome::Nak(_),
-                    ..
-                }
-            )
-        });
-    }
-
     pub fn drop_current_message(&mut self) {
         self.cur = InMsg::None;
     }
