@@ -202,6 +202,74 @@ fn read_before_a_bad_write_completes_with_its_bytes() {
     assert_eq!(p.read_mem(A, 0x10000, 3000), pattern(9, 3000));
 }
 
+/// A NAK completes only the WQE whose PSN it names (rxe `check_psn`: a response past the
+/// head WQE's last PSN, with a READ/atomic at the head, means that WQE's response was
+/// lost: COMPST_ERROR_RETRY). Here the atomic ACK is lost and the WRITE's NAK arrives
+/// with the atomic at the head. Before the fix the atomic completed REM_ACCESS_ERR (it
+/// was applied!). Now the requester retries the atomic; the responder, in ERR, answers
+/// nothing more, so the atomic ends RETRY_EXC_ERR ("outcome unknown"), never a
+/// remote access error, and the WRITE is flushed behind it.
+#[test]
+fn a_nak_past_an_unanswered_atomic_retries_it_instead_of_failing_it() {
+    let mut p = Pair::new(Opts {
+        timeout: 8,
+        retry_cnt: 2,
+        ..Opts::default()
+    });
+    p.write_mem(B, 0x100, &41u64.to_ne_bytes());
+    p.net
+        .add_rule(B, A, pick(op::RC_ATOMIC_ACKNOWLEDGE, &[1], Verdict::Drop));
+    let remote = p.side(B).remote(0x100);
+    p.send(A, 1, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
+    let remote = bad_remote(&p);
+    p.send(A, 2, SendOp::Write { remote }, 0, 64);
+    p.settle();
+    p.print_packets();
+    assert_eq!(word_at(&p, B, 0x100), 42);
+    let sent = p
+        .packets()
+        .iter()
+        .filter(|k| k.opcode == op::RC_FETCH_ADD)
+        .count();
+    assert!(sent >= 2, "the atomic was not retried");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
+/// The READ flavour: the READ's last response is lost, the WRITE's NAK arrives with the
+/// READ at the head. The READ is retried, not failed with the WRITE's error.
+#[test]
+fn a_nak_past_an_unfinished_read_retries_it_instead_of_failing_it() {
+    let mut p = Pair::new(Opts {
+        timeout: 8,
+        retry_cnt: 2,
+        ..Opts::default()
+    });
+    p.net.add_rule(
+        B,
+        A,
+        pick(op::RC_RDMA_READ_RESPONSE_LAST, &[1], Verdict::Drop),
+    );
+    let remote = p.side(B).remote(0x4000);
+    p.send(A, 1, SendOp::Read { remote }, 0x10000, 3000);
+    let remote = bad_remote(&p);
+    p.send(A, 2, SendOp::Write { remote }, 0, 64);
+    p.settle();
+    p.print_packets();
+    let sent = p
+        .packets()
+        .iter()
+        .filter(|k| k.opcode == op::RC_RDMA_READ_REQUEST)
+        .count();
+    assert!(sent >= 2, "the READ was not retried");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
+    );
+}
+
 // ---- (c) ------------------------------------------------------------------------------
 
 /// B received a SEND and owes its ACK; before B transmits, its own next request fails

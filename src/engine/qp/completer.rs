@@ -290,6 +290,23 @@ impl Qp {
         }
         let (progress, _) = self.ack_before(ctx, psn);
         self.advance(ctx, psn, progress);
+        // The NAK fails only the WQE whose PSN it names. A READ or atomic still at the
+        // head with PSNs before the NAK's was executed by the responder (responses leave
+        // in PSN order) and its response was lost: retry it, never fail it with the
+        // later request's error (rxe `check_psn`: a response past the head WQE's last
+        // PSN with a READ/atomic at the head -> COMPST_ERROR_RETRY).
+        let Some(w) = self.sq.front() else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        };
+        if !w.contains(psn) {
+            if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
+                self.retry(ctx, Trigger::Packet);
+            } else {
+                ctx.stats.inc(Counter::DropUnexpectedResponse);
+            }
+            return;
+        }
         let status = match code {
             NakCode::InvalidRequest | NakCode::InvalidRdRequest => WcStatus::RemInvReqErr,
             NakCode::RemoteAccessError => WcStatus::RemAccessErr,
