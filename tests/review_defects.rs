@@ -325,3 +325,80 @@ fn an_ack_owed_before_a_local_error_still_goes_out() {
     );
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
 }
+
+// ---- (d) ------------------------------------------------------------------------------
+
+fn sqd_sqd(p: &mut Pair, which: usize, attr: QpAttr) {
+    p.modify(
+        which,
+        &QpAttr {
+            state: Some(QpState::Sqd),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    p.modify(
+        which,
+        &QpAttr {
+            state: Some(QpState::Sqd),
+            ..attr
+        },
+    )
+    .unwrap();
+    p.modify(
+        which,
+        &QpAttr {
+            state: Some(QpState::Rts),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+}
+
+/// max_dest_rd_atomic raised in SQD -> SQD (IBA 11.2.4.2 allows it there) must give the
+/// responder that many replay entries (rxe `rxe_qp_from_attr` reallocates its
+/// resources). Before the fix the ring kept its first size (1): with 4 READs in flight, a
+/// lost response of the first made its retried READ unanswerable and A ran out of retries.
+#[test]
+fn raising_max_dest_rd_atomic_in_sqd_grows_the_replay_ring() {
+    let mut p = Pair::new(Opts {
+        max_rd_atomic: 1,
+        timeout: 8,
+        retry_cnt: 3,
+        ..Opts::default()
+    });
+    sqd_sqd(
+        &mut p,
+        B,
+        QpAttr {
+            max_dest_rd_atomic: Some(4),
+            ..Default::default()
+        },
+    );
+    sqd_sqd(
+        &mut p,
+        A,
+        QpAttr {
+            max_rd_atomic: Some(4),
+            ..Default::default()
+        },
+    );
+    p.write_mem(B, 0x4000, &pattern(3, 256));
+    p.net.add_rule(
+        B,
+        A,
+        pick(op::RC_RDMA_READ_RESPONSE_ONLY, &[1], Verdict::Drop),
+    );
+    for i in 0..4u64 {
+        let remote = p.side(B).remote(0x4000 + 64 * i);
+        p.send(A, i, SendOp::Read { remote }, 0x10000 + 64 * i, 64);
+    }
+    p.settle();
+    p.print_packets();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        (0..4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    assert_eq!(p.counter(B, Counter::DropReplayMissing), 0);
+    assert_eq!(p.read_mem(A, 0x10000, 256), pattern(3, 256));
+}

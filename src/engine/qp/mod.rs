@@ -254,6 +254,9 @@ impl Qp {
         if let Some(psn) = a.rq_psn {
             self.resp
                 .reset(psn, usize::from(self.attrs.max_dest_rd_atomic));
+        } else if let Some(v) = a.max_dest_rd_atomic {
+            // Changed without a new PSN (SQD -> SQD): the replay ring follows.
+            self.resp.resize(usize::from(v));
         }
         if let Some(psn) = a.sq_psn {
             self.req.reset(psn);

@@ -107,6 +107,35 @@ impl Responder {
         };
     }
 
+    /// A new max_dest_rd_atomic after the responder started (SQD -> SQD, IBA 11.2.4.2):
+    /// the replay ring takes the new size. Entries are kept, newest first, as many as fit,
+    /// so that duplicates of requests already executed can still be answered (rxe
+    /// reallocates and forgets them; keeping them is never worse). Queued READ streams
+    /// follow their entry to its new slot.
+    pub fn resize(&mut self, ring: usize) {
+        let ring = ring.max(1);
+        let old = self.replay.len();
+        if ring == old {
+            return;
+        }
+        // Oldest first: the slot about to be reused is the oldest.
+        let order: Vec<usize> = (0..old).map(|i| (self.replay_next + i) % old).collect();
+        let keep = &order[old.saturating_sub(ring)..];
+        let mut replay = vec![None; ring];
+        let mut moved = vec![usize::MAX; old];
+        for (new, &o) in keep.iter().enumerate() {
+            replay[new] = self.replay[o];
+            moved[o] = new;
+        }
+        for q in self.queue.iter_mut() {
+            if let Response::Read { slot, .. } = q {
+                *slot = moved.get(*slot).copied().unwrap_or(usize::MAX);
+            }
+        }
+        self.replay_next = keep.len() % ring;
+        self.replay = replay;
+    }
+
     pub fn drop_current_message(&mut self) {
         self.cur = InMsg::None;
     }
