@@ -402,3 +402,64 @@ fn raising_max_dest_rd_atomic_in_sqd_grows_the_replay_ring() {
     assert_eq!(p.counter(B, Counter::DropReplayMissing), 0);
     assert_eq!(p.read_mem(A, 0x10000, 256), pattern(3, 256));
 }
+
+// ---- (e) ------------------------------------------------------------------------------
+
+/// max_dest_rd_atomic = 0: the responder takes no READ or atomic (IBA 9.4.4/C9-91; rxe
+/// `check_resource`: RESPST_ERR_TOO_MANY_RDMA_ATM_REQ -> NAK Invalid Request). Before the
+/// fix 0 was treated as 1 and the READ was served.
+#[test]
+fn max_dest_rd_atomic_zero_naks_a_read_invalid_request() {
+    let mut p = Pair::new(Opts {
+        max_rd_atomic: 0,
+        ..Opts::default()
+    });
+    // A may issue one READ; B (max_dest_rd_atomic 0) must refuse it.
+    sqd_sqd(
+        &mut p,
+        A,
+        QpAttr {
+            max_rd_atomic: Some(1),
+            ..Default::default()
+        },
+    );
+    let remote = p.side(B).remote(0);
+    p.send(A, 1, SendOp::Read { remote }, 0x10000, 64);
+    p.settle();
+    p.print_packets();
+    assert!(p
+        .flow()
+        .contains(&"B>A RC_ACKNOWLEDGE 0x100 NAK inv".to_string()));
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemInvReqErr)]);
+    assert_eq!(p.state(B), QpState::Err);
+}
+
+/// max_rd_atomic = 0: the requester may have no READ/atomic outstanding, so it can never
+/// issue one (rxe `check_init_depth` would leave it at the head of the SQ forever,
+/// blocking everything behind it). Refusing it at post time is the useful reading: the
+/// application learns at once (ibv_post_send's EINVAL for a WR the QP cannot execute).
+/// Before the fix 0 was treated as 1 and the READ went out.
+#[test]
+fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
+    let mut p = Pair::new(Opts {
+        max_rd_atomic: 0,
+        ..Opts::default()
+    });
+    let remote = p.side(B).remote(0);
+    let r = p.try_send_flags(A, 1, SendOp::Read { remote }, 0x10000, 64, flags());
+    assert!(
+        matches!(r, Err(VerbsError::InvalidState { .. })),
+        "READ posted: {r:?}"
+    );
+    let r = p.try_send_flags(A, 2, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8, flags());
+    assert!(matches!(r, Err(VerbsError::InvalidState { .. })), "{r:?}");
+    // Other operations are unaffected.
+    p.post_recv(B, 7, 0, 64);
+    p.send(A, 3, SendOp::Send, 0, 16);
+    p.settle();
+    assert_eq!(statuses(&p.completions(A)), [(3, WcStatus::Success)]);
+    assert!(p
+        .packets()
+        .iter()
+        .all(|k| k.opcode != op::RC_RDMA_READ_REQUEST));
+}

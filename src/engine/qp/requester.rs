@@ -94,10 +94,10 @@ impl Qp {
         if w.flags.fence && self.sq.iter().take(idx).any(|p| p.op.is_read_or_atomic()) {
             return false; // IBA 10.8.3.3: wait for earlier READs and atomics
         }
-        if w.op.is_read_or_atomic()
-            && self.comp.outstanding_rd_atomic >= self.attrs.max_rd_atomic.max(1)
-        {
-            return false; // IBA 9.5: initiator depth
+        // IBA 9.5: initiator depth. 0 means none at all (post_send refuses READs and
+        // atomics then; one posted before max_rd_atomic was lowered to 0 in SQD waits).
+        if w.op.is_read_or_atomic() && self.comp.outstanding_rd_atomic >= self.attrs.max_rd_atomic {
+            return false;
         }
         true
     }

@@ -261,6 +261,12 @@ impl Qp {
         if need.is_some_and(|n| !self.attrs.access.contains(n)) {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
+        // max_dest_rd_atomic = 0: the responder takes no READ or atomic at all (IBA
+        // 9.7.5.2.x responder resources; rxe `check_resource`:
+        // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ -> NAK Invalid Request).
+        if (info.is(Flags::READ) || info.is(Flags::ATOMIC)) && self.attrs.max_dest_rd_atomic == 0 {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
         // Packet length against the path MTU (rxe check_length).
         let mtu = self.mtu() as usize;
         let len = payload.len();
