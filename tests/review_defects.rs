@@ -463,3 +463,104 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
         .iter()
         .all(|k| k.opcode != op::RC_RDMA_READ_REQUEST));
 }
+
+// ---- (f) ------------------------------------------------------------------------------
+
+/// IBA 9.2.3 / rxe `check_rkey`: a WRITE packet's payload plus pad is a multiple of 4
+/// (pad = -resid & 3 on the last packet, 0 before); anything else is a length error,
+/// NAK Invalid Request. Before the fix a WRITE_ONLY of 8 bytes with pad 1 was accepted.
+#[test]
+fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
+    let mut p = Pair::new(Opts::default());
+    let b = p.side(B).remote(0x100);
+    let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
+    r.reth = Some(RethRepr {
+        va: b.va,
+        rkey: b.rkey,
+        dma_len: 8,
+    });
+    r.payload_len = 8;
+    inject(&mut p, &r, &[0xab; 8]);
+    let out = drain_b(&mut p);
+    assert_eq!(
+        syndromes(&out),
+        [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
+    );
+    assert_eq!(p.read_mem(B, 0x100, 8), [0; 8], "nothing written");
+}
+
+/// The same packet with the right pad (0) is accepted: the check is not overzealous.
+#[test]
+fn a_write_with_the_right_pad_is_accepted() {
+    let mut p = Pair::new(Opts::default());
+    let b = p.side(B).remote(0x100);
+    let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
+    r.reth = Some(RethRepr {
+        va: b.va,
+        rkey: b.rkey,
+        dma_len: 7,
+    });
+    r.payload_len = 7;
+    inject(&mut p, &r, &[0xab; 7]);
+    let out = drain_b(&mut p);
+    assert!(matches!(
+        syndromes(&out)[..],
+        [(0x100, Syndrome::Ack { .. })]
+    ));
+    assert_eq!(p.read_mem(B, 0x100, 7), [0xab; 7]);
+}
+
+/// rxe `check_keys`/`pkey_match`: P_Keys match on their low 15 bits when either side is a
+/// full member; our QP's P_Key is the full-member default 0xffff, so a limited member's
+/// 0x7fff is accepted. 0x8000 (partition 0) never matches. Before the fix 0x7fff was
+/// dropped as a P_Key mismatch.
+#[test]
+fn a_limited_member_pkey_is_accepted() {
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 64);
+    let mut r = req(&p, op::RC_SEND_ONLY, 0x100, 0);
+    r.bth.pkey = 0x7fff;
+    r.payload_len = 16;
+    inject(&mut p, &r, &[1; 16]);
+    assert_eq!(p.counter(B, Counter::DropPkeyMismatch), 0);
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::Success)]);
+    let mut r = req(&p, op::RC_SEND_ONLY, 0x101, 0);
+    r.bth.pkey = 0x8000;
+    inject(&mut p, &r, &[]);
+    assert_eq!(p.counter(B, Counter::DropPkeyMismatch), 1);
+}
+
+/// A misaligned atomic with a bad R_Key: the key is checked first (rxe `check_rkey`
+/// before `atomic_reply`'s alignment check; MrTable::compare_swap's documented order), so
+/// the NAK is Remote Access Error. Before the fix it was Invalid Request.
+#[test]
+fn a_misaligned_atomic_with_a_bad_rkey_is_a_remote_access_error() {
+    let mut p = Pair::new(Opts::default());
+    let b = p.side(B).remote(0x104);
+    let mut r = req(&p, op::RC_FETCH_ADD, 0x100, 0);
+    r.atomic_eth = Some(AtomicEthRepr {
+        va: b.va,
+        rkey: b.rkey ^ 0xff,
+        swap_add: 1,
+        compare: 0,
+    });
+    inject(&mut p, &r, &[]);
+    assert_eq!(
+        syndromes(&drain_b(&mut p)),
+        [(0x100, Syndrome::Nak(NakCode::RemoteAccessError))]
+    );
+    // With a good key the misalignment is what is wrong: Invalid Request.
+    let mut p = Pair::new(Opts::default());
+    let mut r = req(&p, op::RC_FETCH_ADD, 0x100, 0);
+    r.atomic_eth = Some(AtomicEthRepr {
+        va: b.va,
+        rkey: b.rkey,
+        swap_add: 1,
+        compare: 0,
+    });
+    inject(&mut p, &r, &[]);
+    assert_eq!(
+        syndromes(&drain_b(&mut p)),
+        [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
+    );
+}

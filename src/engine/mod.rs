@@ -391,7 +391,7 @@ impl Engine {
             self.stats.inc(Counter::DropWrongTransport);
             return;
         }
-        if repr.bth.pkey != qp.attrs.pkey {
+        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey) {
             self.stats.inc(Counter::DropPkeyMismatch);
             return;
         }

@@ -481,6 +481,15 @@ fn validate(a: &QpAttr, cfg: &EngineConfig) -> Result<(), VerbsError> {
     Ok(())
 }
 
+/// Whether a packet's P_Key matches the QP's (IBA 10.9, partitioning; rxe `pkey_match`):
+/// the low 15 bits (the partition) are equal and not 0, and at least one of the two is a
+/// full member (bit 15). A limited member (0x7fff) may talk to a full member (0xffff),
+/// two limited members may not.
+pub fn pkey_match(a: u16, b: u16) -> bool {
+    let (pa, pb) = (a & 0x7fff, b & 0x7fff);
+    pa != 0 && pa == pb && (a | b) & 0x8000 != 0
+}
+
 /// rxe's UDP source port for an RC QP: `rdma_get_udp_sport(0, qpn, dest_qpn)` (kernel
 /// `ib_verbs.h`): a flow label from both QPNs folded into 14 bits, above 0xC000. Matches
 /// the captures: QPN 0x11 to 0x11 -> 49441.
@@ -497,6 +506,16 @@ pub fn udp_sport(qpn: u32, dest_qpn: u32) -> u16 {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn pkey_match_is_rxes() {
+        assert!(pkey_match(0xffff, 0xffff));
+        assert!(pkey_match(0x7fff, 0xffff));
+        assert!(pkey_match(0xffff, 0x7fff));
+        assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
+        assert!(!pkey_match(0x8000, 0xffff), "partition 0 is invalid");
+        assert!(!pkey_match(0xfffe, 0xffff));
+    }
 
     #[test]
     fn source_ports_match_rxe_captures() {

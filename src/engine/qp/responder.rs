@@ -412,6 +412,12 @@ impl Qp {
             // More than the RETH announced, or less by the last packet.
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
+        // Payload and pad fill whole 4-byte words (IBA 9.2.3): pad 0 before the last
+        // packet, -resid & 3 on it (rxe `check_rkey`: a length error, Invalid Request).
+        // A zero-length WRITE skips the check as in rxe (C9-88: nothing to validate).
+        if total != 0 && (payload.len() + usize::from(r.bth.pad)) % 4 != 0 {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
         if !payload.is_empty()
             && ctx
                 .mem
@@ -494,18 +500,23 @@ impl Qp {
         let Some(a) = r.atomic_eth else {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         };
-        if a.va % 8 != 0 {
-            // IBA 9.4.5: atomics are on naturally aligned 8-byte words.
-            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
-        }
         let res = if r.bth.opcode == op::RC_COMPARE_SWAP {
             ctx.mem
                 .compare_swap(self.pd, Rkey(a.rkey), a.va, a.compare, a.swap_add)
         } else {
             ctx.mem.fetch_add(self.pd, Rkey(a.rkey), a.va, a.swap_add)
         };
-        let Ok(orig) = res else {
-            return self.responder_fail(ctx, psn, Fail::RemoteAccess);
+        // The R_Key, PD, rights and range are checked before the alignment (rxe
+        // `check_rkey` then `atomic_reply`; MrTable::compare_swap's documented order): a
+        // bad key is a Remote Access Error whatever the address. A misaligned address
+        // with a good key is an Invalid Request (IBA 9.4.5: atomics act on naturally
+        // aligned 8-byte words; rxe RESPST_ERR_MISALIGNED_ATOMIC).
+        let orig = match res {
+            Ok(orig) => orig,
+            Err(crate::mem::MemError::MisalignedAtomic { .. }) => {
+                return self.responder_fail(ctx, psn, Fail::InvalidRequest)
+            }
+            Err(_) => return self.responder_fail(ctx, psn, Fail::RemoteAccess),
         };
         self.resp.remember(Replay::Atomic { psn, orig });
         self.end_message();
