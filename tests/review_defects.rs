@@ -564,3 +564,43 @@ fn a_misaligned_atomic_with_a_bad_rkey_is_a_remote_access_error() {
         [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
     );
 }
+
+// ---- suspected ------------------------------------------------------------------------
+
+/// A RETH DMA length above 2^31 (IBA 9.4.1: messages are at most 2^31 bytes; rxe
+/// `check_length`: dmalen > 1 << 31 -> RESPST_ERR_LENGTH) is an Invalid Request, checked
+/// before the R_Key, and nothing overflows. Before the fix the (too small) region made
+/// it a Remote Access Error.
+#[test]
+fn a_reth_length_above_2_31_is_an_invalid_request() {
+    for (opcode, len) in [
+        (op::RC_RDMA_READ_REQUEST, 0x8000_0001u32),
+        (op::RC_RDMA_READ_REQUEST, u32::MAX),
+        (op::RC_RDMA_WRITE_FIRST, u32::MAX),
+    ] {
+        let mut p = Pair::new(Opts {
+            mtu: Mtu::M256,
+            ..Opts::default()
+        });
+        let b = p.side(B).remote(0);
+        let mut r = req(&p, opcode, 0x100, 0);
+        r.reth = Some(RethRepr {
+            va: b.va,
+            rkey: b.rkey,
+            dma_len: len,
+        });
+        let payload = if opcode == op::RC_RDMA_WRITE_FIRST {
+            vec![0u8; 256]
+        } else {
+            Vec::new()
+        };
+        r.payload_len = payload.len();
+        inject(&mut p, &r, &payload);
+        assert_eq!(
+            syndromes(&drain_b(&mut p)),
+            [(0x100, Syndrome::Nak(NakCode::InvalidRequest))],
+            "{opcode} len {len:#x}"
+        );
+        assert_eq!(p.state(B), QpState::Err);
+    }
+}

@@ -282,6 +282,15 @@ impl Qp {
         if !len_ok {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
+        // A RETH may not announce more than a message can hold (IBA 9.4.1: 2^31 bytes;
+        // rxe `check_length`: dmalen > 1 << 31 -> length error, Invalid Request), checked
+        // before the R_Key as rxe does; larger values also broke PSN arithmetic (a READ
+        // of 2^32 - 1 bytes at MTU 256 spans the whole PSN space).
+        if r.reth
+            .is_some_and(|x| u64::from(x.dma_len) > crate::engine::MAX_MSG)
+        {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
         // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK).
         let needs_wqe = info.is(Flags::RWR)
             && (info.is(Flags::START) || info.is(Flags::IMM) && info.is(Flags::WRITE));
