@@ -2,8 +2,6 @@
 //! suspected). Each test failed on the code before its fix; the comments say what the
 //! IBA or rxe asks for.
 
-#![allow(dead_code, unused_imports)] // until every section is in
-
 mod common;
 
 use common::rc::{pattern, pick, Opts, Pair};
@@ -603,4 +601,78 @@ fn a_reth_length_above_2_31_is_an_invalid_request() {
         );
         assert_eq!(p.state(B), QpState::Err);
     }
+}
+
+/// A READ of 2^31 bytes at MTU 256 spans 2^23 PSNs, half the PSN space. Serial PSN
+/// arithmetic (IBA 9.7.1) only orders PSNs less than 2^23 apart, so nothing may be sent
+/// behind it until its responses have moved the window: before the fix the window check
+/// saw the 2^23 distance as negative and sent the next request at once, whose PSN
+/// then made the READ's own first responses look like "never sent" to the completer.
+#[test]
+fn a_read_spanning_2_23_psns_is_sent_alone() {
+    let mut p = Pair::new(Opts {
+        mtu: Mtu::M256,
+        ..Opts::default()
+    });
+    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
+    let remote = p.side(B).remote(0);
+    let s = p.side(A).sge(0, 1 << 30);
+    let qpn = p.a.qpn;
+    p.engine(A)
+        .post_send(
+            qpn,
+            &SendWr {
+                wr_id: 1,
+                op: SendOp::Read { remote },
+                local: Local::Sges(&[s, s]),
+                flags: flags(),
+            },
+        )
+        .unwrap();
+    p.send(A, 2, SendOp::Send, 0, 16);
+    let now = p.net.now;
+    let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
+    let t = p.engine(A).poll_transmit(now, &mut buf).expect("the READ");
+    let r = RoceRepr::parse(&RocePacket::new_checked(&buf[..t.len]).unwrap()).unwrap();
+    assert_eq!(r.bth.opcode, op::RC_RDMA_READ_REQUEST);
+    assert_eq!(r.reth.unwrap().dma_len, 1 << 31);
+    assert!(
+        p.engine(A).poll_transmit(now, &mut buf).is_none(),
+        "a request went out 2^23 PSNs after the READ's first"
+    );
+}
+
+/// The same READ behind a SEND still unacknowledged would end 2^23 + 1 PSNs after the
+/// oldest unacknowledged PSN: it waits for the SEND's ACK.
+#[test]
+fn a_read_spanning_2_23_psns_waits_for_the_window_to_empty() {
+    let mut p = Pair::new(Opts {
+        mtu: Mtu::M256,
+        ..Opts::default()
+    });
+    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
+    p.send(A, 1, SendOp::Send, 0, 16);
+    let remote = p.side(B).remote(0);
+    let s = p.side(A).sge(0, 1 << 30);
+    let qpn = p.a.qpn;
+    p.engine(A)
+        .post_send(
+            qpn,
+            &SendWr {
+                wr_id: 2,
+                op: SendOp::Read { remote },
+                local: Local::Sges(&[s, s]),
+                flags: flags(),
+            },
+        )
+        .unwrap();
+    let now = p.net.now;
+    let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
+    let t = p.engine(A).poll_transmit(now, &mut buf).expect("the SEND");
+    let r = RoceRepr::parse(&RocePacket::new_checked(&buf[..t.len]).unwrap()).unwrap();
+    assert_eq!(r.bth.opcode, op::RC_SEND_ONLY);
+    assert!(
+        p.engine(A).poll_transmit(now, &mut buf).is_none(),
+        "the READ went out with a SEND unacknowledged before it"
+    );
 }

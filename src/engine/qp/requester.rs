@@ -107,8 +107,14 @@ impl Qp {
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
             return None;
         }
-        // Keep the retransmission window well inside the PSN half-space.
-        if self.req.psn.diff(self.comp.psn) >= ctx.cfg.max_inflight_psns as i32 {
+        // Keep the retransmission window well inside the PSN half-space. The distance is
+        // taken unsigned: one READ may move the next PSN up to 2^23 past the oldest
+        // unacknowledged one, which the signed serial difference reads as -2^23 (behind),
+        // and a request sent then would make that READ's own responses look unsent
+        // (IBA 9.7.1: PSNs are only ordered within 2^23 of each other). A distance above
+        // 2^23 means the requester is behind (it is moved forward on the next ACK).
+        let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
+        if dist >= ctx.cfg.max_inflight_psns && dist <= Psn::HALF {
             return None;
         }
         let idx = self.req.sq_idx;
@@ -117,6 +123,16 @@ impl Qp {
             return None;
         }
         let mtu = self.mtu();
+        // A READ takes one PSN per response packet at once: it starts only if all of them
+        // stay within 2^23 of the oldest unacknowledged PSN (a READ of 2^31 bytes at MTU
+        // 256 spans exactly 2^23 and goes alone).
+        if !w.started
+            && matches!(w.op, SendOp::Read { .. })
+            && dist < Psn::HALF
+            && dist + SendWqe::npkts(w.len, mtu) > Psn::HALF
+        {
+            return None;
+        }
         let psn = self.req.psn;
         if !w.started {
             let n = match w.op {
