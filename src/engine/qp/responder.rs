@@ -195,6 +195,19 @@ impl Responder {
         self.queue.push_back(Response::Ack { psn, msn, syndrome });
     }
 
+    /// The replay entries with their slots, newest first. PSNs repeat every 2^24: an
+    /// entry left from 2^24 PSNs earlier can carry the PSN of a newer one, and a
+    /// duplicate must be answered by the newest (a conforming requester only repeats
+    /// PSNs it sent within the last 2^23, and the ring forgets oldest first, so the
+    /// newest match is the request being repeated).
+    fn newest_first(&self) -> impl Iterator<Item = (usize, &Option<Replay>)> {
+        let n = self.replay.len();
+        (1..=n).map(move |i| {
+            let slot = (self.replay_next + n - i) % n;
+            (slot, &self.replay[slot])
+        })
+    }
+
     fn remember(&mut self, r: Replay) -> usize {
         let slot = self.replay_next;
         self.replay[slot] = Some(r);
@@ -549,23 +562,18 @@ impl Qp {
         let msn = self.resp.msn;
         if info.is(Flags::READ) {
             let Some(reth) = r.reth else { return };
-            let found = self
-                .resp
-                .replay
-                .iter()
-                .enumerate()
-                .find_map(|(slot, e)| match e {
-                    Some(Replay::Read {
-                        first,
-                        last,
-                        va,
-                        rkey,
-                        len,
-                    }) if psn.diff(*first) >= 0 && psn.diff(*last) <= 0 => {
-                        Some((slot, *va, *rkey, *len))
-                    }
-                    _ => None,
-                });
+            let found = self.resp.newest_first().find_map(|(slot, e)| match e {
+                Some(Replay::Read {
+                    first,
+                    last,
+                    va,
+                    rkey,
+                    len,
+                }) if psn.diff(*first) >= 0 && psn.diff(*last) <= 0 => {
+                    Some((slot, *va, *rkey, *len))
+                }
+                _ => None,
+            });
             let Some((slot, va, rkey, len)) = found else {
                 ctx.stats.inc(Counter::DropReplayMissing);
                 return;
@@ -592,7 +600,7 @@ impl Qp {
             });
             return;
         }
-        let orig = self.resp.replay.iter().find_map(|e| match e {
+        let orig = self.resp.newest_first().find_map(|(_, e)| match e {
             Some(Replay::Atomic { psn: p, orig }) if *p == psn => Some(*orig),
             _ => None,
         });
@@ -749,5 +757,132 @@ impl Qp {
     ) -> Option<usize> {
         self.responder_fail(ctx, psn, Fail::RemoteAccess);
         self.next_response(ctx, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::Mtu;
+    use crate::engine::{
+        Completion, Counter, Local, QpAttr, QpCap, QpInit, QpType, Remote, SendFlags, SendOp,
+        SendWr, WcStatus,
+    };
+    use crate::mem::{Access, MemoryRegion, Sge};
+    use crate::sim::rule::DropNth;
+    use crate::sim::Net;
+    use crate::wire::Psn;
+    use std::sync::Arc;
+
+    /// Two connected RC QPs (A = node 0, B = node 1), first PSNs 0x100 both ways.
+    fn pair() -> (Net, [(Arc<MemoryRegion>, u32, u32); 2]) {
+        let mut net = Net::new(2);
+        let side = |net: &mut Net, n: usize| {
+            let e = &mut net.nodes[n].engine;
+            let mem = e.mem().clone();
+            let pd = mem.alloc_pd();
+            let mr = mem
+                .reg_mr(pd, 0x1000_0000 * (n as u64 + 1), 4096, Access::ALL)
+                .unwrap();
+            let cq = e.create_cq(64).unwrap();
+            let qpn = e
+                .create_qp(&QpInit {
+                    qp_type: QpType::Rc,
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    cap: QpCap::default(),
+                    sq_sig_all: true,
+                })
+                .unwrap();
+            (mr, cq, qpn)
+        };
+        let s = [side(&mut net, 0), side(&mut net, 1)];
+        for (me, peer) in [(0, 1), (1, 0)] {
+            let ip = net.nodes[peer].ip;
+            let e = &mut net.nodes[me].engine;
+            let q = s[me].2;
+            let rights = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+            e.modify_qp(q, &QpAttr::init(rights)).unwrap();
+            let rtr = QpAttr::rtr(ip, Mtu::M1024, s[peer].2, Psn::new(0x100), 4, 12);
+            e.modify_qp(q, &rtr).unwrap();
+            let rts = QpAttr::rts(Psn::new(0x100), 8, 7, 7, 4);
+            e.modify_qp(q, &rts).unwrap();
+        }
+        (net, s)
+    }
+
+    fn fetch_add(net: &mut Net, s: &[(Arc<MemoryRegion>, u32, u32); 2], wr_id: u64, dst: u64) {
+        let (a, b) = (&s[0], &s[1]);
+        let wr = SendWr {
+            wr_id,
+            op: SendOp::FetchAdd {
+                remote: Remote {
+                    va: b.0.iova(),
+                    rkey: b.0.rkey().0,
+                },
+                add: 1,
+            },
+            local: Local::Sges(&[Sge {
+                addr: a.0.iova() + dst,
+                length: 8,
+                lkey: a.0.lkey(),
+            }]),
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
+        };
+        net.nodes[0].engine.post_send(a.2, &wr).unwrap();
+    }
+
+    fn word(mr: &MemoryRegion, off: u64) -> u64 {
+        let mut b = [0u8; 8];
+        mr.read(mr.iova() + off, &mut b).unwrap();
+        u64::from_ne_bytes(b)
+    }
+
+    /// PSNs repeat every 2^24. A replay entry recorded exactly 2^24 PSNs before a new
+    /// atomic at the same PSN value is stale; a duplicate of the new atomic must be
+    /// answered with the new one's original value (IBA 9.7.5.1.2: an atomic's duplicate
+    /// returns *its* result), not the stale one's. The 2^24 - 1 PSNs of traffic between
+    /// the two atomics (SEND/WRITEs, which leave the ring alone) are skipped by moving
+    /// both sides' PSNs; everything else runs over the simulated wire. Before the fix the
+    /// ring was searched from slot 0 and the stale entry answered.
+    #[test]
+    fn a_duplicate_atomic_is_answered_by_its_own_entry_not_one_2_24_psns_older() {
+        let (mut net, s) = pair();
+        fetch_add(&mut net, &s, 1, 0);
+        net.run_idle(10_000).unwrap();
+        assert_eq!(word(&s[0].0, 0), 0);
+        // 2^24 - 1 PSNs of other traffic.
+        let skip = Psn::MASK;
+        let qa = net.nodes[0].engine.qps.get_mut(&s[0].2).unwrap();
+        let next = qa.req.psn.add(skip);
+        qa.req.reset(next);
+        qa.comp.psn = next;
+        let qb = net.nodes[1].engine.qps.get_mut(&s[1].2).unwrap();
+        qb.resp.epsn = qb.resp.epsn.add(skip);
+        assert_eq!(
+            qb.resp.epsn,
+            Psn::new(0x100),
+            "the same PSN as the first atomic"
+        );
+        // The second atomic's ACK is lost: A retries, B answers the duplicate from its
+        // ring.
+        net.add_rule(1, 0, DropNth::new(&[1]));
+        fetch_add(&mut net, &s, 2, 8);
+        net.run_idle(100_000).unwrap();
+        let mut c = [Completion::default(); 4];
+        let n = net.nodes[0].engine.poll_cq(s[0].1, &mut c).unwrap();
+        let st: Vec<_> = c[..n].iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(st, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+        let b = &net.nodes[1].engine;
+        assert_eq!(b.counters().get(Counter::DuplicateRequest), 1);
+        assert_eq!(word(&s[1].0, 0), 2, "applied twice in all, once each");
+        assert_eq!(
+            word(&s[0].0, 8),
+            1,
+            "the second atomic's own original value"
+        );
     }
 }
