@@ -676,3 +676,59 @@ fn a_read_spanning_2_23_psns_waits_for_the_window_to_empty() {
         "the READ went out with a SEND unacknowledged before it"
     );
 }
+
+// ---- found by the error-path property (tests/props_rc.rs) ------------------------------
+
+/// A local protection error on a WR (IBA 10.8.3.1: LOC_PROT_ERR, the QP goes to ERR)
+/// must not take down the WRs before it that are already executing remotely: they
+/// complete with their true results first, and only then does the failing WR complete
+/// and the QP enter ERR (rxe marks the WQE `wqe_state_error` and its completer fails it
+/// when it reaches the head). Before the fix the WRITE and the atomic before it were
+/// flushed (WR_FLUSH_ERR) although both had been applied.
+#[test]
+fn a_local_protection_error_waits_for_the_wrs_before_it() {
+    let mut p = Pair::new(Opts::default());
+    p.write_mem(B, 0x100, &41u64.to_ne_bytes());
+    p.write_mem(A, 0, &pattern(2, 64));
+    p.send(
+        A,
+        1,
+        SendOp::Write {
+            remote: p.side(B).remote(0x4000),
+        },
+        0,
+        64,
+    );
+    let remote = p.side(B).remote(0x100);
+    p.send(A, 2, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
+    let bad = Sge {
+        addr: p.side(A).iova(),
+        length: 16,
+        lkey: roce_emu::mem::Lkey(p.side(A).lkey().0 ^ 0xff),
+    };
+    p.post_recv(B, 7, 0, 64);
+    p.post_send(
+        A,
+        &SendWr {
+            wr_id: 3,
+            op: SendOp::Send,
+            local: Local::Sges(&[bad]),
+            flags: flags(),
+        },
+    );
+    p.send(A, 4, SendOp::Send, 0, 16);
+    p.settle();
+    p.print_packets();
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::Success),
+            (3, WcStatus::LocProtErr),
+            (4, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(word_at(&p, A, 0x800), 41);
+    assert_eq!(p.read_mem(B, 0x4000, 64), pattern(2, 64));
+    assert_eq!(p.state(A), QpState::Err);
+}

@@ -89,6 +89,11 @@ impl Qp {
             let c = self.completion(w.wr_id, status, w.op.wc_opcode(), w.len);
             ctx.complete(self.send_cq, c);
         }
+        // A WQE that failed locally while those before it were in flight is next: it
+        // completes with its error now and the QP goes to ERR (see `next_request`).
+        if self.sq.front().is_some_and(|w| w.error.is_some()) {
+            self.enter_error(ctx, true);
+        }
     }
 
     /// Completes SEND and WRITE WQEs wholly before `upto` (exclusive). Returns whether a

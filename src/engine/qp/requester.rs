@@ -119,6 +119,9 @@ impl Qp {
         }
         let idx = self.req.sq_idx;
         let w = *self.sq.get(idx)?;
+        if w.error.is_some() {
+            return None; // failed locally: waits for the WRs before it (below)
+        }
         if self.req.offset == 0 && !self.may_start(idx, &w) {
             return None;
         }
@@ -244,9 +247,16 @@ impl Qp {
             Err(_) => return None, // buffer too small: the caller's bug, nothing sent
         };
         if gathered.is_err() {
-            // Local protection error (IBA 10.8.3.1): the WQE fails, the QP goes to ERR.
+            // Local protection error (IBA 10.8.3.1): the WQE fails and the QP goes to
+            // ERR, but only once the WQEs before it, already sent and executing at the
+            // responder, have completed with their true results (completions are in
+            // order; flushing them would report applied WRITEs and atomics as not done).
+            // Nothing more is sent meanwhile; the completer fails this WQE when it
+            // reaches the head (rxe: `wqe_state_error`, COMPST_ERROR from get_wqe).
             self.sq[idx].error = Some(WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            if idx == 0 {
+                self.enter_error(ctx, true);
+            }
             return None;
         }
 
