@@ -12,15 +12,25 @@
 //! RETRY_EXC_ERR once, flushes the rest, and what did arrive is neither corrupt nor
 //! duplicated.
 //!
+//! A third property runs error paths over a clean link (duplication only: a loss or a
+//! reordering could legitimately turn an earlier READ/atomic into RETRY_EXC_ERR once the
+//! responder is in ERR): some operations carry a bad R_Key, a bad length, a missing
+//! access right or a bad L_Key. Every operation before the first faulty one completes
+//! with its true result, the faulty one with its status (REM_ACCESS_ERR, REM_INV_REQ_ERR,
+//! LOC_PROT_ERR), the rest are flushed, and the responder's memory is exactly the model
+//! after the operations reported successful.
+//!
 //! `PROPTEST_CASES` sets the number of cases (default 64 per property here; the closing
 //! runs use many more in release mode: `cargo test --release --test props_rc`).
 
 mod common;
 
+use common::rc::BUF;
 use common::rc::{pattern, Opts, Pair};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
+use roce_emu::mem::{Access, Sge};
 use roce_emu::sim::rule::Random;
 
 const A: usize = 0;
@@ -116,6 +126,68 @@ fn op_strategy(mtu: u32) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// An error an operation may be given (property 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// The R_Key's key byte is wrong.
+    Rkey,
+    /// The target region lacks the right (REMOTE_READ-only for writes and atomics,
+    /// REMOTE_WRITE-only for READs).
+    Right,
+    /// SEND: the receive buffer is one byte short; WRITE/READ: the range runs one byte
+    /// past the region.
+    Length,
+    /// The local SGE's L_Key is wrong (SEND/WRITE only: found before anything is sent).
+    Lkey,
+}
+
+/// What an applied fault makes of the operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// NAKed by the responder with Remote Access Error.
+    RemAccess,
+    /// SEND longer than the receive buffer: LOC_LEN_ERR there, REM_INV_REQ_ERR here.
+    ShortRecv,
+    /// Refused by the requester: LOC_PROT_ERR, nothing sent.
+    LocProt,
+}
+
+/// The fault that applies to `op`, if any (zero-length operations check no key, C9-88).
+fn apply(op: &Op, f: Fault) -> Option<(Fault, Outcome)> {
+    use Fault::*;
+    let len = match *op {
+        Op::Send { len, .. }
+        | Op::SendImm { len, .. }
+        | Op::Write { len, .. }
+        | Op::WriteImm { len, .. }
+        | Op::Read { len, .. } => len,
+        Op::Cas { .. } | Op::Fadd { .. } => 8,
+    };
+    if len == 0 {
+        return None;
+    }
+    Some(match (op, f) {
+        (Op::Send { .. } | Op::SendImm { .. }, Lkey) => (Lkey, Outcome::LocProt),
+        (Op::Send { .. } | Op::SendImm { .. }, _) => (Length, Outcome::ShortRecv),
+        (Op::Write { .. } | Op::WriteImm { .. }, Lkey) => (Lkey, Outcome::LocProt),
+        // A READ's L_Key is used only when its responses arrive, after later requests
+        // may have executed remotely: not generated.
+        (Op::Read { .. }, Lkey) => (Rkey, Outcome::RemAccess),
+        (Op::Cas { .. } | Op::Fadd { .. }, Length | Lkey) => (Right, Outcome::RemAccess),
+        (_, f) => (f, Outcome::RemAccess),
+    })
+}
+
+fn fault_strategy() -> impl Strategy<Value = Option<Fault>> {
+    prop_oneof![
+        16 => Just(None),
+        1 => Just(Some(Fault::Rkey)),
+        1 => Just(Some(Fault::Right)),
+        1 => Just(Some(Fault::Length)),
+        1 => Just(Some(Fault::Lkey)),
+    ]
+}
+
 #[derive(Debug, Clone)]
 struct Case {
     mtu: Mtu,
@@ -182,9 +254,23 @@ struct Run {
     pair: Pair,
     /// Model after each op (index i = after ops[..i]).
     snapshots: Vec<Model>,
+    /// The first operation given a fault, and what the fault makes of it.
+    first_fault: Option<(usize, Outcome)>,
+    /// What each operation's fault makes of it.
+    outcomes: Vec<Option<Outcome>>,
+    /// Receive WRs posted on B.
+    nrecv: u64,
 }
 
 fn setup(c: &Case, timeout: u8, retry_cnt: u8) -> Run {
+    setup_with_faults(c, timeout, retry_cnt, &[])
+}
+
+/// Where the regions without a right are on B (property 3).
+const RO_IOVA: u64 = 0x7000_0000;
+const WO_IOVA: u64 = 0x7100_0000;
+
+fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Fault>]) -> Run {
     let mut pair = Pair::new(Opts {
         // Property 1 retries forever (rxe's meaning of retry_cnt 7): at 30% loss each way
         // the IBA's 7 retries legitimately run out for a multi-packet READ a few percent
@@ -221,6 +307,17 @@ fn setup(c: &Case, timeout: u8, retry_cnt: u8) -> Run {
     let mut snapshots = vec![m.clone()];
     let b = pair.side(B).remote(0);
     let mut nrecv = 0u64;
+    let mut first_fault = None;
+    let mut outcomes = Vec::new();
+    let (ro, wo) = if faults.iter().any(Option::is_some) {
+        let rw = Access::LOCAL_WRITE;
+        (
+            Some(pair.reg_mr(B, RO_IOVA, BUF, rw | Access::REMOTE_READ)),
+            Some(pair.reg_mr(B, WO_IOVA, BUF, rw | Access::REMOTE_WRITE)),
+        )
+    } else {
+        (None, None)
+    };
     for (i, op) in c.ops.iter().enumerate() {
         let sl = |s: u64, l: u32| src[s as usize..(s + u64::from(l)) as usize].to_vec();
         let (sop, off, len) = match *op {
@@ -304,14 +401,69 @@ fn setup(c: &Case, timeout: u8, retry_cnt: u8) -> Run {
                 )
             }
         };
+        let fault = faults.get(i).copied().flatten().and_then(|f| apply(op, f));
+        if first_fault.is_none() {
+            first_fault = fault.map(|(_, o)| (i, o));
+        }
+        outcomes.push(fault.map(|(_, o)| o));
+        let mut sop = sop;
+        let mut lkey = pair.side(A).lkey();
+        let mut recv_len = SLOT as u32;
+        match fault.map(|(f, _)| f) {
+            None => {}
+            Some(Fault::Lkey) => lkey = roce_emu::mem::Lkey(lkey.0 ^ 0xff),
+            Some(Fault::Length) if matches!(op, Op::Send { .. } | Op::SendImm { .. }) => {
+                recv_len = len - 1
+            }
+            Some(f) => {
+                let ro = ro.as_ref().expect("registered with faults");
+                let wo = wo.as_ref().expect("registered with faults");
+                let retarget = |r: &mut Remote, write: bool| match f {
+                    Fault::Rkey => r.rkey ^= 0xff,
+                    Fault::Right => {
+                        let mr = if write { ro } else { wo };
+                        r.va = r.va - b.va + mr.iova();
+                        r.rkey = mr.rkey().0;
+                    }
+                    // One byte past the end of B's buffer.
+                    _ => r.va = b.va + BUF - u64::from(len) + 1,
+                };
+                match &mut sop {
+                    SendOp::Write { remote } | SendOp::WriteWithImm { remote, .. } => {
+                        retarget(remote, true)
+                    }
+                    SendOp::Read { remote } => retarget(remote, false),
+                    SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => {
+                        retarget(remote, true)
+                    }
+                    _ => unreachable!("SENDs take Length or Lkey"),
+                }
+            }
+        }
         if matches!(
             op,
             Op::Send { .. } | Op::SendImm { .. } | Op::WriteImm { .. }
         ) {
-            pair.post_recv(B, 1000 + nrecv, RECV + SLOT * nrecv, SLOT as u32);
+            pair.post_recv(B, 1000 + nrecv, RECV + SLOT * nrecv, recv_len);
             nrecv += 1;
         }
-        pair.send(A, i as u64, sop, off, len);
+        let sge = Sge {
+            addr: pair.side(A).iova() + off,
+            length: len,
+            lkey,
+        };
+        pair.post_send(
+            A,
+            &SendWr {
+                wr_id: i as u64,
+                op: sop,
+                local: Local::Sges(&[sge]),
+                flags: SendFlags {
+                    signaled: true,
+                    ..Default::default()
+                },
+            },
+        );
         snapshots.push(m.clone());
     }
     let rule = |(drop, duplicate, reorder): (f64, f64, f64), seed: u64| {
@@ -325,7 +477,13 @@ fn setup(c: &Case, timeout: u8, retry_cnt: u8) -> Run {
     let bk = rule(c.back, c.seed ^ 0xdead_beef);
     pair.net.add_rule(A, B, f);
     pair.net.add_rule(B, A, bk);
-    Run { pair, snapshots }
+    Run {
+        pair,
+        snapshots,
+        first_fault,
+        outcomes,
+        nrecv,
+    }
 }
 
 fn config() -> ProptestConfig {
@@ -548,5 +706,129 @@ fn when_retries_run_out_the_qp_fails_cleanly() {
         "retries exhausted",
         (case(0.0), 0.6..0.95f64),
         check_clean_failure,
+    );
+}
+
+fn check_errors((c, faults): (Case, Vec<Option<Fault>>)) -> Result<usize, TestCaseError> {
+    let mut run = setup_with_faults(&c, 8, 7, &faults);
+    let n = c.ops.len();
+    let comps = drive(&mut run, n)?;
+    let p = &mut run.pair;
+    if p.net.trace.is_some() {
+        p.print_trace();
+    }
+    let (k, outcome) = run.first_fault.map_or((n, None), |(k, o)| (k, Some(o)));
+    // Successes up to the faulty one, its error, then flushes; each WR exactly once.
+    prop_assert_eq!(comps.len(), n, "completions: {:?}", comps);
+    for (i, cpl) in comps.iter().enumerate() {
+        prop_assert_eq!(cpl.wr_id, i as u64);
+        let want = match (i.cmp(&k), outcome) {
+            (core::cmp::Ordering::Less, _) | (_, None) => WcStatus::Success,
+            (core::cmp::Ordering::Equal, Some(Outcome::RemAccess)) => WcStatus::RemAccessErr,
+            (core::cmp::Ordering::Equal, Some(Outcome::ShortRecv)) => WcStatus::RemInvReqErr,
+            (core::cmp::Ordering::Equal, Some(Outcome::LocProt)) => WcStatus::LocProtErr,
+            (core::cmp::Ordering::Greater, _) => WcStatus::WrFlushErr,
+        };
+        // A later WR with a bad L_Key may have been refused before the QP went to ERR:
+        // it then completes with its own LOC_PROT_ERR rather than a flush.
+        let own = i > k
+            && run.outcomes[i] == Some(Outcome::LocProt)
+            && cpl.status == WcStatus::LocProtErr;
+        prop_assert!(
+            cpl.status == want || own,
+            "op {}: {:?} completed {:?}, expected {:?} (first fault at {})",
+            i,
+            c.ops[i],
+            cpl.status,
+            want,
+            k
+        );
+    }
+    // The responder executed exactly the operations before the faulty one.
+    let m = &run.snapshots[k];
+    prop_assert!(
+        p.read_mem(B, REGION, REGION_LEN as usize) == m.region,
+        "region differs from the model after {} operations",
+        k
+    );
+    for w in 0..NWORDS {
+        prop_assert_eq!(word(p, w), m.words[w as usize], "word {}", w);
+    }
+    // READ results and atomic originals of the successful ones are the true ones.
+    let fin = run.snapshots.last().unwrap();
+    for (i, data) in fin.reads.iter().filter(|(i, _)| *i < k) {
+        prop_assert!(
+            p.read_mem(A, READ_DST + SLOT * *i as u64, data.len()) == *data,
+            "read {} data",
+            i
+        );
+    }
+    for (i, orig) in fin.atomics.iter().filter(|(i, _)| *i < k) {
+        let got = u64::from_ne_bytes(
+            p.read_mem(A, ATOMIC_DST + 8 * *i as u64, 8)
+                .try_into()
+                .unwrap(),
+        );
+        prop_assert_eq!(got, *orig, "atomic {} original", i);
+    }
+    // Receives: the messages before the faulty one, exact; then LOC_LEN_ERR for a SEND
+    // too long for its buffer, then flushes if the responder went to ERR.
+    let recvs = p.completions(B);
+    let ok = m.recvs.len();
+    prop_assert!(recvs.len() >= ok, "receives: {:?}", recvs);
+    for (j, (r, (len, imm, data, opc))) in recvs.iter().zip(&m.recvs).enumerate() {
+        prop_assert_eq!(r.wr_id, 1000 + j as u64);
+        prop_assert_eq!(r.status, WcStatus::Success);
+        prop_assert_eq!((r.byte_len, r.imm, r.opcode), (*len, *imm, *opc));
+        if *opc == WcOpcode::Recv {
+            prop_assert!(
+                p.read_mem(B, RECV + SLOT * j as u64, data.len()) == *data,
+                "recv {} data",
+                j
+            );
+        }
+    }
+    let mut rest = recvs[ok..].iter();
+    if outcome == Some(Outcome::ShortRecv) {
+        prop_assert_eq!(rest.next().map(|r| r.status), Some(WcStatus::LocLenErr));
+    }
+    let remote_error = matches!(outcome, Some(Outcome::RemAccess | Outcome::ShortRecv));
+    let flushed = rest.len() as u64;
+    prop_assert!(rest.all(|r| r.status == WcStatus::WrFlushErr));
+    let consumed = recvs.len() as u64 - flushed;
+    prop_assert_eq!(
+        flushed,
+        if remote_error {
+            run.nrecv - consumed
+        } else {
+            0
+        },
+        "flushed receives"
+    );
+    let (sa, sb) = match outcome {
+        None => (QpState::Rts, QpState::Rts),
+        Some(Outcome::LocProt) => (QpState::Err, QpState::Rts),
+        Some(_) => (QpState::Err, QpState::Err),
+    };
+    prop_assert_eq!(p.state(A), sa);
+    prop_assert_eq!(p.state(B), sb);
+    Ok(n)
+}
+
+#[test]
+fn errors_fail_exactly_the_faulty_operation_and_flush_the_rest() {
+    let clean = case(0.0).prop_map(|mut c| {
+        // Duplication only: no loss, no reordering (see the module comment).
+        c.fwd.2 = 0.0;
+        c.back.2 = 0.0;
+        c
+    });
+    run_property(
+        "error paths",
+        clean.prop_flat_map(|c| {
+            let n = c.ops.len();
+            (Just(c), prop::collection::vec(fault_strategy(), n))
+        }),
+        check_errors,
     );
 }

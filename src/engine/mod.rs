@@ -260,6 +260,17 @@ impl Engine {
                 op: "post a send WR (RTS, SQD or ERR needed)",
             });
         }
+        // max_rd_atomic = 0 allows no READ/atomic outstanding, so one could never be
+        // issued: rxe's `check_init_depth` would leave it at the head of the SQ forever,
+        // blocking every WR behind it. Refused here instead (ibv_post_send's EINVAL for
+        // a WR the QP cannot execute), so the application learns at once.
+        if wr.op.is_read_or_atomic() && qp.attrs.max_rd_atomic == 0 && qp.state != QpState::Err {
+            return Err(VerbsError::InvalidState {
+                qpn,
+                state: qp.state,
+                op: "post a READ or atomic (max_rd_atomic is 0)",
+            });
+        }
         if qp.sq.len() >= qp.cap.max_send_wr {
             return Err(VerbsError::QueueFull {
                 qpn,
@@ -411,7 +422,7 @@ impl Engine {
             self.stats.inc(Counter::DropWrongTransport);
             return;
         }
-        if repr.bth.pkey != qp.attrs.pkey {
+        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey) {
             self.stats.inc(Counter::DropPkeyMismatch);
             return;
         }

@@ -442,6 +442,27 @@ impl MrTable {
         Ok(())
     }
 
+    /// [`invalidate`](Self::invalidate) on behalf of the peer (SEND with Invalidate, IBA
+    /// 10.6.7.2): only a region the peer could reach may be invalidated, one registered
+    /// with a remote access right. A region registered for local access only (a receive
+    /// buffer) is refused with [`MemError::AccessDenied`] and stays valid.
+    pub fn invalidate_remote(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
+        let key = Key::Remote(rkey);
+        let mr = self.find(pd, key)?;
+        let remote = Access::REMOTE_WRITE
+            .union(Access::REMOTE_READ)
+            .union(Access::REMOTE_ATOMIC);
+        if !mr.access().intersects(remote) {
+            return Err(MemError::AccessDenied {
+                key,
+                need: remote,
+                have: mr.access(),
+            });
+        }
+        mr.set_invalid();
+        Ok(())
+    }
+
     /// RDMA WRITE: stores `data` at `va` after [`lookup_remote`](Self::lookup_remote)
     /// with REMOTE_WRITE. All or nothing: a refused write changes no byte.
     pub fn write_remote(&self, pd: Pd, rkey: Rkey, va: u64, data: &[u8]) -> Result<(), MemError> {

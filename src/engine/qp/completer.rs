@@ -89,6 +89,11 @@ impl Qp {
             let c = self.completion(w.wr_id, status, w.op.wc_opcode(), w.len);
             ctx.complete(self.send_cq, c);
         }
+        // A WQE that failed locally while those before it were in flight is next: it
+        // completes with its error now and the QP goes to ERR (see `next_request`).
+        if self.sq.front().is_some_and(|w| w.error.is_some()) {
+            self.enter_error(ctx, true);
+        }
     }
 
     /// Completes SEND and WRITE WQEs wholly before `upto` (exclusive). Returns whether a
@@ -290,6 +295,23 @@ impl Qp {
         }
         let (progress, _) = self.ack_before(ctx, psn);
         self.advance(ctx, psn, progress);
+        // The NAK fails only the WQE whose PSN it names. A READ or atomic still at the
+        // head with PSNs before the NAK's was executed by the responder (responses leave
+        // in PSN order) and its response was lost: retry it, never fail it with the
+        // later request's error (rxe `check_psn`: a response past the head WQE's last
+        // PSN with a READ/atomic at the head -> COMPST_ERROR_RETRY).
+        let Some(w) = self.sq.front() else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+            return;
+        };
+        if !w.contains(psn) {
+            if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
+                self.retry(ctx, Trigger::Packet);
+            } else {
+                ctx.stats.inc(Counter::DropUnexpectedResponse);
+            }
+            return;
+        }
         let status = match code {
             NakCode::InvalidRequest | NakCode::InvalidRdRequest => WcStatus::RemInvReqErr,
             NakCode::RemoteAccessError => WcStatus::RemAccessErr,

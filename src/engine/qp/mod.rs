@@ -265,6 +265,9 @@ impl Qp {
         if let Some(psn) = a.rq_psn {
             self.resp
                 .reset(psn, usize::from(self.attrs.max_dest_rd_atomic));
+        } else if let Some(v) = a.max_dest_rd_atomic {
+            // Changed without a new PSN (SQD -> SQD): the replay ring follows.
+            self.resp.resize(usize::from(v));
         }
         if let Some(psn) = a.sq_psn {
             self.req.reset(psn);
@@ -298,15 +301,23 @@ impl Qp {
     }
 
     /// Moves the QP to ERR: every outstanding work request completes with WR_FLUSH_ERR
-    /// (IBA 10.3.1, Error state), timers stop, and pending NAKs still go out. `fatal` says
-    /// the QP went there on its own (an asynchronous event is raised).
+    /// (IBA 10.3.1, Error state), timers stop, and every response already queued still
+    /// goes out. `fatal` says the QP went there on its own (an asynchronous event is
+    /// raised).
+    ///
+    /// The queue holds, in PSN order, only responses to requests the responder executed
+    /// before the error (and the NAK of the one that caused it): ACKs of delivered SENDs
+    /// and WRITEs, READ responses, atomic ACKs with their original values. They are owed
+    /// (IBA 9.7.5.1, C9-28: every executed request is acknowledged, in order): dropping
+    /// them made the requester complete an applied atomic with the error of a later
+    /// request, or time out on a SEND that was delivered. rxe sends each response while
+    /// it processes the request, before it looks at the next one, so none is ever lost.
     pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
         if self.state == QpState::Err {
             return;
         }
         self.state = QpState::Err;
         self.timers = TimerTable::default();
-        self.resp.keep_only_naks();
         if fatal {
             ctx.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
         }
@@ -481,6 +492,15 @@ fn validate(a: &QpAttr, cfg: &EngineConfig) -> Result<(), VerbsError> {
     Ok(())
 }
 
+/// Whether a packet's P_Key matches the QP's (IBA 10.9, partitioning; rxe `pkey_match`):
+/// the low 15 bits (the partition) are equal and not 0, and at least one of the two is a
+/// full member (bit 15). A limited member (0x7fff) may talk to a full member (0xffff),
+/// two limited members may not.
+pub fn pkey_match(a: u16, b: u16) -> bool {
+    let (pa, pb) = (a & 0x7fff, b & 0x7fff);
+    pa != 0 && pa == pb && (a | b) & 0x8000 != 0
+}
+
 /// rxe's UDP source port for an RC QP: `rdma_get_udp_sport(0, qpn, dest_qpn)` (kernel
 /// `ib_verbs.h`): a flow label from both QPNs folded into 14 bits, above 0xC000. Matches
 /// the captures: QPN 0x11 to 0x11 -> 49441.
@@ -497,6 +517,16 @@ pub fn udp_sport(qpn: u32, dest_qpn: u32) -> u16 {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    #[test]
+    fn pkey_match_is_rxes() {
+        assert!(pkey_match(0xffff, 0xffff));
+        assert!(pkey_match(0x7fff, 0xffff));
+        assert!(pkey_match(0xffff, 0x7fff));
+        assert!(!pkey_match(0x7fff, 0x7fff), "two limited members");
+        assert!(!pkey_match(0x8000, 0xffff), "partition 0 is invalid");
+        assert!(!pkey_match(0xfffe, 0xffff));
+    }
 
     #[test]
     fn source_ports_match_rxe_captures() {

@@ -94,10 +94,10 @@ impl Qp {
         if w.flags.fence && self.sq.iter().take(idx).any(|p| p.op.is_read_or_atomic()) {
             return false; // IBA 10.8.3.3: wait for earlier READs and atomics
         }
-        if w.op.is_read_or_atomic()
-            && self.comp.outstanding_rd_atomic >= self.attrs.max_rd_atomic.max(1)
-        {
-            return false; // IBA 9.5: initiator depth
+        // IBA 9.5: initiator depth. 0 means none at all (post_send refuses READs and
+        // atomics then; one posted before max_rd_atomic was lowered to 0 in SQD waits).
+        if w.op.is_read_or_atomic() && self.comp.outstanding_rd_atomic >= self.attrs.max_rd_atomic {
+            return false;
         }
         true
     }
@@ -107,16 +107,35 @@ impl Qp {
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
             return None;
         }
-        // Keep the retransmission window well inside the PSN half-space.
-        if self.req.psn.diff(self.comp.psn) >= ctx.cfg.max_inflight_psns as i32 {
+        // Keep the retransmission window well inside the PSN half-space. The distance is
+        // taken unsigned: one READ may move the next PSN up to 2^23 past the oldest
+        // unacknowledged one, which the signed serial difference reads as -2^23 (behind),
+        // and a request sent then would make that READ's own responses look unsent
+        // (IBA 9.7.1: PSNs are only ordered within 2^23 of each other). A distance above
+        // 2^23 means the requester is behind (it is moved forward on the next ACK).
+        let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
+        if dist >= ctx.cfg.max_inflight_psns && dist <= Psn::HALF {
             return None;
         }
         let idx = self.req.sq_idx;
         let w = *self.sq.get(idx)?;
+        if w.error.is_some() {
+            return None; // failed locally: waits for the WRs before it (below)
+        }
         if self.req.offset == 0 && !self.may_start(idx, &w) {
             return None;
         }
         let mtu = self.mtu();
+        // A READ takes one PSN per response packet at once: it starts only if all of them
+        // stay within 2^23 of the oldest unacknowledged PSN (a READ of 2^31 bytes at MTU
+        // 256 spans exactly 2^23 and goes alone).
+        if !w.started
+            && matches!(w.op, SendOp::Read { .. })
+            && dist < Psn::HALF
+            && dist + SendWqe::npkts(w.len, mtu) > Psn::HALF
+        {
+            return None;
+        }
         let psn = self.req.psn;
         if !w.started {
             let n = match w.op {
@@ -228,9 +247,16 @@ impl Qp {
             Err(_) => return None, // buffer too small: the caller's bug, nothing sent
         };
         if gathered.is_err() {
-            // Local protection error (IBA 10.8.3.1): the WQE fails, the QP goes to ERR.
+            // Local protection error (IBA 10.8.3.1): the WQE fails and the QP goes to
+            // ERR, but only once the WQEs before it, already sent and executing at the
+            // responder, have completed with their true results (completions are in
+            // order; flushing them would report applied WRITEs and atomics as not done).
+            // Nothing more is sent meanwhile; the completer fails this WQE when it
+            // reaches the head (rxe: `wqe_state_error`, COMPST_ERROR from get_wqe).
             self.sq[idx].error = Some(WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            if idx == 0 {
+                self.enter_error(ctx, true);
+            }
             return None;
         }
 

@@ -107,17 +107,33 @@ impl Responder {
         };
     }
 
-    /// On entering ERR: only NAKs are still sent.
-    pub fn keep_only_naks(&mut self) {
-        self.queue.retain(|r| {
-            matches!(
-                r,
-                Response::Ack {
-                    syndrome: Syndrome::Nak(_),
-                    ..
-                }
-            )
-        });
+    /// A new max_dest_rd_atomic after the responder started (SQD -> SQD, IBA 11.2.4.2):
+    /// the replay ring takes the new size. Entries are kept, newest first, as many as fit,
+    /// so that duplicates of requests already executed can still be answered (rxe
+    /// reallocates and forgets them; keeping them is never worse). Queued READ streams
+    /// follow their entry to its new slot.
+    pub fn resize(&mut self, ring: usize) {
+        let ring = ring.max(1);
+        let old = self.replay.len();
+        if ring == old {
+            return;
+        }
+        // Oldest first: the slot about to be reused is the oldest.
+        let order: Vec<usize> = (0..old).map(|i| (self.replay_next + i) % old).collect();
+        let keep = &order[old.saturating_sub(ring)..];
+        let mut replay = vec![None; ring];
+        let mut moved = vec![usize::MAX; old];
+        for (new, &o) in keep.iter().enumerate() {
+            replay[new] = self.replay[o];
+            moved[o] = new;
+        }
+        for q in self.queue.iter_mut() {
+            if let Response::Read { slot, .. } = q {
+                *slot = moved.get(*slot).copied().unwrap_or(usize::MAX);
+            }
+        }
+        self.replay_next = keep.len() % ring;
+        self.replay = replay;
     }
 
     pub fn drop_current_message(&mut self) {
@@ -177,6 +193,19 @@ impl Responder {
             self.queue.pop_back();
         }
         self.queue.push_back(Response::Ack { psn, msn, syndrome });
+    }
+
+    /// The replay entries with their slots, newest first. PSNs repeat every 2^24: an
+    /// entry left from 2^24 PSNs earlier can carry the PSN of a newer one, and a
+    /// duplicate must be answered by the newest (a conforming requester only repeats
+    /// PSNs it sent within the last 2^23, and the ring forgets oldest first, so the
+    /// newest match is the request being repeated).
+    fn newest_first(&self) -> impl Iterator<Item = (usize, &Option<Replay>)> {
+        let n = self.replay.len();
+        (1..=n).map(move |i| {
+            let slot = (self.replay_next + n - i) % n;
+            (slot, &self.replay[slot])
+        })
     }
 
     fn remember(&mut self, r: Replay) -> usize {
@@ -245,6 +274,12 @@ impl Qp {
         if need.is_some_and(|n| !self.attrs.access.contains(n)) {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
+        // max_dest_rd_atomic = 0: the responder takes no READ or atomic at all (IBA
+        // 9.7.5.2.x responder resources; rxe `check_resource`:
+        // RESPST_ERR_TOO_MANY_RDMA_ATM_REQ -> NAK Invalid Request).
+        if (info.is(Flags::READ) || info.is(Flags::ATOMIC)) && self.attrs.max_dest_rd_atomic == 0 {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
         // Packet length against the path MTU (rxe check_length).
         let mtu = self.mtu() as usize;
         let len = payload.len();
@@ -258,6 +293,15 @@ impl Qp {
             len >= 1 && len <= mtu
         };
         if !len_ok {
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
+        // A RETH may not announce more than a message can hold (IBA 9.4.1: 2^31 bytes;
+        // rxe `check_length`: dmalen > 1 << 31 -> length error, Invalid Request), checked
+        // before the R_Key as rxe does; larger values also broke PSN arithmetic (a READ
+        // of 2^32 - 1 bytes at MTU 256 spans the whole PSN space).
+        if r.reth
+            .is_some_and(|x| u64::from(x.dma_len) > crate::engine::MAX_MSG)
+        {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK).
@@ -333,9 +377,24 @@ impl Qp {
         if info.is(Flags::END) {
             let mut inv = None;
             if let Some(ieth) = r.ieth {
-                // SEND with invalidate (IBA 10.6.7.2): the named R_Key stops working.
-                if ctx.mem.invalidate(self.pd, Rkey(ieth.rkey)).is_err() {
-                    return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+                // SEND with invalidate (IBA 10.6.7.2): the named R_Key stops working. Only
+                // a region with remote access rights may be invalidated by the peer; any
+                // other key (unknown, other PD, local-only region) is an R_Key violation:
+                // NAK Remote Access Error and the QP goes to ERR. rxe fails the same way
+                // (`invalidate_rkey` -> RESPST_ERR_INVALIDATE_RKEY, "Class J") and
+                // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
+                // a positive ACK (its aeth_syndrome is left at ACK), which would tell the
+                // sender its message was fine, so the NAK is ours.
+                if ctx.mem.invalidate_remote(self.pd, Rkey(ieth.rkey)).is_err() {
+                    self.complete_recv(
+                        ctx,
+                        WcStatus::RemInvReqErr,
+                        WcOpcode::Recv,
+                        offset,
+                        None,
+                        None,
+                    );
+                    return self.responder_fail(ctx, psn, Fail::RemoteAccess);
                 }
                 inv = Some(ieth.rkey);
             }
@@ -373,6 +432,12 @@ impl Qp {
         let len = payload.len() as u32;
         if len > resid || (info.is(Flags::END) && len != resid) {
             // More than the RETH announced, or less by the last packet.
+            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
+        }
+        // Payload and pad fill whole 4-byte words (IBA 9.2.3): pad 0 before the last
+        // packet, -resid & 3 on it (rxe `check_rkey`: a length error, Invalid Request).
+        // A zero-length WRITE skips the check as in rxe (C9-88: nothing to validate).
+        if total != 0 && (payload.len() + usize::from(r.bth.pad)) % 4 != 0 {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         if !payload.is_empty()
@@ -457,18 +522,23 @@ impl Qp {
         let Some(a) = r.atomic_eth else {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         };
-        if a.va % 8 != 0 {
-            // IBA 9.4.5: atomics are on naturally aligned 8-byte words.
-            return self.responder_fail(ctx, psn, Fail::InvalidRequest);
-        }
         let res = if r.bth.opcode == op::RC_COMPARE_SWAP {
             ctx.mem
                 .compare_swap(self.pd, Rkey(a.rkey), a.va, a.compare, a.swap_add)
         } else {
             ctx.mem.fetch_add(self.pd, Rkey(a.rkey), a.va, a.swap_add)
         };
-        let Ok(orig) = res else {
-            return self.responder_fail(ctx, psn, Fail::RemoteAccess);
+        // The R_Key, PD, rights and range are checked before the alignment (rxe
+        // `check_rkey` then `atomic_reply`; MrTable::compare_swap's documented order): a
+        // bad key is a Remote Access Error whatever the address. A misaligned address
+        // with a good key is an Invalid Request (IBA 9.4.5: atomics act on naturally
+        // aligned 8-byte words; rxe RESPST_ERR_MISALIGNED_ATOMIC).
+        let orig = match res {
+            Ok(orig) => orig,
+            Err(crate::mem::MemError::MisalignedAtomic { .. }) => {
+                return self.responder_fail(ctx, psn, Fail::InvalidRequest)
+            }
+            Err(_) => return self.responder_fail(ctx, psn, Fail::RemoteAccess),
         };
         self.resp.remember(Replay::Atomic { psn, orig });
         self.end_message();
@@ -492,23 +562,18 @@ impl Qp {
         let msn = self.resp.msn;
         if info.is(Flags::READ) {
             let Some(reth) = r.reth else { return };
-            let found = self
-                .resp
-                .replay
-                .iter()
-                .enumerate()
-                .find_map(|(slot, e)| match e {
-                    Some(Replay::Read {
-                        first,
-                        last,
-                        va,
-                        rkey,
-                        len,
-                    }) if psn.diff(*first) >= 0 && psn.diff(*last) <= 0 => {
-                        Some((slot, *va, *rkey, *len))
-                    }
-                    _ => None,
-                });
+            let found = self.resp.newest_first().find_map(|(slot, e)| match e {
+                Some(Replay::Read {
+                    first,
+                    last,
+                    va,
+                    rkey,
+                    len,
+                }) if psn.diff(*first) >= 0 && psn.diff(*last) <= 0 => {
+                    Some((slot, *va, *rkey, *len))
+                }
+                _ => None,
+            });
             let Some((slot, va, rkey, len)) = found else {
                 ctx.stats.inc(Counter::DropReplayMissing);
                 return;
@@ -535,7 +600,7 @@ impl Qp {
             });
             return;
         }
-        let orig = self.resp.replay.iter().find_map(|e| match e {
+        let orig = self.resp.newest_first().find_map(|(_, e)| match e {
             Some(Replay::Atomic { psn: p, orig }) if *p == psn => Some(*orig),
             _ => None,
         });
@@ -692,5 +757,132 @@ impl Qp {
     ) -> Option<usize> {
         self.responder_fail(ctx, psn, Fail::RemoteAccess);
         self.next_response(ctx, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::Mtu;
+    use crate::engine::{
+        Completion, Counter, Local, QpAttr, QpCap, QpInit, QpType, Remote, SendFlags, SendOp,
+        SendWr, WcStatus,
+    };
+    use crate::mem::{Access, MemoryRegion, Sge};
+    use crate::sim::rule::DropNth;
+    use crate::sim::Net;
+    use crate::wire::Psn;
+    use std::sync::Arc;
+
+    /// Two connected RC QPs (A = node 0, B = node 1), first PSNs 0x100 both ways.
+    fn pair() -> (Net, [(Arc<MemoryRegion>, u32, u32); 2]) {
+        let mut net = Net::new(2);
+        let side = |net: &mut Net, n: usize| {
+            let e = &mut net.nodes[n].engine;
+            let mem = e.mem().clone();
+            let pd = mem.alloc_pd();
+            let mr = mem
+                .reg_mr(pd, 0x1000_0000 * (n as u64 + 1), 4096, Access::ALL)
+                .unwrap();
+            let cq = e.create_cq(64).unwrap();
+            let qpn = e
+                .create_qp(&QpInit {
+                    qp_type: QpType::Rc,
+                    pd,
+                    send_cq: cq,
+                    recv_cq: cq,
+                    cap: QpCap::default(),
+                    sq_sig_all: true,
+                })
+                .unwrap();
+            (mr, cq, qpn)
+        };
+        let s = [side(&mut net, 0), side(&mut net, 1)];
+        for (me, peer) in [(0, 1), (1, 0)] {
+            let ip = net.nodes[peer].ip;
+            let e = &mut net.nodes[me].engine;
+            let q = s[me].2;
+            let rights = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+            e.modify_qp(q, &QpAttr::init(rights)).unwrap();
+            let rtr = QpAttr::rtr(ip, Mtu::M1024, s[peer].2, Psn::new(0x100), 4, 12);
+            e.modify_qp(q, &rtr).unwrap();
+            let rts = QpAttr::rts(Psn::new(0x100), 8, 7, 7, 4);
+            e.modify_qp(q, &rts).unwrap();
+        }
+        (net, s)
+    }
+
+    fn fetch_add(net: &mut Net, s: &[(Arc<MemoryRegion>, u32, u32); 2], wr_id: u64, dst: u64) {
+        let (a, b) = (&s[0], &s[1]);
+        let wr = SendWr {
+            wr_id,
+            op: SendOp::FetchAdd {
+                remote: Remote {
+                    va: b.0.iova(),
+                    rkey: b.0.rkey().0,
+                },
+                add: 1,
+            },
+            local: Local::Sges(&[Sge {
+                addr: a.0.iova() + dst,
+                length: 8,
+                lkey: a.0.lkey(),
+            }]),
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
+        };
+        net.nodes[0].engine.post_send(a.2, &wr).unwrap();
+    }
+
+    fn word(mr: &MemoryRegion, off: u64) -> u64 {
+        let mut b = [0u8; 8];
+        mr.read(mr.iova() + off, &mut b).unwrap();
+        u64::from_ne_bytes(b)
+    }
+
+    /// PSNs repeat every 2^24. A replay entry recorded exactly 2^24 PSNs before a new
+    /// atomic at the same PSN value is stale; a duplicate of the new atomic must be
+    /// answered with the new one's original value (IBA 9.7.5.1.2: an atomic's duplicate
+    /// returns *its* result), not the stale one's. The 2^24 - 1 PSNs of traffic between
+    /// the two atomics (SEND/WRITEs, which leave the ring alone) are skipped by moving
+    /// both sides' PSNs; everything else runs over the simulated wire. Before the fix the
+    /// ring was searched from slot 0 and the stale entry answered.
+    #[test]
+    fn a_duplicate_atomic_is_answered_by_its_own_entry_not_one_2_24_psns_older() {
+        let (mut net, s) = pair();
+        fetch_add(&mut net, &s, 1, 0);
+        net.run_idle(10_000).unwrap();
+        assert_eq!(word(&s[0].0, 0), 0);
+        // 2^24 - 1 PSNs of other traffic.
+        let skip = Psn::MASK;
+        let qa = net.nodes[0].engine.qps.get_mut(&s[0].2).unwrap();
+        let next = qa.req.psn.add(skip);
+        qa.req.reset(next);
+        qa.comp.psn = next;
+        let qb = net.nodes[1].engine.qps.get_mut(&s[1].2).unwrap();
+        qb.resp.epsn = qb.resp.epsn.add(skip);
+        assert_eq!(
+            qb.resp.epsn,
+            Psn::new(0x100),
+            "the same PSN as the first atomic"
+        );
+        // The second atomic's ACK is lost: A retries, B answers the duplicate from its
+        // ring.
+        net.add_rule(1, 0, DropNth::new(&[1]));
+        fetch_add(&mut net, &s, 2, 8);
+        net.run_idle(100_000).unwrap();
+        let mut c = [Completion::default(); 4];
+        let n = net.nodes[0].engine.poll_cq(s[0].1, &mut c).unwrap();
+        let st: Vec<_> = c[..n].iter().map(|c| (c.wr_id, c.status)).collect();
+        assert_eq!(st, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+        let b = &net.nodes[1].engine;
+        assert_eq!(b.counters().get(Counter::DuplicateRequest), 1);
+        assert_eq!(word(&s[1].0, 0), 2, "applied twice in all, once each");
+        assert_eq!(
+            word(&s[0].0, 8),
+            1,
+            "the second atomic's own original value"
+        );
     }
 }
