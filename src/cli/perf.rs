@@ -26,14 +26,14 @@
 
 use super::oob::{self, LocateError, OobError};
 use super::pingpong::{gid_to_ip, ip_to_gid, random_psn};
-use crate::backend::udp::{link_mtu, wait_readable, UdpBackend};
-use crate::backend::BackendError;
-use crate::driver::{Clock, Driver, Spin, DEFAULT_SPIN_US};
+use crate::backend::udp::{link_mtu, wait_readable};
+use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::engine::{
-    AsyncEvent, Completion, Engine, EngineConfig, Local, Mtu, QpAttr, QpCap, QpInit, QpState,
-    QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, VerbsError, WcStatus,
+    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote,
+    SendFlags, SendOp, SendWr, WcStatus,
 };
-use crate::mem::{Access, MemError, MemoryRegion, MrTable, Sge};
+use crate::mem::{Access, MemoryRegion, Sge};
+use crate::verbs::{self, Context, Device, Event};
 use crate::wire::Psn;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -152,6 +152,12 @@ pub struct Args {
         default_value_t = 0
     )]
     pub recv_hold_us: u64,
+    /// Write every packet this NIC sends and receives to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// One UDP datagram per packet (no GSO trains).
+    #[arg(long)]
+    pub no_gso: bool,
     /// Ask for a completion every this many work requests.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
@@ -254,15 +260,13 @@ pub enum PerfError {
          of the peer's family (or run the peer with the matching -x)"
     )]
     Family { bind: IpAddr, peer: IpAddr },
-    #[error(transparent)]
-    Backend(#[from] BackendError),
     #[error("{what}: {source}")]
     Verbs {
         what: &'static str,
-        source: VerbsError,
+        source: verbs::Error,
     },
     #[error("registering the {size}-byte buffer: {source}")]
-    Mem { size: u64, source: MemError },
+    Mem { size: u64, source: verbs::Error },
     #[error("{op} {n} of {iters} failed: {status}{hint}")]
     Completion {
         op: &'static str,
@@ -273,7 +277,7 @@ pub enum PerfError {
     },
     #[error("asynchronous error {event:?}: the QP is in state {state}{hint}")]
     Async {
-        event: AsyncEvent,
+        event: Event,
         state: QpState,
         hint: &'static str,
     },
@@ -294,8 +298,11 @@ pub enum PerfError {
 
 type Result<T, E = PerfError> = std::result::Result<T, E>;
 
-fn verbs(what: &'static str) -> impl FnOnce(VerbsError) -> PerfError {
-    move |source| PerfError::Verbs { what, source }
+fn verbs<E: Into<verbs::Error>>(what: &'static str) -> impl FnOnce(E) -> PerfError {
+    move |source| PerfError::Verbs {
+        what,
+        source: source.into(),
+    }
 }
 
 // ---- the address record -----------------------------------------------------------------
@@ -452,7 +459,7 @@ impl Oob {
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let mut wait = Duration::from_millis(20);
+                    let wait = Duration::from_millis(20);
                     if let Some(n) = nic.as_deref_mut() {
                         // The peer's traffic may be running: poll as the data loops do.
                         if n.service()? {
@@ -464,13 +471,15 @@ impl Oob {
                             continue;
                         }
                         spin.slept();
-                        wait = n.d.until_deadline(wait);
                     }
                     if last.elapsed() > self.timeout {
                         return Err(self.io_err(doing, ErrorKind::TimedOut.into()));
                     }
                     match nic.as_deref() {
-                        Some(n) => wait_readable(&[self.s.as_fd(), n.d.backend.rx_fd()], wait),
+                        Some(n) => n
+                            .ctx
+                            .wait_with(&[self.s.as_fd()], wait)
+                            .map_err(verbs("waiting for the NIC"))?,
                         None => wait_readable(&[self.s.as_fd()], wait),
                     }
                 }
@@ -544,7 +553,7 @@ impl Oob {
 // ---- the NIC -------------------------------------------------------------------------------
 
 struct Nic {
-    d: Driver,
+    ctx: Context,
     /// `--spin-us`.
     spin: Duration,
     mr: Arc<MemoryRegion>,
@@ -555,13 +564,15 @@ struct Nic {
 }
 
 impl Nic {
-    /// Runs the NIC once; an asynchronous QP error ends the test.
-    fn service(&mut self) -> Result<bool> {
-        if let Some(event) = self.d.engine.poll_event() {
-            if !matches!(event, AsyncEvent::SqDrained { .. }) {
-                let state = self.d.engine.qp(self.qpn).map_or(QpState::Err, |q| q.state);
+    /// An asynchronous QP error ends the test.
+    fn check_events(&mut self) -> Result<()> {
+        if let Some(event) = self.ctx.poll_async_event() {
+            if !matches!(event, Event::Engine(AsyncEvent::SqDrained { .. })) {
+                let state = self.ctx.qp_state(self.qpn).unwrap_or(QpState::Err);
                 let hint = match event {
-                    AsyncEvent::QpRequestError { .. } | AsyncEvent::QpAccessError { .. } => {
+                    Event::Engine(
+                        AsyncEvent::QpRequestError { .. } | AsyncEvent::QpAccessError { .. },
+                    ) => {
                         ": the peer sent a request this side refused (a size beyond this \
                          side's -s, or a different test? give both sides the same test and -s)"
                     }
@@ -570,10 +581,17 @@ impl Nic {
                 return Err(PerfError::Async { event, state, hint });
             }
         }
-        Ok(self.d.poll()?)
+        Ok(())
     }
 
-    /// Runs the NIC once. When neither it nor the caller (`busy`) had anything to do, polls
+    /// Runs the NIC once; an asynchronous QP error ends the test.
+    fn service(&mut self) -> Result<bool> {
+        self.check_events()?;
+        self.ctx.progress().map_err(verbs("running the NIC"))
+    }
+
+    /// After a poll of the CQ that found nothing (`busy`: the caller has work of its own):
+    /// runs the NIC once more; when neither it nor the caller had anything to do, polls
     /// on while `spin` allows and then sleeps until a datagram or the next timer; an error
     /// once nothing has progressed for the plan's timeout since `progress` (`done` of its
     /// messages complete).
@@ -601,11 +619,10 @@ impl Nic {
                 local: self.bind,
             });
         }
-        let w = self.d.until_deadline(Duration::from_millis(100));
-        if !w.is_zero() {
-            wait_readable(&[self.d.backend.rx_fd()], w);
-            spin.slept();
-        }
+        self.ctx
+            .wait(Duration::from_millis(100))
+            .map_err(verbs("waiting for the NIC"))?;
+        spin.slept();
         Ok(())
     }
 
@@ -621,18 +638,7 @@ impl Nic {
     /// nothing once its process exits, and the peer's last ACK or retransmission may still
     /// be on its way.
     fn linger(&mut self, quiet: Duration, max: Duration) {
-        let start = Instant::now();
-        let mut last = Instant::now();
-        while start.elapsed() < max && last.elapsed() < quiet {
-            match self.d.poll() {
-                Ok(true) => last = Instant::now(),
-                Ok(false) => {
-                    let w = self.d.until_deadline(Duration::from_millis(5));
-                    wait_readable(&[self.d.backend.rx_fd()], w);
-                }
-                Err(_) => break,
-            }
-        }
+        self.ctx.linger(quiet, max);
     }
 }
 
@@ -738,7 +744,11 @@ fn run_inner(args: &Args) -> Result<()> {
     let tool = test.tool();
 
     // The UDP port first: "address in use" is better said before a peer is waiting.
-    let backend = UdpBackend::bind(bind)?;
+    let mut dev = Device::new(bind);
+    dev.pcap = args.pcap.clone();
+    dev.gso = !args.no_gso;
+    let max_rd = dev.engine.max_rd_atomic;
+    let ctx = dev.open().map_err(verbs("opening the NIC"))?;
     let mtu = mtu.unwrap_or_else(|| port_mtu(bind));
 
     let (s, peer, client) = match &server {
@@ -826,11 +836,8 @@ fn run_inner(args: &Args) -> Result<()> {
     if test == Test::Send && (!client || args.lat) {
         buf_len = buf_len.max(u64::from(args.rx_depth) * geo.stride);
     }
-    let mut engine = Engine::new(EngineConfig::new(bind), Arc::new(MrTable::new()));
-    let max_rd = engine.config().max_rd_atomic;
-    let mem = engine.mem().clone();
-    let pd = mem.alloc_pd();
-    let mr = mem
+    let pd = ctx.alloc_pd();
+    let mr = ctx
         .reg_mr(pd, IOVA, buf_len, Access::ALL)
         .map_err(|source| PerfError::Mem {
             size: buf_len,
@@ -843,10 +850,10 @@ fn run_inner(args: &Args) -> Result<()> {
         fill_pattern(&mr, if client { CLIENT_SEED } else { SERVER_SEED });
     }
     let depth = args.tx_depth as usize + args.rx_depth as usize + 1;
-    let cq = engine
-        .create_cq(depth)
+    let cq = ctx
+        .create_cq(depth, None)
         .map_err(verbs("creating the CQ (-t or -r too large?)"))?;
-    let qpn = engine
+    let qpn = ctx
         .create_qp(&QpInit {
             qp_type: QpType::Rc,
             pd,
@@ -862,14 +869,13 @@ fn run_inner(args: &Args) -> Result<()> {
             sq_sig_all: false,
         })
         .map_err(verbs("creating the QP (-t or -r too large?)"))?;
-    engine
-        .modify_qp(
-            qpn,
-            &QpAttr::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-        )
-        .map_err(verbs("moving the QP to INIT"))?;
+    ctx.modify_qp(
+        qpn,
+        &QpAttr::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
+    )
+    .map_err(verbs("moving the QP to INIT"))?;
     let mut nic = Nic {
-        d: Driver::new(engine, backend, Clock::default()),
+        ctx,
         spin: Duration::from_micros(args.spin_us),
         mr,
         cq,
@@ -919,7 +925,7 @@ fn run_inner(args: &Args) -> Result<()> {
     nic.peer = peer_ip;
     // ctx_connect: RTR then RTS, with perftest's timers (min_rnr_timer 12, timeout 14,
     // retry_cnt and rnr_retry 7).
-    let e = &mut nic.d.engine;
+    let e = &nic.ctx;
     let rtr = QpAttr::rtr(
         peer_ip,
         path_mtu,
@@ -976,8 +982,8 @@ fn run_inner(args: &Args) -> Result<()> {
         nic.linger(Duration::from_millis(100), Duration::from_millis(1000));
         if args.json {
             let mut j = lat_json(test, &r, path_mtu, client, bind, peer_ip);
-            j["counters"] = nic.d.engine.counters().nonzero().collect();
-            j["io"] = io_json(&nic.d);
+            j["counters"] = nic.ctx.counters().nonzero().collect();
+            j["io"] = io_json(&nic.ctx);
             println!("{j}");
         } else {
             print_lat(&r);
@@ -1014,8 +1020,8 @@ fn run_inner(args: &Args) -> Result<()> {
 
     if args.json {
         let mut j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);
-        j["counters"] = nic.d.engine.counters().nonzero().collect();
-        j["io"] = io_json(&nic.d);
+        j["counters"] = nic.ctx.counters().nonzero().collect();
+        j["io"] = io_json(&nic.ctx);
         println!("{j}");
     } else {
         print_report(&shown);
@@ -1229,8 +1235,7 @@ fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Report> {
             if posted == 0 {
                 meter.start = Instant::now();
             }
-            nic.d
-                .engine
+            nic.ctx
                 .post_send(
                     nic.qpn,
                     &SendWr {
@@ -1247,8 +1252,7 @@ fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Report> {
             posted += 1;
         }
         let n = nic
-            .d
-            .engine
+            .ctx
             .poll_cq(nic.cq, &mut wc)
             .map_err(verbs("polling the CQ"))?;
         if n > 0 {
@@ -1380,8 +1384,7 @@ impl RecvState {
     fn post_one(&mut self, nic: &mut Nic, size: u32, geo: &Geometry) -> Result<()> {
         let off = (self.posted % self.depth) * geo.stride;
         let sge = [nic.sge(off, size)];
-        nic.d
-            .engine
+        nic.ctx
             .post_recv(
                 nic.qpn,
                 &RecvWr {
@@ -1435,8 +1438,7 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
     let mut spin = Spin::new(nic.spin);
     while done < p.iters {
         let n = nic
-            .d
-            .engine
+            .ctx
             .poll_cq(nic.cq, &mut wc)
             .map_err(verbs("polling the CQ"))?;
         if n > 0 {
@@ -1517,11 +1519,12 @@ fn print_lat(r: &LatReport) {
 }
 
 /// The I/O path's counters (the engine's are under "counters").
-fn io_json(d: &Driver) -> serde_json::Value {
-    let b = d.backend.stats;
+fn io_json(ctx: &Context) -> serde_json::Value {
+    let b = ctx.port_stats();
+    let io = ctx.io_stats();
     serde_json::json!({
-        "tx_datagrams": d.io.tx_datagrams,
-        "rx_datagrams": d.io.rx_datagrams,
+        "tx_datagrams": io.tx_datagrams,
+        "rx_datagrams": io.rx_datagrams,
         "gso_sends": b.gso_sends,
         "gso_segments": b.gso_segments,
         "gso_fallbacks": b.gso_fallbacks,
@@ -1631,8 +1634,7 @@ fn lat_traffic(
     while scnt < p.iters || rcnt < p.iters || ccnt < p.iters {
         // Completions: our sends, and (SEND) the peer's messages.
         let n = nic
-            .d
-            .engine
+            .ctx
             .poll_cq(nic.cq, &mut wc)
             .map_err(verbs("polling the CQ"))?;
         for c in &wc[..n] {
@@ -1699,8 +1701,7 @@ fn lat_traffic(
                 }
                 _ => SendOp::Send,
             };
-            nic.d
-                .engine
+            nic.ctx
                 .post_send(
                     nic.qpn,
                     &SendWr {

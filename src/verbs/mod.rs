@@ -247,6 +247,32 @@ impl Context {
         Ok(n)
     }
 
+    /// Drives the NIC once without reaping completions (sends what is queued, receives
+    /// what waits, runs due timers, sends what that produced); whether anything moved. For
+    /// a program that polls the NIC while it waits for something else (a TCP exchange).
+    pub fn progress(&self) -> Result<bool, Error> {
+        let mut nic = self.shared.lock_polling();
+        let did = nic.drive(&self.shared)?;
+        let tx = nic.flush(&self.shared)?;
+        nic.dispatch(&self.shared);
+        Ok(did || tx)
+    }
+
+    /// `wait`, also waking when one of `others` (a TCP socket, say) becomes readable.
+    pub fn wait_with(
+        &self,
+        others: &[std::os::fd::BorrowedFd<'_>],
+        max: Duration,
+    ) -> Result<(), Error> {
+        let w = self.shared.prepare_wait(max)?;
+        if !w.is_zero() {
+            let mut fds = others.to_vec();
+            fds.push(self.shared.rx_fd());
+            crate::backend::udp::wait_readable(&fds, w);
+        }
+        Ok(())
+    }
+
     /// `ibv_req_notify_cq`: the next completion (`solicited_only`: the next solicited
     /// or failed one) raises one event on the CQ's channel.
     pub fn req_notify_cq(&self, cq: u32, solicited_only: bool) -> Result<(), Error> {
