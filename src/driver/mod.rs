@@ -5,7 +5,7 @@
 mod spin;
 pub use spin::{Spin, DEFAULT_SPIN_US};
 
-use crate::backend::udp::{wait_readable, UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
+use crate::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::engine::{Datagram, Engine, Instant};
 use std::time::Duration;
@@ -214,37 +214,4 @@ impl<B: Backend> Drop for Driver<B> {
     fn drop(&mut self) {
         let _ = self.transmit();
     }
-}
-
-/// Polls every driver until none has work and returns if anything happened (so the
-/// caller can look at its completions); otherwise sleeps until a datagram arrives for any
-/// of them or the earliest deadline (at most `max_wait`).
-pub fn step_all<B: Backend>(
-    drivers: &mut [&mut Driver<B>],
-    max_wait: Duration,
-) -> Result<(), BackendError> {
-    let mut any = false;
-    loop {
-        let mut did = false;
-        for d in drivers.iter_mut() {
-            did |= d.poll()?;
-        }
-        any |= did;
-        if !did {
-            break;
-        }
-    }
-    if any {
-        return Ok(());
-    }
-    let wait = drivers
-        .iter_mut()
-        .map(|d| d.until_deadline(max_wait))
-        .min()
-        .unwrap_or(max_wait);
-    if !wait.is_zero() {
-        let fds: Vec<_> = drivers.iter().map(|d| d.backend.rx_fd()).collect();
-        wait_readable(&fds, wait);
-    }
-    Ok(())
 }

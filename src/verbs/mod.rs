@@ -28,6 +28,8 @@
 mod channel;
 mod progress;
 
+pub use crate::backend::udp::{link_mtu, wait_readable};
+pub use crate::driver::{Spin, DEFAULT_SPIN_US};
 pub use channel::CompChannel;
 
 use crate::backend::capture::{Capture, CaptureError};
