@@ -558,6 +558,12 @@ fn run_inner(args: &Args) -> Result<bool, String> {
             b.fault_dropped,
             b.tx_stalled
         );
+        if let Some(p) = &args.pcap {
+            println!(
+                "NIC {name} capture: {}",
+                n.ctx.capture_summary(&pcap_path(p, n.ctx.local_ip()))
+            );
+        }
     }
     println!(
         "note: a UDP socket cannot see the IPv4 identification the ICRC covers; each NIC \

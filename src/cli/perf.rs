@@ -980,6 +980,9 @@ fn run_inner(args: &Args) -> Result<()> {
         }
         // ib_write_lat just ends; either way the peer may still need our last ACK.
         nic.linger(Duration::from_millis(100), Duration::from_millis(1000));
+        if let Some(path) = &args.pcap {
+            eprintln!("{}", nic.ctx.capture_summary(path));
+        }
         if args.json {
             let mut j = lat_json(test, &r, path_mtu, client, bind, peer_ip);
             j["counters"] = nic.ctx.counters().nonzero().collect();
@@ -1017,6 +1020,9 @@ fn run_inner(args: &Args) -> Result<()> {
     oob.hand_shake(Some(&mut nic), &me, "closing")?;
     let _ = oob.s.write_all(b"done\0");
     nic.linger(Duration::from_millis(50), Duration::from_millis(500));
+    if let Some(path) = &args.pcap {
+        eprintln!("{}", nic.ctx.capture_summary(path));
+    }
 
     if args.json {
         let mut j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);

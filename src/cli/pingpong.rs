@@ -461,6 +461,9 @@ fn run_inner(args: &Args) -> Result<()> {
     pp.run_loop(timeout)?;
     let elapsed = start.elapsed();
     pp.linger();
+    if let Some(path) = &args.pcap {
+        eprintln!("{}", pp.ctx.capture_summary(path));
+    }
 
     // rc_pingpong: `float usec` from whole microseconds of two gettimeofday calls.
     let usec = elapsed.as_micros() as f32;

@@ -368,6 +368,24 @@ impl Context {
         self.shared.lock().driver.io
     }
 
+    /// For `--pcap`: a line saying how many packets the capture holds and how many the
+    /// NIC sent and received, which should be equal (every packet, one frame each).
+    pub fn capture_summary(&self, path: &std::path::Path) -> String {
+        let (p, io) = (self.port_stats(), self.io_stats());
+        let sent = io.tx_datagrams - p.fault_dropped;
+        let mut line = format!(
+            "{}: {} packets captured ({} sent + {} received)",
+            path.display(),
+            p.captured,
+            sent,
+            io.rx_datagrams
+        );
+        if p.capture_errors > 0 {
+            line.push_str(": the capture failed (disk full?) and stopped early");
+        }
+        line
+    }
+
     /// The port's counters (GSO/GRO, drops, capture, faults).
     pub fn port_stats(&self) -> PortStats {
         self.shared.lock().driver.backend.stats()
