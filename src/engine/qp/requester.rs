@@ -8,6 +8,7 @@ use super::wqe::SendWqe;
 use super::{Ctx, Qp, QpState};
 use crate::engine::stats::Counter;
 use crate::engine::wr::{SendOp, WcStatus};
+use crate::engine::EngineConfig;
 use crate::wire::opcode::{op, Opcode};
 use crate::wire::{AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Psn, RethRepr, RoceRepr};
 
@@ -102,13 +103,21 @@ impl Qp {
         true
     }
 
+    /// Whether `next_request` has nothing to send, without side effects, for a reason only
+    /// a later call on this QP can change (a command, an ACK, a timeout): not sending,
+    /// waiting out an RNR NAK, the window full, or every WQE sent. The engine stops asking
+    /// such a QP until then, so a QP in a long RNR wait costs nothing per packet.
+    pub(crate) fn request_stalled(&self, cfg: &EngineConfig) -> bool {
+        !self.sends()
+            || self.timers.is_armed(QpTimer::RnrWait)
+            // Keep the retransmission window well inside the PSN half-space.
+            || self.req.psn.diff(self.comp.psn) >= cfg.max_inflight_psns as i32
+            || self.req.sq_idx >= self.sq.len()
+    }
+
     /// Writes the next request packet into `buf`; returns its length.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
-            return None;
-        }
-        // Keep the retransmission window well inside the PSN half-space.
-        if self.req.psn.diff(self.comp.psn) >= ctx.cfg.max_inflight_psns as i32 {
+        if self.request_stalled(ctx.cfg) {
             return None;
         }
         let idx = self.req.sq_idx;
