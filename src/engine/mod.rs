@@ -21,6 +21,8 @@ pub mod error;
 pub mod event;
 pub mod qp;
 pub mod stats;
+#[cfg(test)]
+mod tests;
 pub mod time;
 pub mod wr;
 
@@ -59,6 +61,39 @@ struct Slot {
     timer: Option<(Instant, u64)>,
 }
 
+/// Hands out numbers from `lo..=hi` in a cycle, skipping those in use: a handle is never
+/// given to two live objects, however long the program runs.
+#[derive(Debug, Clone, Copy)]
+struct Ids {
+    next: u32,
+    lo: u32,
+    hi: u32,
+}
+
+impl Ids {
+    fn after(&self, n: u32) -> u32 {
+        if n >= self.hi {
+            self.lo
+        } else {
+            n + 1
+        }
+    }
+
+    /// The first number from `next` on that is not `in_use`; `None` when all `live` of
+    /// them are (the count spares a walk over the whole space to find that out).
+    fn alloc(&mut self, live: usize, in_use: impl Fn(u32) -> bool) -> Option<u32> {
+        if live as u64 > u64::from(self.hi - self.lo) {
+            return None;
+        }
+        let mut n = self.next;
+        while in_use(n) {
+            n = self.after(n);
+        }
+        self.next = self.after(n);
+        Some(n)
+    }
+}
+
 /// One NIC: QPs, CQs and counters over a registered-memory table.
 ///
 /// Per-packet work does not grow with the number of QPs: `ready` lists the QPs that may
@@ -72,8 +107,8 @@ pub struct Engine {
     /// The QPs using each CQ (send or receive side), by QPN: an overrun moves them to ERR
     /// in QPN order.
     cq_qps: FxHashMap<u32, BTreeSet<u32>>,
-    next_qpn: u32,
-    next_cq: u32,
+    qpns: Ids,
+    cq_ids: Ids,
     stats: Counters,
     events: VecDeque<AsyncEvent>,
     overrun: Vec<u32>,
@@ -116,8 +151,18 @@ impl Engine {
             qps: FxHashMap::default(),
             cqs: FxHashMap::default(),
             cq_qps: FxHashMap::default(),
-            next_qpn: FIRST_QPN,
-            next_cq: 1,
+            // 0 and 1 name the special QPs (SMI, GSI); rxe starts at 0x11 too.
+            qpns: Ids {
+                next: FIRST_QPN,
+                lo: 2,
+                hi: crate::wire::bth::QPN_MASK,
+            },
+            // 0 was never a CQ handle; keep it unused.
+            cq_ids: Ids {
+                next: 1,
+                lo: 1,
+                hi: u32::MAX,
+            },
             stats: Counters::default(),
             events: VecDeque::new(),
             overrun: Vec::new(),
@@ -153,8 +198,11 @@ impl Engine {
                 max: self.cfg.max_queue_depth,
             });
         }
-        let id = self.next_cq;
-        self.next_cq += 1;
+        let cqs = &self.cqs;
+        let id = self
+            .cq_ids
+            .alloc(cqs.len(), |n| cqs.contains_key(&n))
+            .ok_or(VerbsError::NoFreeCq)?;
         self.cqs.insert(id, Cq::new(depth));
         Ok(id)
     }
@@ -223,8 +271,11 @@ impl Engine {
             }
         }
         self.mem.check_pd(init.pd)?;
-        let qpn = self.next_qpn;
-        self.next_qpn = (self.next_qpn + 1) & crate::wire::bth::QPN_MASK;
+        let qps = &self.qps;
+        let qpn = self
+            .qpns
+            .alloc(qps.len(), |n| qps.contains_key(&n))
+            .ok_or(VerbsError::NoFreeQpn)?;
         let slot = Slot {
             qp: Qp::new(qpn, init),
             ready: false,
