@@ -1,8 +1,10 @@
 //! The engine's own bookkeeping: handle allocation, the ready set and the timer heap.
 
 use super::*;
-use crate::mem::{Access, Pd};
+use crate::mem::{Access, Pd, Sge};
+use crate::sim::direct::{connect, rc_end, Direct, RcEnd, RcParams};
 use crate::wire::bth::QPN_MASK;
+use crate::wire::Psn;
 use std::net::{IpAddr, Ipv4Addr};
 
 fn ip(x: u8) -> IpAddr {
@@ -145,4 +147,128 @@ fn destroy_cq_names_the_lowest_qp_still_using_it() {
         e.destroy_cq(other),
         Err(VerbsError::CqInUse { cq: other, qpn: a })
     );
+}
+
+/// `n` connected pairs between two engines, 64 KiB of memory each side.
+fn pairs(n: usize) -> (Direct, Vec<(RcEnd, RcEnd)>) {
+    let (mut a, mut b) = (engine(1), engine(2));
+    let p = RcParams::default();
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let ea = rc_end(&mut a, 0x1000, 1 << 16, QpCap::default()).unwrap();
+        let eb = rc_end(&mut b, 0x1000, 1 << 16, QpCap::default()).unwrap();
+        connect(&mut a, ea.qpn, ip(2), eb.qpn, Psn::new(1), Psn::new(2), &p).unwrap();
+        connect(&mut b, eb.qpn, ip(1), ea.qpn, Psn::new(2), Psn::new(1), &p).unwrap();
+        v.push((ea, eb));
+    }
+    (Direct::new(a, b), v)
+}
+
+fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: end.mr.lkey(),
+    }];
+    let wr = SendWr {
+        wr_id,
+        op: SendOp::Write {
+            remote: Remote {
+                va: 0x1000,
+                rkey: peer.mr.rkey().0,
+            },
+        },
+        local: Local::Sges(&sge),
+        flags: SendFlags::default(),
+    };
+    e.post_send(end.qpn, &wr).unwrap();
+}
+
+/// The destination QPN of a packet `poll_transmit` wrote.
+fn dqpn(buf: &[u8]) -> u32 {
+    u32::from_be_bytes([0, buf[5], buf[6], buf[7]])
+}
+
+#[test]
+fn qps_take_turns_in_qpn_order_from_the_last_one_served() {
+    let (mut d, v) = pairs(3);
+    let mut buf = vec![0u8; 4096 + 128];
+    let t = Instant::from_nanos(1000);
+    let mut order = |d: &mut Direct| {
+        let mut o = Vec::new();
+        while d.a.poll_transmit(t, &mut buf).is_some() {
+            o.push(v.iter().position(|(_, b)| b.qpn == dqpn(&buf)).unwrap());
+        }
+        o
+    };
+    for (i, (ea, eb)) in v.iter().enumerate() {
+        for k in 0..2 {
+            write(&mut d.a, ea, eb, (i * 2 + k) as u64);
+        }
+    }
+    assert_eq!(order(&mut d), [0, 1, 2, 0, 1, 2]);
+    // Served last: 2. A QP that becomes ready takes its turn by QPN, not by arrival.
+    write(&mut d.a, &v[1].0, &v[1].1, 10);
+    write(&mut d.a, &v[0].0, &v[0].1, 11);
+    write(&mut d.a, &v[1].0, &v[1].1, 12);
+    assert_eq!(order(&mut d), [0, 1, 1]);
+    write(&mut d.a, &v[2].0, &v[2].1, 13);
+    write(&mut d.a, &v[0].0, &v[0].1, 14);
+    assert_eq!(order(&mut d), [2, 0]);
+}
+
+#[test]
+fn destroying_a_qp_takes_it_out_of_the_round_robin_and_the_timers() {
+    let (mut d, v) = pairs(2);
+    let mut buf = vec![0u8; 4096 + 128];
+    let (a0, a1) = (&v[0].0, &v[1].0);
+    // QP 0 sends at t1 and arms its retransmit timer first; QP 1 at t2.
+    write(&mut d.a, a0, &v[0].1, 1);
+    let t1 = Instant::from_nanos(1000);
+    assert!(d.a.poll_transmit(t1, &mut buf).is_some());
+    write(&mut d.a, a1, &v[1].1, 2);
+    let t2 = Instant::from_nanos(2000);
+    assert!(d.a.poll_transmit(t2, &mut buf).is_some());
+    let first = d.a.poll_timeout().unwrap();
+    assert_eq!(Some(first), d.a.qp(a0.qpn).unwrap().next_timeout());
+    // QP 0 has more to send when it goes.
+    write(&mut d.a, a0, &v[0].1, 3);
+    assert!(d.a.may_transmit());
+    d.a.destroy_qp(a0.qpn).unwrap();
+    assert!(!d.a.may_transmit());
+    assert!(d.a.poll_transmit(t2, &mut buf).is_none());
+    assert_eq!(d.a.poll_timeout(), d.a.qp(a1.qpn).unwrap().next_timeout());
+    assert!(d.a.poll_timeout() > Some(first));
+    // A new QP under the old number inherits none of it.
+    d.a.qpns.next = a0.qpn;
+    let pd = d.a.mem().alloc_pd();
+    let cq = d.a.create_cq(16).unwrap();
+    assert_eq!(d.a.create_qp(&init(pd, cq)), Ok(a0.qpn));
+    assert!(!d.a.may_transmit());
+    assert_eq!(d.a.poll_timeout(), d.a.qp(a1.qpn).unwrap().next_timeout());
+    d.a.destroy_qp(a1.qpn).unwrap();
+    assert_eq!(d.a.poll_timeout(), None);
+    assert!(d.a.timers.is_empty());
+    d.a.handle_timeout(Instant::from_nanos(u64::MAX));
+    assert_eq!(d.a.counters().get(Counter::RetransmitTimeouts), 0);
+}
+
+#[test]
+fn timer_heap_stays_small_on_a_long_stream() {
+    let (mut d, v) = pairs(3);
+    let mut buf = vec![0u8; 4096 + 128];
+    // QP 0's request is lost: its retransmit deadline, earlier than all the stream's,
+    // stays at the top of the heap, so the stream's old entries never surface there.
+    write(&mut d.a, &v[0].0, &v[0].1, 0);
+    assert!(d.a.poll_transmit(Instant::ZERO, &mut buf).is_some());
+    let stuck = d.a.poll_timeout();
+    assert!(stuck.is_some());
+    let (ea, eb) = &v[1];
+    for i in 0..2000u64 {
+        write(&mut d.a, ea, eb, i);
+        d.pump(Instant::from_nanos(1000 * (i + 1)));
+        // Each ACK moves the retransmit deadline; the old entries must not pile up.
+        assert!(d.a.timers.len() <= 2 * 3 + 64, "{}", d.a.timers.len());
+    }
+    assert_eq!(d.a.poll_timeout(), stuck, "all but QP 0's acknowledged");
 }
