@@ -272,3 +272,50 @@ fn timer_heap_stays_small_on_a_long_stream() {
     }
     assert_eq!(d.a.poll_timeout(), stuck, "all but QP 0's acknowledged");
 }
+
+#[test]
+fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
+    let (mut d, v) = pairs(2);
+    let (ea, eb) = &v[0];
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: ea.mr.lkey(),
+    }];
+    let send = SendWr {
+        wr_id: 7,
+        op: SendOp::Send,
+        local: Local::Sges(&sge),
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
+    };
+    d.a.post_send(ea.qpn, &send).unwrap();
+    // No receive at B: RNR NAK, and A waits before it resends.
+    d.pump(Instant::from_nanos(1000));
+    assert_eq!(d.a.counters().get(Counter::RcvdRnrErr), 1);
+    let wait = d.a.poll_timeout().expect("RNR wait armed");
+    assert!(
+        !d.a.may_transmit(),
+        "nothing to send until the wait is over"
+    );
+    let rsge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: eb.mr.lkey(),
+    }];
+    let recv = RecvWr {
+        wr_id: 8,
+        sges: &rsge,
+    };
+    d.b.post_recv(eb.qpn, &recv).unwrap();
+    d.a.handle_timeout(wait);
+    assert!(d.a.may_transmit());
+    assert_eq!(d.pump(wait), 2, "the SEND again, and its ACK");
+    let mut wc = [Completion::default(); 2];
+    assert_eq!(d.b.poll_cq(eb.cq, &mut wc), Ok(1));
+    assert_eq!((wc[0].wr_id, wc[0].status), (8, WcStatus::Success));
+    assert_eq!(d.a.poll_cq(ea.cq, &mut wc), Ok(1));
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
+}
