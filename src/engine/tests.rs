@@ -1,8 +1,8 @@
 //! The engine's own bookkeeping: handle allocation, the ready set and the timer heap.
+//! (Two engines are wired here by hand: the engine may not import the simulator.)
 
 use super::*;
-use crate::mem::{Access, Pd, Sge};
-use crate::sim::direct::{connect, rc_end, Direct, RcEnd, RcParams};
+use crate::mem::{Access, MemoryRegion, Pd, Sge};
 use crate::wire::bth::QPN_MASK;
 use crate::wire::Psn;
 use std::net::{IpAddr, Ipv4Addr};
@@ -149,19 +149,83 @@ fn destroy_cq_names_the_lowest_qp_still_using_it() {
     );
 }
 
-/// `n` connected pairs between two engines, 64 KiB of memory each side.
+/// A connected QP with its CQ and 64 KiB of memory at 0x1000.
+struct RcEnd {
+    cq: u32,
+    qpn: u32,
+    mr: Arc<MemoryRegion>,
+}
+
+fn rc_end(e: &mut Engine) -> RcEnd {
+    let mem = e.mem().clone();
+    let pd = mem.alloc_pd();
+    let mr = mem.reg_mr(pd, 0x1000, 1 << 16, Access::ALL).unwrap();
+    let cq = e.create_cq(256).unwrap();
+    let qpn = e.create_qp(&init(pd, cq)).unwrap();
+    RcEnd { cq, qpn, mr }
+}
+
+fn connect(e: &mut Engine, qpn: u32, peer: IpAddr, peer_qpn: u32, mine: u32, theirs: u32) {
+    let access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    e.modify_qp(qpn, &QpAttr::init(access)).unwrap();
+    let rtr = QpAttr::rtr(peer, Mtu::M4096, peer_qpn, Psn::new(theirs), 16, 12);
+    e.modify_qp(qpn, &rtr).unwrap();
+    let rts = QpAttr::rts(Psn::new(mine), 14, 7, 7, 16);
+    e.modify_qp(qpn, &rts).unwrap();
+}
+
+/// Two engines back to back.
+struct Direct {
+    a: Engine,
+    b: Engine,
+    buf: Vec<u8>,
+}
+
+impl Direct {
+    /// Moves packets both ways until neither engine sends; returns how many.
+    fn pump(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        loop {
+            let before = n;
+            n += one_way(&mut self.a, &mut self.b, &mut self.buf, now);
+            n += one_way(&mut self.b, &mut self.a, &mut self.buf, now);
+            if n == before {
+                return n;
+            }
+        }
+    }
+}
+
+fn one_way(from: &mut Engine, to: &mut Engine, buf: &mut [u8], now: Instant) -> usize {
+    let mut n = 0;
+    let id = from.config().tx_ipv4_id;
+    let dst = SocketAddr::new(to.config().local_ip, ROCE_UDP_PORT);
+    while let Some(t) = from.poll_transmit(now, buf) {
+        let d = Datagram {
+            src: t.src,
+            dst,
+            ipv4_id: Some(id),
+            data: &buf[..t.len],
+        };
+        to.handle_datagram(now, d);
+        n += 1;
+    }
+    n
+}
+
+/// `n` connected pairs between two engines.
 fn pairs(n: usize) -> (Direct, Vec<(RcEnd, RcEnd)>) {
     let (mut a, mut b) = (engine(1), engine(2));
-    let p = RcParams::default();
     let mut v = Vec::new();
     for _ in 0..n {
-        let ea = rc_end(&mut a, 0x1000, 1 << 16, QpCap::default()).unwrap();
-        let eb = rc_end(&mut b, 0x1000, 1 << 16, QpCap::default()).unwrap();
-        connect(&mut a, ea.qpn, ip(2), eb.qpn, Psn::new(1), Psn::new(2), &p).unwrap();
-        connect(&mut b, eb.qpn, ip(1), ea.qpn, Psn::new(2), Psn::new(1), &p).unwrap();
+        let ea = rc_end(&mut a);
+        let eb = rc_end(&mut b);
+        connect(&mut a, ea.qpn, ip(2), eb.qpn, 1, 2);
+        connect(&mut b, eb.qpn, ip(1), ea.qpn, 2, 1);
         v.push((ea, eb));
     }
-    (Direct::new(a, b), v)
+    let buf = vec![0; 4096 + 128];
+    (Direct { a, b, buf }, v)
 }
 
 fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
