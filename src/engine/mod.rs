@@ -641,8 +641,8 @@ impl Engine {
                     .or_else(|| qp.next_request(&mut ctx, buf))
             };
             // One that found nothing anyway stays ready while `may_transmit` holds: a fence,
-            // the initiator depth or a short `buf` held it back, and the old walk asked
-            // again at every poll.
+            // the initiator depth or a short `buf` held it back, and as no call on this QP
+            // need say when that clears, the next poll asks again.
             self.touch(qpn);
             if let Some(n) = next {
                 found = Some((qpn, n));
@@ -716,8 +716,8 @@ impl Engine {
     }
 
     /// Drops dead entries from the top of the timer heap, so that the top is live; and
-    /// rebuilds the heap when dead entries buried deeper outnumber the live ones (a
-    /// deadline moved later leaves its old entry under the new one's).
+    /// rebuilds the heap when dead entries buried deeper outnumber the live ones (behind
+    /// one QP's early deadline, another's moving deadlines never reach the top).
     fn prune_timers(&mut self) {
         let qps = &self.qps;
         let live = |&Reverse((_, qpn, gen)): &Reverse<(Instant, u32, u64)>| {
