@@ -29,6 +29,12 @@ pub enum VerbsError {
     /// No CQ with this handle.
     #[error("no CQ {0}")]
     NoSuchCq(u32),
+    /// Every QPN is in use (2 to 2^24 - 1: 0 and 1 name the special QPs).
+    #[error("no free QPN: every QPN is in use")]
+    NoFreeQpn,
+    /// Every CQ handle is in use.
+    #[error("no free CQ handle: every one is in use")]
+    NoFreeCq,
     /// The CQ is still used by a QP.
     #[error("CQ {cq} is in use by QP {qpn:#x}")]
     CqInUse { cq: u32, qpn: u32 },

@@ -21,6 +21,8 @@ pub mod error;
 pub mod event;
 pub mod qp;
 pub mod stats;
+#[cfg(test)]
+mod tests;
 pub mod time;
 pub mod wr;
 
@@ -39,9 +41,10 @@ use crate::wire::{RocePacket, RoceRepr, ICRC_LEN, ROCE_UDP_PORT};
 use cq::Cq;
 use qp::wqe::{LocalData, RecvWqe, SendWqe, SgeList};
 use qp::{Ctx, Qp};
-use std::collections::{BTreeMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, VecDeque};
 use std::net::SocketAddr;
-use std::ops::Bound;
 use std::sync::Arc;
 
 /// The first QPN handed out (0 and 1 are the special QPs; rxe starts at 0x11 too).
@@ -49,22 +52,82 @@ pub const FIRST_QPN: u32 = 0x11;
 /// Largest message (IBA 9.4.1 / ibverbs max_msg_sz for RC).
 pub const MAX_MSG: u64 = 1 << 31;
 
+/// A QP and the engine's bookkeeping for it.
+struct Slot {
+    qp: Qp,
+    /// Whether the QPN is in `Engine::ready`.
+    ready: bool,
+    /// The deadline and generation of the QP's one live entry in `Engine::timers`.
+    timer: Option<(Instant, u64)>,
+}
+
+/// Hands out numbers from `lo..=hi` in a cycle, skipping those in use: a handle is never
+/// given to two live objects, however long the program runs.
+#[derive(Debug, Clone, Copy)]
+struct Ids {
+    next: u32,
+    lo: u32,
+    hi: u32,
+}
+
+impl Ids {
+    fn after(&self, n: u32) -> u32 {
+        if n >= self.hi {
+            self.lo
+        } else {
+            n + 1
+        }
+    }
+
+    /// The first number from `next` on that is not `in_use`; `None` when all `live` of
+    /// them are (the count spares a walk over the whole space to find that out).
+    fn alloc(&mut self, live: usize, in_use: impl Fn(u32) -> bool) -> Option<u32> {
+        if live as u64 > u64::from(self.hi - self.lo) {
+            return None;
+        }
+        let mut n = self.next;
+        while in_use(n) {
+            n = self.after(n);
+        }
+        self.next = self.after(n);
+        Some(n)
+    }
+}
+
 /// One NIC: QPs, CQs and counters over a registered-memory table.
+///
+/// Per-packet work does not grow with the number of QPs: `ready` lists the QPs that may
+/// transmit, `timers` orders the deadlines, `cq_qps` finds the QPs of an overrun CQ.
+/// Every call that runs a QP's code ends with `touch` on it, which brings these up to date.
 pub struct Engine {
     cfg: EngineConfig,
     mem: Arc<MrTable>,
-    qps: BTreeMap<u32, Qp>,
-    cqs: BTreeMap<u32, Cq>,
-    next_qpn: u32,
-    next_cq: u32,
+    qps: FxHashMap<u32, Slot>,
+    cqs: FxHashMap<u32, Cq>,
+    /// The QPs using each CQ (send or receive side), by QPN: an overrun moves them to ERR
+    /// in QPN order.
+    cq_qps: FxHashMap<u32, BTreeSet<u32>>,
+    qpns: Ids,
+    cq_ids: Ids,
     stats: Counters,
     events: VecDeque<AsyncEvent>,
     overrun: Vec<u32>,
     /// CQs whose completion event fired, oldest first (`poll_cq_event`).
     notified: VecDeque<u32>,
     notified_now: Vec<u32>,
+    /// QPs whose `may_transmit` holds, less those parked because their requester is
+    /// stalled with no response queued. Ordered by QPN: the round robin visits QPs in
+    /// QPN order from `tx_cursor`, as a walk over all QPs did.
+    ready: BTreeSet<u32>,
     /// Where the round-robin over QPs resumes in `poll_transmit`.
     tx_cursor: u32,
+    /// (deadline, QPN, generation), earliest first. An entry is live while its generation
+    /// is the one in the QP's `Slot::timer`; the others are dropped when they surface, and
+    /// the top is always live, so `poll_timeout` only peeks.
+    timers: BinaryHeap<Reverse<(Instant, u32, u64)>>,
+    timer_gen: u64,
+    /// Scratch list of due QPs for `handle_timeout` (kept to spare an allocation per call).
+    due: Vec<u32>,
     /// Finds the IPv4 ID of packets received without it (see `check_icrc`).
     id_solver: icrc::Ipv4IdSolver,
 }
@@ -90,16 +153,31 @@ impl Engine {
         Engine {
             cfg,
             mem,
-            qps: BTreeMap::new(),
-            cqs: BTreeMap::new(),
-            next_qpn: FIRST_QPN,
-            next_cq: 1,
+            qps: FxHashMap::default(),
+            cqs: FxHashMap::default(),
+            cq_qps: FxHashMap::default(),
+            // 0 and 1 name the special QPs (SMI, GSI); rxe starts at 0x11 too.
+            qpns: Ids {
+                next: FIRST_QPN,
+                lo: 2,
+                hi: crate::wire::bth::QPN_MASK,
+            },
+            // 0 was never a CQ handle; keep it unused.
+            cq_ids: Ids {
+                next: 1,
+                lo: 1,
+                hi: u32::MAX,
+            },
             stats: Counters::default(),
             events: VecDeque::new(),
             overrun: Vec::new(),
             notified: VecDeque::new(),
             notified_now: Vec::new(),
+            ready: BTreeSet::new(),
             tx_cursor: 0,
+            timers: BinaryHeap::new(),
+            timer_gen: 0,
+            due: Vec::new(),
             id_solver: icrc::Ipv4IdSolver::new(),
         }
     }
@@ -127,19 +205,18 @@ impl Engine {
                 max: self.cfg.max_queue_depth,
             });
         }
-        let id = self.next_cq;
-        self.next_cq += 1;
+        let cqs = &self.cqs;
+        let id = self
+            .cq_ids
+            .alloc(cqs.len(), |n| cqs.contains_key(&n))
+            .ok_or(VerbsError::NoFreeCq)?;
         self.cqs.insert(id, Cq::new(depth));
         Ok(id)
     }
 
     pub fn destroy_cq(&mut self, cq: u32) -> Result<(), VerbsError> {
-        if let Some(q) = self
-            .qps
-            .values()
-            .find(|q| q.send_cq == cq || q.recv_cq == cq)
-        {
-            return Err(VerbsError::CqInUse { cq, qpn: q.qpn });
+        if let Some(&qpn) = self.cq_qps.get(&cq).and_then(BTreeSet::first) {
+            return Err(VerbsError::CqInUse { cq, qpn });
         }
         self.cqs
             .remove(&cq)
@@ -220,39 +297,67 @@ impl Engine {
             }
         }
         self.mem.check_pd(init.pd)?;
-        let qpn = self.next_qpn;
-        self.next_qpn = (self.next_qpn + 1) & crate::wire::bth::QPN_MASK;
-        self.qps.insert(qpn, Qp::new(qpn, init));
+        let qps = &self.qps;
+        let qpn = self
+            .qpns
+            .alloc(qps.len(), |n| qps.contains_key(&n))
+            .ok_or(VerbsError::NoFreeQpn)?;
+        let slot = Slot {
+            qp: Qp::new(qpn, init),
+            ready: false,
+            timer: None,
+        };
+        self.qps.insert(qpn, slot);
+        for cq in [init.send_cq, init.recv_cq] {
+            self.cq_qps.entry(cq).or_default().insert(qpn);
+        }
         Ok(qpn)
     }
 
+    /// Destroys a QP at once, whatever its state: it leaves the round robin and its timers
+    /// with it, and its QPN may be handed out again.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        self.qps
-            .remove(&qpn)
-            .map(|_| ())
-            .ok_or(VerbsError::NoSuchQp(qpn))
+        let s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        if s.ready {
+            self.ready.remove(&qpn);
+        }
+        for cq in [s.qp.send_cq, s.qp.recv_cq] {
+            if let Some(set) = self.cq_qps.get_mut(&cq) {
+                set.remove(&qpn);
+                if set.is_empty() {
+                    self.cq_qps.remove(&cq);
+                }
+            }
+        }
+        // Its heap entry, if any, is dead now (no slot); the top must stay live.
+        self.prune_timers();
+        Ok(())
     }
 
     /// A QP of the protection domain `pd`, if any (`ibv_dealloc_pd` refuses then).
     pub fn qp_of_pd(&self, pd: crate::mem::Pd) -> Option<u32> {
-        self.qps.values().find(|q| q.pd == pd).map(|q| q.qpn)
+        self.qps.values().find(|q| q.qp.pd == pd).map(|q| q.qp.qpn)
     }
 
     pub fn qp(&self, qpn: u32) -> Result<&Qp, VerbsError> {
-        self.qps.get(&qpn).ok_or(VerbsError::NoSuchQp(qpn))
+        self.qps
+            .get(&qpn)
+            .map(|s| &s.qp)
+            .ok_or(VerbsError::NoSuchQp(qpn))
     }
 
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
         let mut ctx = ctx!(self, Instant::ZERO);
         let r = qp.modify(attr, &mut ctx);
+        self.touch(qpn);
         self.after_call();
         r
     }
 
     /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
     pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
                 qpn,
@@ -337,14 +442,17 @@ impl Engine {
         if qp.state == QpState::Err {
             let mut ctx = ctx!(self, Instant::ZERO);
             qp.flush_now(&mut ctx);
+            self.touch(qpn);
             self.after_call();
+        } else {
+            self.touch(qpn);
         }
         Ok(())
     }
 
     /// `ibv_post_recv`. Allowed from INIT on; in ERR the WR is flushed at once.
     pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
         if qp.state == QpState::Reset {
             return Err(VerbsError::InvalidState {
                 qpn,
@@ -377,6 +485,7 @@ impl Engine {
         if qp.state == QpState::Err {
             let mut ctx = ctx!(self, Instant::ZERO);
             qp.flush_now(&mut ctx);
+            self.touch(qpn);
             self.after_call();
         }
         Ok(())
@@ -410,7 +519,8 @@ impl Engine {
             return;
         }
         let info = pkt.info();
-        let Some(qp) = self.qps.get_mut(&repr.bth.dqpn) else {
+        let qpn = repr.bth.dqpn;
+        let Some(Slot { qp, .. }) = self.qps.get_mut(&qpn) else {
             self.stats.inc(Counter::DropUnknownQp);
             return;
         };
@@ -446,6 +556,7 @@ impl Engine {
         } else {
             qp.on_response(&mut ctx, &repr, payload);
         }
+        self.touch(qpn);
         self.after_call();
     }
 
@@ -488,22 +599,46 @@ impl Engine {
 
     /// Runs every timer that has expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        for qp in self.qps.values_mut() {
+        let mut due = std::mem::take(&mut self.due);
+        while let Some(&Reverse((at, qpn, gen))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(s) = self.qps.get_mut(&qpn) {
+                if s.timer.is_some_and(|(_, g)| g == gen) {
+                    // Consumed: `touch` files the QP's next deadline, if it has one.
+                    s.timer = None;
+                    due.push(qpn);
+                }
+            }
+        }
+        // In QPN order, as a walk over every QP ran them (their completions may share
+        // a CQ, their events one queue).
+        due.sort_unstable();
+        for &qpn in &due {
+            let qp = &mut self.qps.get_mut(&qpn).expect("live timer").qp;
             if qp.next_timeout().is_some_and(|t| t <= now) {
                 let mut ctx = ctx!(self, now);
                 qp.handle_timeout(&mut ctx);
             }
+            self.touch(qpn);
         }
+        due.clear();
+        self.due = due;
         self.after_call();
+        // The walk above stopped at the first entry not due, which may be dead.
+        self.prune_timers();
     }
 
     // ---- outputs --------------------------------------------------------------------
 
     /// Whether `poll_transmit` may have a packet: some QP has a response queued or a
-    /// request not yet sent. False means it has none, whatever the time; a caller that
-    /// polls an idle NIC in a loop skips reading the clock.
+    /// request it may send. False means it has none until the next command, datagram or
+    /// timeout, whatever the time; a caller that polls an idle NIC in a loop skips reading
+    /// the clock.
     pub fn may_transmit(&self) -> bool {
-        self.qps.values().any(Qp::may_transmit)
+        !self.ready.is_empty()
     }
 
     /// Writes the next packet to send into `buf` (which should hold at least path MTU +
@@ -511,36 +646,56 @@ impl Engine {
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let mut found = None;
-        // Round robin: QPs from the cursor on, then those before it; each once. Two range
-        // walks, not a map search per QP (those were a twentieth of a ping-pong's user time).
+        // Round robin over the ready QPs in QPN order: from the cursor on, then those
+        // before it; each once.
         let cursor = self.tx_cursor;
-        let halves = [
-            (Bound::Included(cursor), Bound::Unbounded),
-            (Bound::Unbounded, Bound::Excluded(cursor)),
-        ];
-        'search: for half in halves {
-            for (&qpn, qp) in self.qps.range_mut(half) {
-                if !qp.may_transmit() {
-                    continue;
+        let mut from = cursor;
+        let mut wrapped = false;
+        loop {
+            let next = if wrapped {
+                self.ready.range(from..cursor).next()
+            } else {
+                self.ready.range(from..).next()
+            };
+            let Some(&qpn) = next else {
+                if wrapped {
+                    break;
                 }
-                let mut ctx = ctx!(self, now);
-                let next = if qp.resp.only_ack_pending() {
-                    qp.next_request(&mut ctx, buf)
-                        .or_else(|| qp.next_response(&mut ctx, buf))
-                } else {
-                    qp.next_response(&mut ctx, buf)
-                        .or_else(|| qp.next_request(&mut ctx, buf))
-                };
-                if let Some(n) = next {
-                    found = Some((qpn, n));
-                    break 'search;
-                }
+                wrapped = true;
+                from = 0;
+                continue;
+            };
+            from = qpn + 1;
+            let s = self.qps.get_mut(&qpn).expect("ready QPs are live");
+            let qp = &mut s.qp;
+            if !qp.resp.has_pending() && qp.request_stalled(&self.cfg) {
+                // Nothing to send until a call on this QP changes that; `touch` brings
+                // it back then. Asking again would find the same nothing.
+                s.ready = false;
+                self.ready.remove(&qpn);
+                continue;
+            }
+            let mut ctx = ctx!(self, now);
+            let next = if qp.resp.only_ack_pending() {
+                qp.next_request(&mut ctx, buf)
+                    .or_else(|| qp.next_response(&mut ctx, buf))
+            } else {
+                qp.next_response(&mut ctx, buf)
+                    .or_else(|| qp.next_request(&mut ctx, buf))
+            };
+            // One that found nothing anyway stays ready while `may_transmit` holds: a fence,
+            // the initiator depth or a short `buf` held it back, and as no call on this QP
+            // need say when that clears, the next poll asks again.
+            self.touch(qpn);
+            if let Some(n) = next {
+                found = Some((qpn, n));
+                break;
             }
         }
         self.after_call();
         let (qpn, len) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
-        let qp = &self.qps[&qpn];
+        let qp = &self.qps[&qpn].qp;
         let av = qp.attrs.av?;
         let src = SocketAddr::new(self.cfg.local_ip, qp.src_port);
         let dst = SocketAddr::new(av.dest_ip, ROCE_UDP_PORT);
@@ -552,7 +707,7 @@ impl Engine {
 
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(|q| q.next_timeout()).min()
+        self.timers.peek().map(|&Reverse((at, _, _))| at)
     }
 
     /// The next asynchronous event.
@@ -565,16 +720,59 @@ impl Engine {
         self.notified.extend(self.notified_now.drain(..));
         while let Some(cq) = self.overrun.pop() {
             let qpns: Vec<u32> = self
-                .qps
-                .values()
-                .filter(|q| q.send_cq == cq || q.recv_cq == cq)
-                .map(|q| q.qpn)
-                .collect();
+                .cq_qps
+                .get(&cq)
+                .map(|set| set.iter().copied().collect())
+                .unwrap_or_default();
             for qpn in qpns {
-                let qp = self.qps.get_mut(&qpn).expect("listed");
+                let qp = &mut self.qps.get_mut(&qpn).expect("listed").qp;
                 let mut ctx = ctx!(self, Instant::ZERO);
                 qp.enter_error(&mut ctx, true);
+                self.touch(qpn);
             }
+        }
+    }
+
+    /// Brings the engine's view of a QP up to date after its code ran: whether it is in
+    /// the round robin, and its deadline in the timer heap.
+    fn touch(&mut self, qpn: u32) {
+        let Some(s) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let ready = s.qp.may_transmit();
+        if ready != s.ready {
+            s.ready = ready;
+            if ready {
+                self.ready.insert(qpn);
+            } else {
+                self.ready.remove(&qpn);
+            }
+        }
+        let deadline = s.qp.next_timeout();
+        if deadline != s.timer.map(|(at, _)| at) {
+            s.timer = deadline.map(|at| {
+                self.timer_gen += 1;
+                self.timers.push(Reverse((at, qpn, self.timer_gen)));
+                (at, self.timer_gen)
+            });
+            self.prune_timers();
+        }
+    }
+
+    /// Drops dead entries from the top of the timer heap, so that the top is live; and
+    /// rebuilds the heap when dead entries buried deeper outnumber the live ones (behind
+    /// one QP's early deadline, another's moving deadlines never reach the top).
+    fn prune_timers(&mut self) {
+        let qps = &self.qps;
+        let live = |&Reverse((_, qpn, gen)): &Reverse<(Instant, u32, u64)>| {
+            qps.get(&qpn)
+                .is_some_and(|s| s.timer.is_some_and(|(_, g)| g == gen))
+        };
+        while self.timers.peek().is_some_and(|e| !live(e)) {
+            self.timers.pop();
+        }
+        if self.timers.len() > 2 * qps.len() + 64 {
+            self.timers.retain(live);
         }
     }
 }

@@ -25,7 +25,8 @@ use super::wr::{Completion, WcOpcode, WcStatus};
 use super::EngineConfig;
 use crate::mem::{Access, MrTable, Pd};
 use crate::wire::Psn;
-use std::collections::{BTreeMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use timers::{QpTimer, TimerTable};
 use wqe::{RecvWqe, SendWqe};
 
@@ -77,7 +78,7 @@ pub(crate) struct Ctx<'a> {
     pub cfg: &'a EngineConfig,
     pub mem: &'a MrTable,
     pub stats: &'a mut Counters,
-    pub cqs: &'a mut BTreeMap<u32, Cq>,
+    pub cqs: &'a mut FxHashMap<u32, Cq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
     /// CQs that overran during this call; the engine moves their QPs to ERR afterwards.
     pub overrun: &'a mut Vec<u32>,

@@ -8,6 +8,7 @@ use super::wqe::SendWqe;
 use super::{Ctx, Qp, QpState};
 use crate::engine::stats::Counter;
 use crate::engine::wr::{SendOp, WcStatus};
+use crate::engine::EngineConfig;
 use crate::wire::opcode::{op, Opcode};
 use crate::wire::{AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Psn, RethRepr, RoceRepr};
 
@@ -102,10 +103,13 @@ impl Qp {
         true
     }
 
-    /// Writes the next request packet into `buf`; returns its length.
-    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+    /// Whether `next_request` has nothing to send, without side effects, for a reason only
+    /// a later call on this QP can change (a command, an ACK, a timeout): not sending,
+    /// waiting out an RNR NAK, the window full, or every WQE sent. The engine stops asking
+    /// such a QP until then, so a QP in a long RNR wait costs nothing per packet.
+    pub(crate) fn request_stalled(&self, cfg: &EngineConfig) -> bool {
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
-            return None;
+            return true;
         }
         // Keep the retransmission window well inside the PSN half-space. The distance is
         // taken unsigned: one READ may move the next PSN up to 2^23 past the oldest
@@ -114,7 +118,12 @@ impl Qp {
         // (IBA 9.7.1: PSNs are only ordered within 2^23 of each other). A distance above
         // 2^23 means the requester is behind (it is moved forward on the next ACK).
         let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
-        if dist >= ctx.cfg.max_inflight_psns && dist <= Psn::HALF {
+        (dist >= cfg.max_inflight_psns && dist <= Psn::HALF) || self.req.sq_idx >= self.sq.len()
+    }
+
+    /// Writes the next request packet into `buf`; returns its length.
+    pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if self.request_stalled(ctx.cfg) {
             return None;
         }
         let idx = self.req.sq_idx;
@@ -126,6 +135,7 @@ impl Qp {
             return None;
         }
         let mtu = self.mtu();
+        let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
         // A READ takes one PSN per response packet at once: it starts only if all of them
         // stay within 2^23 of the oldest unacknowledged PSN (a READ of 2^31 bytes at MTU
         // 256 spans exactly 2^23 and goes alone).

@@ -856,11 +856,11 @@ mod tests {
         assert_eq!(word(&s[0].0, 0), 0);
         // 2^24 - 1 PSNs of other traffic.
         let skip = Psn::MASK;
-        let qa = net.nodes[0].engine.qps.get_mut(&s[0].2).unwrap();
+        let qa = &mut net.nodes[0].engine.qps.get_mut(&s[0].2).unwrap().qp;
         let next = qa.req.psn.add(skip);
         qa.req.reset(next);
         qa.comp.psn = next;
-        let qb = net.nodes[1].engine.qps.get_mut(&s[1].2).unwrap();
+        let qb = &mut net.nodes[1].engine.qps.get_mut(&s[1].2).unwrap().qp;
         qb.resp.epsn = qb.resp.epsn.add(skip);
         assert_eq!(
             qb.resp.epsn,

@@ -1,0 +1,385 @@
+//! The engine's own bookkeeping: handle allocation, the ready set and the timer heap.
+//! (Two engines are wired here by hand: the engine may not import the simulator.)
+
+use super::*;
+use crate::mem::{Access, MemoryRegion, Pd, Sge};
+use crate::wire::bth::QPN_MASK;
+use crate::wire::Psn;
+use std::net::{IpAddr, Ipv4Addr};
+
+fn ip(x: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(198, 18, 0, x))
+}
+
+fn engine(x: u8) -> Engine {
+    Engine::new(EngineConfig::new(ip(x)), Arc::new(MrTable::new()))
+}
+
+fn init(pd: Pd, cq: u32) -> QpInit {
+    QpInit {
+        qp_type: QpType::Rc,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        cap: QpCap::default(),
+        sq_sig_all: false,
+    }
+}
+
+/// An engine with one PD and one CQ.
+fn bare() -> (Engine, Pd, u32) {
+    let mut e = engine(1);
+    let pd = e.mem().alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    (e, pd, cq)
+}
+
+#[test]
+fn ids_skip_numbers_in_use_wrap_and_run_out() {
+    let mut ids = Ids {
+        next: 4,
+        lo: 2,
+        hi: 5,
+    };
+    let used = [3u32, 4];
+    let free = |n: u32| used.contains(&n);
+    assert_eq!(ids.alloc(2, free), Some(5));
+    // Past `hi` it goes back to `lo`, never below it.
+    assert_eq!(ids.alloc(2, free), Some(2));
+    assert_eq!(ids.alloc(2, free), Some(5));
+    let all = |_| true;
+    assert_eq!(ids.alloc(4, all), None);
+}
+
+#[test]
+fn qpn_wrap_never_replaces_a_live_qp_nor_hands_out_0_or_1() {
+    let (mut e, pd, cq) = bare();
+    let a = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!(a, FIRST_QPN);
+    e.modify_qp(a, &QpAttr::init(Access::REMOTE_WRITE)).unwrap();
+    // The counter at the top of the 24-bit space: the next ones wrap past 0 and 1.
+    e.qpns.next = QPN_MASK;
+    let b = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!(b, QPN_MASK);
+    let c = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!(c, 2, "0 and 1 are the special QPs");
+    // Around again to the live QP A: it is skipped, not replaced.
+    e.qpns.next = FIRST_QPN;
+    let d = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!(d, FIRST_QPN + 1);
+    assert_eq!(e.qp(a).unwrap().state, QpState::Init);
+    assert_eq!(e.qp(d).unwrap().state, QpState::Reset);
+    // A number frees when its QP goes, and is handed out again.
+    e.destroy_qp(b).unwrap();
+    e.qpns.next = QPN_MASK - 1;
+    let f = e.create_qp(&init(pd, cq)).unwrap();
+    let g = e.create_qp(&init(pd, cq)).unwrap();
+    let h = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!([f, g, h], [QPN_MASK - 1, QPN_MASK, 3]);
+    assert_eq!(e.qps.len(), 6);
+}
+
+#[test]
+fn qpns_run_out_with_an_error_and_come_back() {
+    let (mut e, pd, cq) = bare();
+    // A space of three numbers stands for the 2^24 - 2 real ones.
+    e.qpns = Ids {
+        next: 2,
+        lo: 2,
+        hi: 4,
+    };
+    let q: Vec<u32> = (0..3)
+        .map(|_| e.create_qp(&init(pd, cq)).unwrap())
+        .collect();
+    assert_eq!(q, [2, 3, 4]);
+    assert_eq!(e.create_qp(&init(pd, cq)), Err(VerbsError::NoFreeQpn));
+    e.destroy_qp(3).unwrap();
+    assert_eq!(e.create_qp(&init(pd, cq)), Ok(3));
+    assert_eq!(e.create_qp(&init(pd, cq)), Err(VerbsError::NoFreeQpn));
+}
+
+#[test]
+fn cq_handles_wrap_past_live_ones_and_run_out() {
+    let (mut e, _pd, first) = bare();
+    assert_eq!(first, 1);
+    e.cq_ids.next = u32::MAX;
+    assert_eq!(e.create_cq(4), Ok(u32::MAX));
+    // 0 is never a handle, and 1 is live.
+    assert_eq!(e.create_cq(4), Ok(2));
+    e.destroy_cq(u32::MAX).unwrap();
+    e.cq_ids.next = u32::MAX - 1;
+    assert_eq!(e.create_cq(4), Ok(u32::MAX - 1));
+    assert_eq!(e.create_cq(4), Ok(u32::MAX));
+    assert_eq!(e.create_cq(4), Ok(3));
+    // A small space stands for the 2^32 - 1 handles: 1, 2 and 3 live in it.
+    e.destroy_cq(u32::MAX - 1).unwrap();
+    e.destroy_cq(u32::MAX).unwrap();
+    e.cq_ids = Ids {
+        next: 1,
+        lo: 1,
+        hi: 5,
+    };
+    assert_eq!(e.create_cq(4), Ok(4));
+    assert_eq!(e.create_cq(4), Ok(5));
+    assert_eq!(e.create_cq(4), Err(VerbsError::NoFreeCq));
+    e.destroy_cq(2).unwrap();
+    assert_eq!(e.create_cq(4), Ok(2));
+}
+
+#[test]
+fn destroy_cq_names_the_lowest_qp_still_using_it() {
+    let (mut e, pd, cq) = bare();
+    let other = e.create_cq(16).unwrap();
+    let a = e.create_qp(&init(pd, other)).unwrap();
+    let b = e
+        .create_qp(&QpInit {
+            recv_cq: cq,
+            ..init(pd, other)
+        })
+        .unwrap();
+    let c = e.create_qp(&init(pd, cq)).unwrap();
+    assert_eq!(e.destroy_cq(cq), Err(VerbsError::CqInUse { cq, qpn: b }));
+    e.destroy_qp(b).unwrap();
+    assert_eq!(e.destroy_cq(cq), Err(VerbsError::CqInUse { cq, qpn: c }));
+    e.destroy_qp(c).unwrap();
+    assert_eq!(e.destroy_cq(cq), Ok(()));
+    assert_eq!(
+        e.destroy_cq(other),
+        Err(VerbsError::CqInUse { cq: other, qpn: a })
+    );
+}
+
+/// A connected QP with its CQ and 64 KiB of memory at 0x1000.
+struct RcEnd {
+    cq: u32,
+    qpn: u32,
+    mr: Arc<MemoryRegion>,
+}
+
+fn rc_end(e: &mut Engine) -> RcEnd {
+    let mem = e.mem().clone();
+    let pd = mem.alloc_pd();
+    let mr = mem.reg_mr(pd, 0x1000, 1 << 16, Access::ALL).unwrap();
+    let cq = e.create_cq(256).unwrap();
+    let qpn = e.create_qp(&init(pd, cq)).unwrap();
+    RcEnd { cq, qpn, mr }
+}
+
+fn connect(e: &mut Engine, qpn: u32, peer: IpAddr, peer_qpn: u32, mine: u32, theirs: u32) {
+    let access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    e.modify_qp(qpn, &QpAttr::init(access)).unwrap();
+    let rtr = QpAttr::rtr(peer, Mtu::M4096, peer_qpn, Psn::new(theirs), 16, 12);
+    e.modify_qp(qpn, &rtr).unwrap();
+    let rts = QpAttr::rts(Psn::new(mine), 14, 7, 7, 16);
+    e.modify_qp(qpn, &rts).unwrap();
+}
+
+/// Two engines back to back.
+struct Direct {
+    a: Engine,
+    b: Engine,
+    buf: Vec<u8>,
+}
+
+impl Direct {
+    /// Moves packets both ways until neither engine sends; returns how many.
+    fn pump(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        loop {
+            let before = n;
+            n += one_way(&mut self.a, &mut self.b, &mut self.buf, now);
+            n += one_way(&mut self.b, &mut self.a, &mut self.buf, now);
+            if n == before {
+                return n;
+            }
+        }
+    }
+}
+
+fn one_way(from: &mut Engine, to: &mut Engine, buf: &mut [u8], now: Instant) -> usize {
+    let mut n = 0;
+    let id = from.config().tx_ipv4_id;
+    let dst = SocketAddr::new(to.config().local_ip, ROCE_UDP_PORT);
+    while let Some(t) = from.poll_transmit(now, buf) {
+        let d = Datagram {
+            src: t.src,
+            dst,
+            ipv4_id: Some(id),
+            data: &buf[..t.len],
+        };
+        to.handle_datagram(now, d);
+        n += 1;
+    }
+    n
+}
+
+/// `n` connected pairs between two engines.
+fn pairs(n: usize) -> (Direct, Vec<(RcEnd, RcEnd)>) {
+    let (mut a, mut b) = (engine(1), engine(2));
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let ea = rc_end(&mut a);
+        let eb = rc_end(&mut b);
+        connect(&mut a, ea.qpn, ip(2), eb.qpn, 1, 2);
+        connect(&mut b, eb.qpn, ip(1), ea.qpn, 2, 1);
+        v.push((ea, eb));
+    }
+    let buf = vec![0; 4096 + 128];
+    (Direct { a, b, buf }, v)
+}
+
+fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: end.mr.lkey(),
+    }];
+    let wr = SendWr {
+        wr_id,
+        op: SendOp::Write {
+            remote: Remote {
+                va: 0x1000,
+                rkey: peer.mr.rkey().0,
+            },
+        },
+        local: Local::Sges(&sge),
+        flags: SendFlags::default(),
+    };
+    e.post_send(end.qpn, &wr).unwrap();
+}
+
+/// The destination QPN of a packet `poll_transmit` wrote.
+fn dqpn(buf: &[u8]) -> u32 {
+    u32::from_be_bytes([0, buf[5], buf[6], buf[7]])
+}
+
+#[test]
+fn qps_take_turns_in_qpn_order_from_the_last_one_served() {
+    let (mut d, v) = pairs(3);
+    let mut buf = vec![0u8; 4096 + 128];
+    let t = Instant::from_nanos(1000);
+    let mut order = |d: &mut Direct| {
+        let mut o = Vec::new();
+        while d.a.poll_transmit(t, &mut buf).is_some() {
+            o.push(v.iter().position(|(_, b)| b.qpn == dqpn(&buf)).unwrap());
+        }
+        o
+    };
+    for (i, (ea, eb)) in v.iter().enumerate() {
+        for k in 0..2 {
+            write(&mut d.a, ea, eb, (i * 2 + k) as u64);
+        }
+    }
+    assert_eq!(order(&mut d), [0, 1, 2, 0, 1, 2]);
+    // Served last: 2. A QP that becomes ready takes its turn by QPN, not by arrival.
+    write(&mut d.a, &v[1].0, &v[1].1, 10);
+    write(&mut d.a, &v[0].0, &v[0].1, 11);
+    write(&mut d.a, &v[1].0, &v[1].1, 12);
+    assert_eq!(order(&mut d), [0, 1, 1]);
+    write(&mut d.a, &v[2].0, &v[2].1, 13);
+    write(&mut d.a, &v[0].0, &v[0].1, 14);
+    assert_eq!(order(&mut d), [2, 0]);
+}
+
+#[test]
+fn destroying_a_qp_takes_it_out_of_the_round_robin_and_the_timers() {
+    let (mut d, v) = pairs(2);
+    let mut buf = vec![0u8; 4096 + 128];
+    let (a0, a1) = (&v[0].0, &v[1].0);
+    // QP 0 sends at t1 and arms its retransmit timer first; QP 1 at t2.
+    write(&mut d.a, a0, &v[0].1, 1);
+    let t1 = Instant::from_nanos(1000);
+    assert!(d.a.poll_transmit(t1, &mut buf).is_some());
+    write(&mut d.a, a1, &v[1].1, 2);
+    let t2 = Instant::from_nanos(2000);
+    assert!(d.a.poll_transmit(t2, &mut buf).is_some());
+    let first = d.a.poll_timeout().unwrap();
+    assert_eq!(Some(first), d.a.qp(a0.qpn).unwrap().next_timeout());
+    // QP 0 has more to send when it goes.
+    write(&mut d.a, a0, &v[0].1, 3);
+    assert!(d.a.may_transmit());
+    d.a.destroy_qp(a0.qpn).unwrap();
+    assert!(!d.a.may_transmit());
+    assert!(d.a.poll_transmit(t2, &mut buf).is_none());
+    assert_eq!(d.a.poll_timeout(), d.a.qp(a1.qpn).unwrap().next_timeout());
+    assert!(d.a.poll_timeout() > Some(first));
+    // A new QP under the old number inherits none of it.
+    d.a.qpns.next = a0.qpn;
+    let pd = d.a.mem().alloc_pd();
+    let cq = d.a.create_cq(16).unwrap();
+    assert_eq!(d.a.create_qp(&init(pd, cq)), Ok(a0.qpn));
+    assert!(!d.a.may_transmit());
+    assert_eq!(d.a.poll_timeout(), d.a.qp(a1.qpn).unwrap().next_timeout());
+    d.a.destroy_qp(a1.qpn).unwrap();
+    assert_eq!(d.a.poll_timeout(), None);
+    assert!(d.a.timers.is_empty());
+    d.a.handle_timeout(Instant::from_nanos(u64::MAX));
+    assert_eq!(d.a.counters().get(Counter::RetransmitTimeouts), 0);
+}
+
+#[test]
+fn timer_heap_stays_small_on_a_long_stream() {
+    let (mut d, v) = pairs(3);
+    let mut buf = vec![0u8; 4096 + 128];
+    // QP 0's request is lost: its retransmit deadline, earlier than all the stream's,
+    // stays at the top of the heap, so the stream's old entries never surface there.
+    write(&mut d.a, &v[0].0, &v[0].1, 0);
+    assert!(d.a.poll_transmit(Instant::ZERO, &mut buf).is_some());
+    let stuck = d.a.poll_timeout();
+    assert!(stuck.is_some());
+    let (ea, eb) = &v[1];
+    for i in 0..2000u64 {
+        write(&mut d.a, ea, eb, i);
+        d.pump(Instant::from_nanos(1000 * (i + 1)));
+        // Each ACK moves the retransmit deadline; the old entries must not pile up.
+        assert!(d.a.timers.len() <= 2 * 3 + 64, "{}", d.a.timers.len());
+    }
+    assert_eq!(d.a.poll_timeout(), stuck, "all but QP 0's acknowledged");
+}
+
+#[test]
+fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
+    let (mut d, v) = pairs(2);
+    let (ea, eb) = &v[0];
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: ea.mr.lkey(),
+    }];
+    let send = SendWr {
+        wr_id: 7,
+        op: SendOp::Send,
+        local: Local::Sges(&sge),
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
+    };
+    d.a.post_send(ea.qpn, &send).unwrap();
+    // No receive at B: RNR NAK, and A waits before it resends.
+    d.pump(Instant::from_nanos(1000));
+    assert_eq!(d.a.counters().get(Counter::RcvdRnrErr), 1);
+    let wait = d.a.poll_timeout().expect("RNR wait armed");
+    assert!(
+        !d.a.may_transmit(),
+        "nothing to send until the wait is over"
+    );
+    let rsge = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: eb.mr.lkey(),
+    }];
+    let recv = RecvWr {
+        wr_id: 8,
+        sges: &rsge,
+    };
+    d.b.post_recv(eb.qpn, &recv).unwrap();
+    d.a.handle_timeout(wait);
+    assert!(d.a.may_transmit());
+    assert_eq!(d.pump(wait), 2, "the SEND again, and its ACK");
+    let mut wc = [Completion::default(); 2];
+    assert_eq!(d.b.poll_cq(eb.cq, &mut wc), Ok(1));
+    assert_eq!((wc[0].wr_id, wc[0].status), (8, WcStatus::Success));
+    assert_eq!(d.a.poll_cq(ea.cq, &mut wc), Ok(1));
+    assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
+}
