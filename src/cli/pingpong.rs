@@ -137,8 +137,12 @@ pub enum RecordError {
     Length(usize),
     #[error("it is not NUL-terminated")]
     NoNul,
-    #[error("it is not ASCII text")]
-    NotText,
+    #[error("its {field} field has the byte {byte:#04x} at offset {at}, which is not ASCII text")]
+    NotAscii {
+        field: &'static str,
+        at: usize,
+        byte: u8,
+    },
     #[error("it has {0} ':'-separated fields, not 4 (lid:qpn:psn:gid)")]
     Fields(usize),
     #[error("its {field} field {text:?} is not hexadecimal")]
@@ -172,21 +176,31 @@ impl Dest {
         rec
     }
 
-    /// Reads a record: the text up to its NUL, four hexadecimal fields.
+    /// Reads a record: the text up to its NUL, four hexadecimal fields. Every byte comes
+    /// from the peer, so every check works on bytes (never on `str` offsets, which may fall
+    /// inside a multibyte character) and any input gives a value or an error, never a panic.
     pub fn from_record(rec: &[u8]) -> Result<Dest, RecordError> {
         if rec.len() != RECORD_LEN {
             return Err(RecordError::Length(rec.len()));
         }
         let end = rec.iter().position(|&b| b == 0).ok_or(RecordError::NoNul)?;
-        let text = std::str::from_utf8(&rec[..end]).map_err(|_| RecordError::NotText)?;
-        let fields: Vec<&str> = text.split(':').collect();
+        let text = &rec[..end];
+        if let Some(at) = text.iter().position(|b| !b.is_ascii()) {
+            let colons = text[..at].iter().filter(|&&b| b == b':').count();
+            return Err(RecordError::NotAscii {
+                field: FIELDS.get(colons).copied().unwrap_or("text after the GID"),
+                at,
+                byte: text[at],
+            });
+        }
+        let fields: Vec<&[u8]> = text.split(|&b| b == b':').collect();
         let [lid, qpn, psn, gid] = fields[..] else {
             return Err(RecordError::Fields(fields.len()));
         };
-        let num = |field: &'static str, t: &str, bits: u32| -> Result<u32, RecordError> {
+        let num = |field: &'static str, t: &[u8], bits: u32| -> Result<u32, RecordError> {
             let v = hex(t).ok_or_else(|| RecordError::Hex {
                 field,
-                text: t.to_string(),
+                text: String::from_utf8_lossy(t).into_owned(),
             })?;
             if v >> bits != 0 {
                 return Err(RecordError::Range {
@@ -204,11 +218,10 @@ impl Dest {
             return Err(RecordError::GidLength(gid.len()));
         }
         let mut g = [0u8; 16];
-        for (i, b) in g.iter_mut().enumerate() {
-            let t = &gid[2 * i..2 * i + 2];
-            *b = hex(t).ok_or_else(|| RecordError::Hex {
+        for (b, pair) in g.iter_mut().zip(gid.chunks_exact(2)) {
+            *b = hex(pair).ok_or_else(|| RecordError::Hex {
                 field: "GID",
-                text: gid.to_string(),
+                text: String::from_utf8_lossy(gid).into_owned(),
             })? as u8;
         }
         Ok(Dest {
@@ -225,12 +238,19 @@ impl Dest {
     }
 }
 
+/// The record's fields in order, to name where a bad byte sits.
+const FIELDS: [&str; 4] = ["LID", "QPN", "PSN", "GID"];
+
 /// Hexadecimal digits only (no sign, prefix or spaces), at most 16 of them.
-fn hex(t: &str) -> Option<u64> {
-    if t.is_empty() || t.len() > 16 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+fn hex(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 16 {
         return None;
     }
-    u64::from_str_radix(t, 16).ok()
+    // Digit by digit: `from_str_radix` would also take a leading '+'.
+    t.iter().try_fold(0u64, |v, &b| {
+        let d = char::from(b).to_digit(16)?;
+        Some(v << 4 | u64::from(d))
+    })
 }
 
 /// The GID of a NIC whose address is `ip`: IPv4 as IPv4-mapped (rxe's GID for an IPv4
