@@ -21,9 +21,10 @@
 //!
 //! What differs: the NIC's GID is its IP address (`--bind`; an IPv4 address as the
 //! IPv4-mapped `::ffff:a.b.c.d`, which is rxe's GID for it), so `-g` is accepted and
-//! ignored; `-l` too (no VLAN priority on a UDP socket). The server listens on
-//! 0.0.0.0:PORT as rc_pingpong does (even for an IPv6 GID) and waits for a client as long
-//! as `--wait` says (default: forever, as rc_pingpong); every later wait is bounded: the
+//! ignored; `-l` too (no VLAN priority on a UDP socket), and `-d`/`-i` (one device, one
+//! port). The server listens on 0.0.0.0:PORT as rc_pingpong does, but on [::]:PORT
+//! (dual-stack) when its GID is IPv6, so a client that names it by its IPv6 address
+//! connects; it waits for a client as long as `--wait` says (default: forever, as rc_pingpong); every later wait is bounded: the
 //! client's connection attempts (`--wait`, default 5 s), each step of the exchange and any
 //! stretch of traffic without a completion (`--timeout`). Any failure, a wrong `-c` check
 //! included, exits with status 1 (rc_pingpong only prints `invalid data in page N`). The
@@ -31,6 +32,7 @@
 //! rc_pingpong busy-polls its CQ.
 
 use super::oob::{self, LocateError, OobError};
+use crate::backend::BackendError;
 use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::engine::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
@@ -89,11 +91,19 @@ pub struct Args {
     /// GID index (accepted for compatibility; the GID is the --bind address).
     #[arg(short = 'g', long = "gid-idx")]
     pub gid_idx: Option<i32>,
+    /// IB device (accepted for compatibility with rc_pingpong scripts and ignored: the NIC
+    /// is the one bound to --bind).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+    /// IB port (accepted for compatibility and ignored: the NIC has one port).
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
+    pub ib_port: Option<u32>,
     /// Validate the received buffer, as rc_pingpong -c does.
     #[arg(short = 'c', long = "chk")]
     pub chk: bool,
     /// This NIC's IP address (its GID): UDP port 4791 is bound there. Default: 127.0.0.1 for
-    /// the server, 127.0.0.2 for a client of a loopback server; required otherwise.
+    /// the server, 127.0.0.2 for a client of a loopback server (::1 if the server is named
+    /// by IPv6 loopback only); required otherwise. An IPv6 server listens on TCP [::].
     #[arg(long)]
     pub bind: Option<IpAddr>,
     /// Seconds the client keeps trying to connect (default 5) or the server waits for a
@@ -291,6 +301,13 @@ pub enum PingpongError {
          address of the peer's family (or run the peer with the matching -g index)"
     )]
     Family { bind: IpAddr, peer: Ipv6Addr },
+    #[error(
+        "opening the NIC: {source}: IPv6 loopback has one address, ::1, and the server's NIC \
+         holds its UDP port 4791 (on one machine the two NICs need two addresses): give this \
+         client --bind with another IPv6 address of this machine (as root: `ip -6 addr add \
+         fd00::2/128 dev lo`), or run the server with --bind on such an address"
+    )]
+    V6LoopbackTaken { source: verbs::Error },
     #[error("{what}: {source}")]
     Verbs {
         what: &'static str,
@@ -425,7 +442,21 @@ fn run_inner(args: &Args) -> Result<()> {
     let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
     let server = args.server.as_deref().zip(addrs);
 
-    let mut pp = Pingpong::new(args, bind, mtu)?;
+    tracing::debug!(?bind, server = ?args.server, "this NIC's address");
+    if args.ib_dev.is_some() || args.ib_port.is_some() {
+        tracing::info!("-d/-i ignored: the NIC is the one on {bind}");
+    }
+    let mut pp = Pingpong::new(args, bind, mtu).map_err(|e| match e {
+        // The default client address of an IPv6 loopback server is ::1, which the server
+        // itself holds when both run here: say what to do instead.
+        PingpongError::Verbs {
+            source: source @ verbs::Error::Port(BackendError::Bind { .. }),
+            ..
+        } if args.bind.is_none() && bind == IpAddr::V6(Ipv6Addr::LOCALHOST) => {
+            PingpongError::V6LoopbackTaken { source }
+        }
+        e => e,
+    })?;
     // rc_pingpong posts its receives before the exchange.
     pp.routs = pp.post_recv(pp.rx_depth);
     if let Some(source) = pp.recv_error.take() {
@@ -452,7 +483,7 @@ fn run_inner(args: &Args) -> Result<()> {
             pp.connect(&my, &rem, rem_peer(&rem, bind, Some(peer))?)?;
             rem
         }
-        None => server_exchange(args.port, wait, timeout, &my, |rem, peer| {
+        None => server_exchange(bind, args.port, wait, timeout, &my, |rem, peer| {
             let ip = rem_peer(rem, bind, Some(peer))?;
             pp.connect(&my, rem, ip)
         })?,
@@ -646,13 +677,15 @@ fn client_exchange(
 /// The server's side: accept one client (within `wait` if given), read its record, connect
 /// the QP (`connect`), then answer with our record and read the client's `done\0`.
 fn server_exchange(
+    bind: IpAddr,
     port: u16,
     wait: Option<Duration>,
     timeout: Duration,
     my: &Dest,
     connect: impl FnOnce(&Dest, SocketAddr) -> Result<()>,
 ) -> Result<Dest> {
-    let (mut s, peer) = oob::accept(port, wait)?;
+    let (mut s, peer) = oob::accept_for(bind, port, wait)?;
+    tracing::debug!(%peer, "client connected");
     let secs = timeout.as_secs_f64();
     let set = s
         .set_read_timeout(Some(timeout))
