@@ -513,6 +513,7 @@ fn run_inner(args: &Args, stop: &AtomicBool) -> Result<Outcome, String> {
         let rtr = QpAttr::rtr(peer, mtu, peer_qpn, theirs, rd_atomic, min_rnr);
         let rts = QpAttr::rts(my, timeout, retry, rnr_retry, rd_atomic);
         verbs::connect_rc(&n.ctx, n.qpn, remote, &rtr, &rts).map_err(|e| e.to_string())?;
+        tracing::debug!(qpn = n.qpn, %peer, peer_qpn, "QP connected (RTS)");
     }
     println!(
         "roce-emu demo: NIC A {} QP {:#x} <-> NIC B {} QP {:#x}, RC, path MTU {}, UDP loopback, retry_cnt 7 (forever, as rxe){}",

@@ -101,7 +101,10 @@ pub fn connect(target: &str, addrs: &[SocketAddr], wait: Duration) -> Result<Tcp
                     let _ = s.set_nodelay(true);
                     return Ok(s);
                 }
-                Err(e) => last = e,
+                Err(e) => {
+                    tracing::trace!("connecting to {a}: {e}");
+                    last = e;
+                }
             }
         }
         if addrs.is_empty() || Instant::now() >= deadline {

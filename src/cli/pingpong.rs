@@ -511,6 +511,7 @@ fn run_inner(args: &Args) -> Result<()> {
     let start = Instant::now();
     pp.run_loop(timeout)?;
     let elapsed = start.elapsed();
+    tracing::debug!(?elapsed, "traffic done; answering the peer's last packets");
     pp.linger();
 
     // rc_pingpong: `float usec` from whole microseconds of two gettimeofday calls.
@@ -648,6 +649,7 @@ fn client_exchange(
         other => PingpongError::Oob(other),
     })?;
     let peer = s.peer_addr().unwrap_or(addrs[0]);
+    tracing::debug!(%peer, "connected to the server");
     let secs = timeout.as_secs_f64();
     let set = s
         .set_read_timeout(Some(timeout))
@@ -660,6 +662,7 @@ fn client_exchange(
         "server",
         "",
     ))?;
+    tracing::debug!(?my, "sent our address record");
     let mut rec = [0u8; RECORD_LEN];
     s.read_exact(&mut rec).map_err(io_step(
         peer,
@@ -669,8 +672,10 @@ fn client_exchange(
         " (it could not connect its QP to ours? see its output)",
     ))?;
     let rem = parse_record(peer, &rec)?;
+    tracing::debug!(?rem, "read the server's address record");
     s.write_all(DONE)
         .map_err(io_step(peer, "sending \"done\"", secs, "server", ""))?;
+    tracing::debug!("sent \"done\": exchange finished");
     Ok((rem, peer))
 }
 
@@ -695,6 +700,7 @@ fn server_exchange(
     s.read_exact(&mut rec)
         .map_err(io_step(peer, "reading its address", secs, "client", ""))?;
     let rem = parse_record(peer, &rec)?;
+    tracing::debug!(?rem, "read the client's address record");
     connect(&rem, peer)?;
     s.write_all(&my.to_record()).map_err(io_step(
         peer,
@@ -717,6 +723,7 @@ fn server_exchange(
             got: String::from_utf8_lossy(&done).into_owned(),
         });
     }
+    tracing::debug!("read \"done\": exchange finished");
     Ok(rem)
 }
 
@@ -812,6 +819,13 @@ impl Pingpong {
     /// rc_pingpong's `pp_connect_ctx`: RTR then RTS toward the peer.
     fn connect(&mut self, my: &Dest, rem: &Dest, peer: IpAddr) -> Result<()> {
         self.peer = peer;
+        tracing::debug!(
+            qpn = self.qpn,
+            %peer,
+            dest_qpn = rem.qpn,
+            mtu = self.mtu.bytes(),
+            "moving the QP to RTR and RTS"
+        );
         let rtr = QpAttr::rtr(peer, self.mtu, rem.qpn, Psn::new(rem.psn), 1, 12);
         self.ctx
             .modify_qp(self.qpn, &rtr)
