@@ -55,7 +55,7 @@ fn quiet_by_default_and_verbose_on_request() {
 fn pingpong_exchange_steps_at_debug() {
     let common = [
         "-p",
-        "18720",
+        "18820",
         "-n",
         "5",
         "-s",
@@ -91,7 +91,7 @@ fn pingpong_exchange_steps_at_debug() {
         assert!(cerr.contains(step), "client: no {step:?} in\n{cerr}");
     }
     for step in [
-        "listening on TCP 0.0.0.0:18720",
+        "listening on TCP 0.0.0.0:18820",
         "client connected",
         "read the client's address record",
         "exchange finished",

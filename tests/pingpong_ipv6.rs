@@ -152,7 +152,7 @@ fn pingpong_over_ipv6_loopback() {
 fn device_options_are_accepted() {
     let out = Command::new(common::proc::BIN)
         .args(["pingpong", "-d", "rxe0", "-i", "1"])
-        .args(["--bind", "127.0.0.81", "-p", "18702"])
+        .args(["--bind", "127.0.0.81", "-p", "18802"])
         .args(["--wait", "0.3"])
         .output()
         .unwrap();
