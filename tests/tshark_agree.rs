@@ -29,6 +29,10 @@
 //! | ieth.rkey              | infiniband.ieth (FT_BYTES, read big-endian)     |
 //! | deth.qkey / src_qp     | infiniband.deth.q_key / .srcqp (hex)            |
 //!
+//! The 64-bit fields (`reth.va`, `atomiceth.va/swap_add/compare`, `atomicacketh.orig`) are
+//! `"0x..."` strings in roce-emu's JSON, so that jq keeps every bit; they are compared as
+//! such, tshark's number formatted the same way.
+//!
 //! Header presence comes from the FT_BYTES fields `infiniband.bth`, `.reth`, `.atomiceth`,
 //! `.aeth`, `.atomicacketh`, `.immdt`, `.ieth`, `.deth`; their lengths give the header sizes
 //! used for `payload_len`.
@@ -346,6 +350,15 @@ fn num(v: Option<u64>) -> Option<Value> {
     v.map(Value::from)
 }
 
+/// A 64-bit field as roce-emu writes it: a `"0x..."` string, which jq cannot round to a
+/// double's 53 bits.
+fn hex64(v: Option<u64>) -> Option<Value> {
+    v.map(|v| Value::String(format!("{v:#x}")))
+}
+
+/// The 64-bit fields, compared as `hex64` strings.
+const U64_KEYS: &[&str] = &["va", "swap_add", "compare"];
+
 fn flag(v: Option<bool>) -> Option<Value> {
     v.map(Value::from)
 }
@@ -386,10 +399,11 @@ fn compare_headers(c: &mut Cmp<'_>, o: &Value, t: &TsharkRow) {
             ("rkey", "infiniband.reth.r_key"),
             ("dma_len", "infiniband.reth.dmalen"),
         ] {
+            let theirs = if U64_KEYS.contains(&k) { hex64 } else { num };
             c.eq(
                 &format!("reth.{k}"),
                 sub(o, "reth", k).as_ref(),
-                num(t.num(f)),
+                theirs(t.num(f)),
             );
         }
     }
@@ -405,10 +419,11 @@ fn compare_headers(c: &mut Cmp<'_>, o: &Value, t: &TsharkRow) {
             ("swap_add", "infiniband.atomiceth.swapdt"),
             ("compare", "infiniband.atomiceth.cmpdt"),
         ] {
+            let theirs = if U64_KEYS.contains(&k) { hex64 } else { num };
             c.eq(
                 &format!("atomiceth.{k}"),
                 sub(o, "atomiceth", k).as_ref(),
-                num(t.num(f)),
+                theirs(t.num(f)),
             );
         }
     }
@@ -433,7 +448,7 @@ fn compare_headers(c: &mut Cmp<'_>, o: &Value, t: &TsharkRow) {
     c.eq(
         "atomicacketh.orig",
         sub(o, "atomicacketh", "orig").as_ref(),
-        num(t.num("infiniband.atomicacketh.origremdt")),
+        hex64(t.num("infiniband.atomicacketh.origremdt")),
     );
     c.eq(
         "immdt.imm",

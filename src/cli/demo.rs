@@ -10,6 +10,7 @@ use crate::mem::{Access, MemoryRegion, Sge};
 use crate::verbs::{self, Context, Device};
 use crate::wire::Psn;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant as WallInstant};
 
@@ -24,9 +25,12 @@ pub struct Args {
     /// Path MTU: 256, 512, 1024, 2048 or 4096.
     #[arg(short = 'm', long, default_value_t = 1024)]
     pub mtu: u32,
-    /// Messages per operation and size.
-    #[arg(short = 'n', long, default_value_t = 100)]
-    pub iters: usize,
+    /// Messages per operation and size (1 to 1,000,000).
+    // Bounded: each row keeps one latency per message (16 bytes each) for its percentiles,
+    // and `-n 4294967296` used to abort on a 64 GiB allocation.
+    #[arg(short = 'n', long, default_value_t = 100,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_ITERS))]
+    pub iters: u32,
     /// Share of datagrams each side drops on transmit (0.0 to 0.5).
     #[arg(long, default_value_t = 0.0)]
     pub loss: f64,
@@ -89,6 +93,8 @@ const B_WRITE: u64 = 256 << 10;
 const B_READ: u64 = 512 << 10;
 const B_ATOMIC: u64 = 768 << 10;
 const MAX_MSG: u32 = 128 << 10;
+/// The largest `-n`: a million messages per row is hours of traffic already.
+const MAX_ITERS: i64 = 1_000_000;
 /// How long one message may take before the demo gives up on it.
 const MSG_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -184,10 +190,16 @@ fn pcap_path(p: &std::path::Path, ip: IpAddr) -> std::path::PathBuf {
     p.with_file_name(name)
 }
 
-/// Drives both NICs until `done` holds or the deadline passes.
+/// What `wait` says when SIGINT arrived (`stop` set) before the message completed.
+const INTERRUPTED: &str = "interrupted";
+
+/// Drives both NICs until `done` holds or the deadline passes; gives up at once when
+/// `stop` is set (a message retransmitted at 30% loss may otherwise hold Ctrl-C for up to
+/// `MSG_DEADLINE`).
 fn wait(
     a: &mut Nic,
     b: &mut Nic,
+    stop: &AtomicBool,
     mut done: impl FnMut(&mut Nic, &mut Nic) -> Result<bool, String>,
 ) -> Result<bool, String> {
     let start = WallInstant::now();
@@ -195,6 +207,9 @@ fn wait(
     loop {
         if done(a, b)? {
             return Ok(true);
+        }
+        if stop.load(Ordering::Relaxed) {
+            return Err(INTERRUPTED.into());
         }
         if start.elapsed() > MSG_DEADLINE {
             return Ok(false);
@@ -225,6 +240,7 @@ fn one(
     size: u32,
     i: usize,
     word: &mut u64,
+    stop: &AtomicBool,
 ) -> Result<Duration, String> {
     let data = pattern(op, size, i);
     let imm = 0x1000_0000 | i as u32;
@@ -313,7 +329,7 @@ fn one(
         .map_err(|e| err(&e))?;
     let mut sent = None;
     let mut recv = None;
-    let ok = wait(a, b, |a, b| {
+    let ok = wait(a, b, stop, |a, b| {
         if sent.is_none() {
             sent = poll_one(a)?;
         }
@@ -402,11 +418,39 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted[k]
 }
 
+/// How the demo ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Pass,
+    Fail,
+    /// SIGINT (Ctrl-C): what finished was printed.
+    Interrupted,
+}
+
+/// The shell's status for a program that stopped on SIGINT: 128 + 2.
+const STATUS_INTERRUPTED: i32 = 130;
+
 /// `roce-emu demo`.
 pub fn run(args: &Args) -> i32 {
-    match run_inner(args) {
-        Ok(true) => 0,
-        Ok(false) => 1,
+    // Ctrl-C sets `stop`, checked between messages and while one is in flight, so the
+    // rows that finished and the counters are printed before the demo exits 130. A second
+    // Ctrl-C (the flag already set) exits at once, for a demo that does not stop. Both
+    // through signal-hook's safe flag API: its handler only stores to an atomic.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sigint = signal_hook::consts::SIGINT;
+    let registered = signal_hook::flag::register_conditional_shutdown(
+        sigint,
+        STATUS_INTERRUPTED,
+        Arc::clone(&stop),
+    )
+    .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&stop)));
+    if let Err(e) = registered {
+        tracing::warn!("cannot catch SIGINT ({e}): Ctrl-C will end the demo without its table");
+    }
+    match run_inner(args, &stop) {
+        Ok(Outcome::Pass) => 0,
+        Ok(Outcome::Fail) => 1,
+        Ok(Outcome::Interrupted) => STATUS_INTERRUPTED,
         Err(e) => {
             eprintln!("roce-emu demo: {e}");
             2
@@ -414,7 +458,37 @@ pub fn run(args: &Args) -> i32 {
     }
 }
 
-fn run_inner(args: &Args) -> Result<bool, String> {
+/// Prints one row of the table (and its failures); returns whether it passed.
+fn print_row(r: &mut Row, interrupted: bool) -> bool {
+    r.lat.sort();
+    let total: Duration = r.lat.iter().sum();
+    let mbps = if total.is_zero() {
+        0.0
+    } else {
+        f64::from(r.size) * r.lat.len() as f64 / total.as_secs_f64() / 1e6
+    };
+    let ok = r.failures.is_empty();
+    println!(
+        "{:<22} {:>7} {:>6} {:>11.1} {:>11.1} {:>11.2}  {}",
+        r.op.name(),
+        r.size,
+        r.lat.len(),
+        pct(&r.lat, 0.5).as_secs_f64() * 1e6,
+        pct(&r.lat, 0.99).as_secs_f64() * 1e6,
+        mbps,
+        match (ok, interrupted) {
+            (false, _) => "FAILED",
+            (true, true) => "interrupted",
+            (true, false) => "ok",
+        }
+    );
+    for f in &r.failures {
+        println!("    {f}");
+    }
+    ok
+}
+
+fn run_inner(args: &Args, stop: &AtomicBool) -> Result<Outcome, String> {
     let mtu = Mtu::from_bytes(args.mtu).ok_or(format!(
         "--mtu {} is not a path MTU: use 256, 512, 1024, 2048 or 4096",
         args.mtu
@@ -439,6 +513,7 @@ fn run_inner(args: &Args) -> Result<bool, String> {
         let rtr = QpAttr::rtr(peer, mtu, peer_qpn, theirs, rd_atomic, min_rnr);
         let rts = QpAttr::rts(my, timeout, retry, rnr_retry, rd_atomic);
         verbs::connect_rc(&n.ctx, n.qpn, remote, &rtr, &rts).map_err(|e| e.to_string())?;
+        tracing::debug!(qpn = n.qpn, %peer, peer_qpn, "QP connected (RTS)");
     }
     println!(
         "roce-emu demo: NIC A {} QP {:#x} <-> NIC B {} QP {:#x}, RC, path MTU {}, UDP loopback, retry_cnt 7 (forever, as rxe){}",
@@ -459,11 +534,19 @@ fn run_inner(args: &Args) -> Result<bool, String> {
     );
     let m = mtu.bytes();
     let sizes = [0, 1, 64, m - 1, m, m + 1, 3 * m + 5, 64 << 10];
-    let mut rows = Vec::new();
     let mut word = 0u64;
     a.mr().fill(0);
     b.mr().fill(0);
+    // The header now and each row as soon as its operation and size finish: at --loss 0.3
+    // the whole table takes tens of seconds.
+    println!(
+        "{:<22} {:>7} {:>6} {:>11} {:>11} {:>11}  check",
+        "operation", "bytes", "msgs", "median us", "p99 us", "MB/s"
+    );
     let mut broken = false;
+    let mut interrupted = false;
+    let mut all_ok = true;
+    let mut msgs = 0;
     'ops: for op in Op::ALL {
         let sizes: &[u32] = if matches!(op, Op::CmpSwap | Op::FetchAdd) {
             &[8]
@@ -471,13 +554,14 @@ fn run_inner(args: &Args) -> Result<bool, String> {
             &sizes
         };
         for &size in sizes {
-            if broken {
+            if broken || interrupted {
                 break 'ops;
             }
+            let iters = args.iters as usize;
             let n = if size > 16 * m {
-                args.iters.div_ceil(4).max(5)
+                iters.div_ceil(4).max(5)
             } else {
-                args.iters
+                iters
             };
             let mut row = Row {
                 op,
@@ -486,8 +570,17 @@ fn run_inner(args: &Args) -> Result<bool, String> {
                 failures: Vec::new(),
             };
             for i in 0..n {
-                match one(&mut a, &mut b, op, size, i, &mut word) {
+                if stop.load(Ordering::Relaxed) {
+                    interrupted = true;
+                    break;
+                }
+                match one(&mut a, &mut b, op, size, i, &mut word, stop) {
                     Ok(l) => row.lat.push(l),
+                    // The message did not fail: SIGINT cut it short.
+                    Err(_) if stop.load(Ordering::Relaxed) => {
+                        interrupted = true;
+                        break;
+                    }
                     Err(e) => {
                         row.failures.push(format!("message {i}: {e}"));
                         if row.failures.len() >= 3 {
@@ -508,36 +601,19 @@ fn run_inner(args: &Args) -> Result<bool, String> {
                     break;
                 }
             }
-            rows.push(row);
-        }
-    }
-    println!(
-        "{:<22} {:>7} {:>6} {:>11} {:>11} {:>11}  check",
-        "operation", "bytes", "msgs", "median us", "p99 us", "MB/s"
-    );
-    let mut all_ok = true;
-    for r in &mut rows {
-        r.lat.sort();
-        let total: Duration = r.lat.iter().sum();
-        let mbps = if total.is_zero() {
-            0.0
-        } else {
-            f64::from(r.size) * r.lat.len() as f64 / total.as_secs_f64() / 1e6
-        };
-        let ok = r.failures.is_empty();
-        all_ok &= ok;
-        println!(
-            "{:<22} {:>7} {:>6} {:>11.1} {:>11.1} {:>11.2}  {}",
-            r.op.name(),
-            r.size,
-            r.lat.len(),
-            pct(&r.lat, 0.5).as_secs_f64() * 1e6,
-            pct(&r.lat, 0.99).as_secs_f64() * 1e6,
-            mbps,
-            if ok { "ok" } else { "FAILED" }
-        );
-        for f in &r.failures {
-            println!("    {f}");
+            msgs += row.lat.len();
+            // A row SIGINT cut before its first message has nothing to show.
+            if interrupted && row.lat.is_empty() && row.failures.is_empty() {
+                break 'ops;
+            }
+            all_ok &= print_row(&mut row, interrupted);
+            tracing::debug!(
+                op = op.name(),
+                size,
+                messages = row.lat.len(),
+                failures = row.failures.len(),
+                "row finished"
+            );
         }
     }
     for (name, n) in [("A", &a), ("B", &b)] {
@@ -570,11 +646,22 @@ fn run_inner(args: &Args) -> Result<bool, String> {
          solves for it from the ICRC (counter icrc_id_solved; a damaged packet passes with \
          probability 2^-16; see README)."
     );
-    let msgs: usize = rows.iter().map(|r| r.lat.len()).sum();
+    if interrupted {
+        println!(
+            "interrupted (SIGINT): {msgs} messages finished before it, {}",
+            if all_ok {
+                "every byte verified"
+            } else {
+                "see the rows marked FAILED"
+            }
+        );
+        return Ok(Outcome::Interrupted);
+    }
     if all_ok {
         println!("PASS: {msgs} messages, every byte verified");
+        Ok(Outcome::Pass)
     } else {
         println!("FAIL: see the rows marked FAILED");
+        Ok(Outcome::Fail)
     }
-    Ok(all_ok)
 }

@@ -15,6 +15,10 @@ use clap::{Parser, Subcommand};
     about = "A user-space RoCEv2 software NIC and its tools"
 )]
 struct Cli {
+    /// More log lines on stderr: -v info, -vv debug (the exchange steps), -vvv trace.
+    /// RUST_LOG, when set, takes precedence (e.g. RUST_LOG=roce_emu::cli=debug).
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -40,9 +44,41 @@ fn seconds(s: &str) -> Result<std::time::Duration, String> {
     }
 }
 
+/// Logging through `tracing` to stderr (stdout is the tools' output, which scripts parse):
+/// warnings only by default, more with each `-v`, or whatever `RUST_LOG` says.
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let (filter, bad_env) = match from_env.map(|v| EnvFilter::try_new(&v).map_err(|e| (v, e))) {
+        Some(Ok(f)) => (f, None),
+        Some(Err(bad)) => (EnvFilter::new(level), Some(bad)),
+        None => (EnvFilter::new(level), None),
+    };
+    let stderr = std::io::stderr();
+    let ansi = std::io::IsTerminal::is_terminal(&stderr);
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
+    if let Some((v, e)) = bad_env {
+        tracing::warn!("RUST_LOG={v:?} ignored ({e}); using {level}");
+    }
+}
+
 /// Runs the command line; returns the process exit status.
 pub fn main() -> i32 {
     let cli = Cli::parse();
+    init_logging(cli.verbose);
+    tracing::debug!(command = ?cli.command, "starting");
     match cli.command {
         Command::Pcap(args) => pcap::run(&args),
         Command::Demo(args) => demo::run(&args),

@@ -43,8 +43,11 @@ pub enum LocateError {
 }
 
 /// The server's addresses (for a client) and this NIC's address: `--bind` if given, else
-/// 127.0.0.1 for a server and 127.0.0.2 for a client of a loopback server; a client of
-/// any other server must say which of its addresses the server can reach.
+/// 127.0.0.1 for a server and 127.0.0.2 for a client of a loopback server; ::1 for a client
+/// of a server named only by IPv6 loopback addresses (the server's GID is then IPv6, and
+/// the GIDs of both sides must be of one family; IPv6 loopback has no second address, so
+/// this works only when the server's NIC is on another IPv6 address of this machine); a
+/// client of any other server must say which of its addresses the server can reach.
 pub fn locate(
     server: Option<&str>,
     port: u16,
@@ -64,8 +67,13 @@ pub fn locate(
     };
     let ip = match (bind, &addrs, server) {
         (Some(ip), _, _) => ip,
+        // `localhost` may resolve to ::1 and 127.0.0.1: IPv4 then, as before.
         (None, Some(a), _) if !a.is_empty() && a.iter().all(|a| a.ip().is_loopback()) => {
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+            if a.iter().all(SocketAddr::is_ipv6) {
+                IpAddr::V6(Ipv6Addr::LOCALHOST)
+            } else {
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))
+            }
         }
         (None, Some(_), Some(name)) => {
             return Err(LocateError::BindRequired {
@@ -93,7 +101,10 @@ pub fn connect(target: &str, addrs: &[SocketAddr], wait: Duration) -> Result<Tcp
                     let _ = s.set_nodelay(true);
                     return Ok(s);
                 }
-                Err(e) => last = e,
+                Err(e) => {
+                    tracing::trace!("connecting to {a}: {e}");
+                    last = e;
+                }
             }
         }
         if addrs.is_empty() || Instant::now() >= deadline {
@@ -117,13 +128,35 @@ pub fn connect(target: &str, addrs: &[SocketAddr], wait: Duration) -> Result<Tcp
 /// even for an IPv6 GID; `[::]` where there is no IPv4) and accepts one client, waiting at
 /// most `wait` when given. The listener is closed before returning.
 pub fn accept(port: u16, wait: Option<Duration>) -> Result<(TcpStream, SocketAddr), OobError> {
+    accept_for(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port, wait)
+}
+
+/// `accept` for a NIC on `bind`: an IPv6 NIC listens on `[::]:port`, which on Linux also
+/// takes IPv4 clients (IPv4-mapped; `bindv6only` is 0 unless the host changed it), so a
+/// client that reaches the server only by its IPv6 address (`pingpong ::1`) connects.
+/// rc_pingpong's 0.0.0.0 would refuse it, and the one client it accepts is then gone.
+pub fn accept_for(
+    bind: IpAddr,
+    port: u16,
+    wait: Option<Duration>,
+) -> Result<(TcpStream, SocketAddr), OobError> {
     let v4 = SocketAddr::from((Ipv4Addr::UNSPECIFIED, port));
-    let listener = TcpListener::bind(v4)
+    let v6 = SocketAddr::from((Ipv6Addr::UNSPECIFIED, port));
+    let (first, second) = if bind.is_ipv6() { (v6, v4) } else { (v4, v6) };
+    // The other family only where this one does not exist on the host.
+    let listener = TcpListener::bind(first)
         .or_else(|e| match e.kind() {
-            ErrorKind::AddrNotAvailable => TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)),
+            ErrorKind::AddrNotAvailable => TcpListener::bind(second),
             _ => Err(e),
         })
-        .map_err(|source| OobError::Listen { addr: v4, source })?;
+        .map_err(|source| OobError::Listen {
+            addr: first,
+            source,
+        })?;
+    tracing::debug!(
+        "listening on TCP {}",
+        listener.local_addr().map_or(first, |a| a)
+    );
     let accept_err = |source| OobError::Accept { port, source };
     let (s, peer) = match wait {
         None => listener.accept().map_err(accept_err)?,

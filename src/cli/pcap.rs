@@ -1,4 +1,5 @@
-//! `roce-emu pcap FILE`: decode every frame of a capture.
+//! `roce-emu pcap FILE`: decode every frame of a capture (`-`: standard input, so
+//! `tcpdump -w - | roce-emu pcap -` works).
 //!
 //! Reads classic pcap and pcapng (pcap-file crate); links Ethernet, raw IP and Linux
 //! cooked captures. One line per frame, or with `--json` one JSON object per frame with
@@ -10,12 +11,13 @@ use pcap_file::pcap::PcapReader;
 use pcap_file::pcapng::{Block, PcapNgReader};
 use pcap_file::DataLink;
 use serde_json::{json, Map, Value};
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The capture to read (pcap or pcapng).
+    /// The capture to read (pcap or pcapng); `-` reads standard input.
     pub file: PathBuf,
     /// One JSON object per frame instead of text.
     #[arg(long)]
@@ -32,6 +34,10 @@ pub enum PcapError {
     },
     #[error("not a pcap or pcapng file (magic number {0:02x?})")]
     NotPcap([u8; 4]),
+    #[error("empty: no pcap header")]
+    Empty,
+    #[error("only {0} bytes: too short for a pcap header")]
+    Short(usize),
     #[error("capture unreadable after frame {after}: {source}")]
     Format {
         after: usize,
@@ -68,10 +74,11 @@ pub fn for_each_frame(
     bytes: &[u8],
     mut each: impl FnMut(usize, Option<Link>, &[u8]),
 ) -> Result<usize, PcapError> {
-    let magic: [u8; 4] = bytes
-        .get(..4)
-        .and_then(|m| m.try_into().ok())
-        .ok_or(PcapError::NotPcap([0; 4]))?;
+    let magic: [u8; 4] = match bytes.get(..4).and_then(|m| m.try_into().ok()) {
+        Some(m) => m,
+        None if bytes.is_empty() => return Err(PcapError::Empty),
+        None => return Err(PcapError::Short(bytes.len())),
+    };
     let mut n = 0;
     let fmt_err = |after, source| PcapError::Format { after, source };
     if magic == PCAPNG_MAGIC {
@@ -152,7 +159,7 @@ pub fn decode_capture(bytes: &[u8], json: bool, out: &mut dyn Write) -> Result<S
             let res = if json {
                 writeln!(out, "{}", to_json(n, &d))
             } else {
-                writeln!(out, "{n} {d}")
+                writeln!(out, "{n} {}", text_line(&d))
             };
             out_ok = res.is_ok();
         }
@@ -160,7 +167,41 @@ pub fn decode_capture(bytes: &[u8], json: bool, out: &mut dyn Write) -> Result<S
     Ok(s)
 }
 
-/// The JSON object of one frame. Keys follow the list; numbers are JSON numbers.
+/// One frame as text: `FrameDecode`'s line, with each address and port written as a
+/// socket address, so IPv6 ones are bracketed (`[::1]:4791`, not the ambiguous `::1:4791`).
+// The line is `wire::pretty`'s (not this module's to change); only its leading
+// `SRC:PORT -> DST:PORT ` is rewritten, and left as it is should that ever change.
+pub fn text_line(d: &FrameDecode<'_>) -> String {
+    let line = d.to_string();
+    let FrameDecode::Roce(r) = d else {
+        return line;
+    };
+    let (src, dst) = (r.frame.ip.src(), r.frame.ip.dst());
+    if src.is_ipv4() && dst.is_ipv4() {
+        return line;
+    }
+    let (sport, dport) = (r.frame.udp.source_port(), r.frame.udp.destination_port());
+    let plain = format!("{src}:{sport} -> {dst}:{dport} ");
+    match line.strip_prefix(&plain) {
+        Some(rest) => format!(
+            "{} -> {} {rest}",
+            SocketAddr::new(src, sport),
+            SocketAddr::new(dst, dport)
+        ),
+        None => line,
+    }
+}
+
+/// A 64-bit field as a JSON string, `"0x..."`: jq (and JavaScript) read JSON numbers as
+/// doubles, which keep 53 bits, so a VA like 0x7f00_0000_0001_2345 or an atomic operand
+/// would come out altered. The 32-bit and smaller fields stay numbers.
+fn u64_json(v: u64) -> Value {
+    Value::String(format!("{v:#x}"))
+}
+
+/// The JSON object of one frame. Keys follow the list; numbers are JSON numbers,
+/// except the 64-bit fields (`reth.va`, `atomiceth.va`, `.swap_add`, `.compare`,
+/// `atomicacketh.orig`), which are `"0x..."` strings (see `u64_json`).
 pub fn to_json(n: usize, d: &FrameDecode<'_>) -> Value {
     let mut o = Map::new();
     o.insert("frame".into(), json!(n));
@@ -210,7 +251,7 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
             if let Some(h) = &p.reth {
                 o.insert(
                     "reth".into(),
-                    json!({"va": h.va, "rkey": h.rkey, "dma_len": h.dma_len}),
+                    json!({"va": u64_json(h.va), "rkey": h.rkey, "dma_len": h.dma_len}),
                 );
             }
             if let Some(h) = &p.aeth {
@@ -222,11 +263,16 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
             if let Some(h) = &p.atomic_eth {
                 o.insert(
                     "atomiceth".into(),
-                    json!({"va": h.va, "rkey": h.rkey, "swap_add": h.swap_add, "compare": h.compare}),
+                    json!({
+                        "va": u64_json(h.va),
+                        "rkey": h.rkey,
+                        "swap_add": u64_json(h.swap_add),
+                        "compare": u64_json(h.compare),
+                    }),
                 );
             }
             if let Some(h) = &p.atomic_ack_eth {
-                o.insert("atomicacketh".into(), json!({"orig": h.orig}));
+                o.insert("atomicacketh".into(), json!({"orig": u64_json(h.orig)}));
             }
             if let Some(h) = &p.immdt {
                 o.insert("immdt".into(), json!({"imm": h.imm}));
@@ -246,32 +292,56 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
     }
 }
 
+/// What `args.file` names, for messages: `-` is standard input.
+fn display_name(file: &Path) -> String {
+    if file == Path::new("-") {
+        "standard input".to_string()
+    } else {
+        file.display().to_string()
+    }
+}
+
+/// The whole capture: the file, or standard input for `-`.
+fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
+    if file == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut bytes)?;
+        Ok(bytes)
+    } else {
+        std::fs::read(file)
+    }
+}
+
 /// `roce-emu pcap`.
 pub fn run(args: &Args) -> i32 {
-    let bytes = match std::fs::read(&args.file) {
+    let name = display_name(&args.file);
+    let bytes = match read_input(&args.file) {
         Ok(b) => b,
         Err(source) => {
-            let e = PcapError::Io {
-                path: args.file.display().to_string(),
-                source,
-            };
+            let e = PcapError::Io { path: name, source };
             eprintln!("roce-emu pcap: {e}");
             return 2;
         }
     };
+    tracing::debug!(bytes = bytes.len(), "read {name}");
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let res = decode_capture(&bytes, args.json, &mut out);
     let _ = out.flush();
     match res {
+        // "FILE is empty: no pcap header", plainly.
+        Err(e @ (PcapError::Empty | PcapError::Short(_))) => {
+            eprintln!("roce-emu pcap: {name} is {e}");
+            2
+        }
         Err(e) => {
-            eprintln!("roce-emu pcap: {}: {e}", args.file.display());
+            eprintln!("roce-emu pcap: {name}: {e}");
             2
         }
         Ok(s) => {
             eprintln!(
                 "{}: {} frames, {} RoCEv2, {} skipped, {} malformed, {} bad ICRC",
-                args.file.display(),
+                name,
                 s.frames,
                 s.roce,
                 s.skipped,

@@ -21,9 +21,10 @@
 //!
 //! What differs: the NIC's GID is its IP address (`--bind`; an IPv4 address as the
 //! IPv4-mapped `::ffff:a.b.c.d`, which is rxe's GID for it), so `-g` is accepted and
-//! ignored; `-l` too (no VLAN priority on a UDP socket). The server listens on
-//! 0.0.0.0:PORT as rc_pingpong does (even for an IPv6 GID) and waits for a client as long
-//! as `--wait` says (default: forever, as rc_pingpong); every later wait is bounded: the
+//! ignored; `-l` too (no VLAN priority on a UDP socket), and `-d`/`-i` (one device, one
+//! port). The server listens on 0.0.0.0:PORT as rc_pingpong does, but on [::]:PORT
+//! (dual-stack) when its GID is IPv6, so a client that names it by its IPv6 address
+//! connects; it waits for a client as long as `--wait` says (default: forever, as rc_pingpong); every later wait is bounded: the
 //! client's connection attempts (`--wait`, default 5 s), each step of the exchange and any
 //! stretch of traffic without a completion (`--timeout`). Any failure, a wrong `-c` check
 //! included, exits with status 1 (rc_pingpong only prints `invalid data in page N`). The
@@ -31,6 +32,7 @@
 //! rc_pingpong busy-polls its CQ.
 
 use super::oob::{self, LocateError, OobError};
+use crate::backend::BackendError;
 use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::engine::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
@@ -89,11 +91,19 @@ pub struct Args {
     /// GID index (accepted for compatibility; the GID is the --bind address).
     #[arg(short = 'g', long = "gid-idx")]
     pub gid_idx: Option<i32>,
+    /// IB device (accepted for compatibility with rc_pingpong scripts and ignored: the NIC
+    /// is the one bound to --bind).
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ib_dev: Option<String>,
+    /// IB port (accepted for compatibility and ignored: the NIC has one port).
+    #[arg(short = 'i', long = "ib-port", value_name = "PORT")]
+    pub ib_port: Option<u32>,
     /// Validate the received buffer, as rc_pingpong -c does.
     #[arg(short = 'c', long = "chk")]
     pub chk: bool,
     /// This NIC's IP address (its GID): UDP port 4791 is bound there. Default: 127.0.0.1 for
-    /// the server, 127.0.0.2 for a client of a loopback server; required otherwise.
+    /// the server, 127.0.0.2 for a client of a loopback server (::1 if the server is named
+    /// by IPv6 loopback only); required otherwise. An IPv6 server listens on TCP [::].
     #[arg(long)]
     pub bind: Option<IpAddr>,
     /// Seconds the client keeps trying to connect (default 5) or the server waits for a
@@ -137,8 +147,12 @@ pub enum RecordError {
     Length(usize),
     #[error("it is not NUL-terminated")]
     NoNul,
-    #[error("it is not ASCII text")]
-    NotText,
+    #[error("its {field} field has the byte {byte:#04x} at offset {at}, which is not ASCII text")]
+    NotAscii {
+        field: &'static str,
+        at: usize,
+        byte: u8,
+    },
     #[error("it has {0} ':'-separated fields, not 4 (lid:qpn:psn:gid)")]
     Fields(usize),
     #[error("its {field} field {text:?} is not hexadecimal")]
@@ -172,21 +186,31 @@ impl Dest {
         rec
     }
 
-    /// Reads a record: the text up to its NUL, four hexadecimal fields.
+    /// Reads a record: the text up to its NUL, four hexadecimal fields. Every byte comes
+    /// from the peer, so every check works on bytes (never on `str` offsets, which may fall
+    /// inside a multibyte character) and any input gives a value or an error, never a panic.
     pub fn from_record(rec: &[u8]) -> Result<Dest, RecordError> {
         if rec.len() != RECORD_LEN {
             return Err(RecordError::Length(rec.len()));
         }
         let end = rec.iter().position(|&b| b == 0).ok_or(RecordError::NoNul)?;
-        let text = std::str::from_utf8(&rec[..end]).map_err(|_| RecordError::NotText)?;
-        let fields: Vec<&str> = text.split(':').collect();
+        let text = &rec[..end];
+        if let Some(at) = text.iter().position(|b| !b.is_ascii()) {
+            let colons = text[..at].iter().filter(|&&b| b == b':').count();
+            return Err(RecordError::NotAscii {
+                field: FIELDS.get(colons).copied().unwrap_or("text after the GID"),
+                at,
+                byte: text[at],
+            });
+        }
+        let fields: Vec<&[u8]> = text.split(|&b| b == b':').collect();
         let [lid, qpn, psn, gid] = fields[..] else {
             return Err(RecordError::Fields(fields.len()));
         };
-        let num = |field: &'static str, t: &str, bits: u32| -> Result<u32, RecordError> {
+        let num = |field: &'static str, t: &[u8], bits: u32| -> Result<u32, RecordError> {
             let v = hex(t).ok_or_else(|| RecordError::Hex {
                 field,
-                text: t.to_string(),
+                text: String::from_utf8_lossy(t).into_owned(),
             })?;
             if v >> bits != 0 {
                 return Err(RecordError::Range {
@@ -204,11 +228,10 @@ impl Dest {
             return Err(RecordError::GidLength(gid.len()));
         }
         let mut g = [0u8; 16];
-        for (i, b) in g.iter_mut().enumerate() {
-            let t = &gid[2 * i..2 * i + 2];
-            *b = hex(t).ok_or_else(|| RecordError::Hex {
+        for (b, pair) in g.iter_mut().zip(gid.chunks_exact(2)) {
+            *b = hex(pair).ok_or_else(|| RecordError::Hex {
                 field: "GID",
-                text: gid.to_string(),
+                text: String::from_utf8_lossy(gid).into_owned(),
             })? as u8;
         }
         Ok(Dest {
@@ -225,12 +248,19 @@ impl Dest {
     }
 }
 
+/// The record's fields in order, to name where a bad byte sits.
+const FIELDS: [&str; 4] = ["LID", "QPN", "PSN", "GID"];
+
 /// Hexadecimal digits only (no sign, prefix or spaces), at most 16 of them.
-fn hex(t: &str) -> Option<u64> {
-    if t.is_empty() || t.len() > 16 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+fn hex(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 16 {
         return None;
     }
-    u64::from_str_radix(t, 16).ok()
+    // Digit by digit: `from_str_radix` would also take a leading '+'.
+    t.iter().try_fold(0u64, |v, &b| {
+        let d = char::from(b).to_digit(16)?;
+        Some(v << 4 | u64::from(d))
+    })
 }
 
 /// The GID of a NIC whose address is `ip`: IPv4 as IPv4-mapped (rxe's GID for an IPv4
@@ -271,6 +301,13 @@ pub enum PingpongError {
          address of the peer's family (or run the peer with the matching -g index)"
     )]
     Family { bind: IpAddr, peer: Ipv6Addr },
+    #[error(
+        "opening the NIC: {source}: IPv6 loopback has one address, ::1, and the server's NIC \
+         holds its UDP port 4791 (on one machine the two NICs need two addresses): give this \
+         client --bind with another IPv6 address of this machine (as root: `ip -6 addr add \
+         fd00::2/128 dev lo`), or run the server with --bind on such an address"
+    )]
+    V6LoopbackTaken { source: verbs::Error },
     #[error("{what}: {source}")]
     Verbs {
         what: &'static str,
@@ -405,7 +442,21 @@ fn run_inner(args: &Args) -> Result<()> {
     let (addrs, bind) = oob::locate(args.server.as_deref(), args.port, args.bind)?;
     let server = args.server.as_deref().zip(addrs);
 
-    let mut pp = Pingpong::new(args, bind, mtu)?;
+    tracing::debug!(?bind, server = ?args.server, "this NIC's address");
+    if args.ib_dev.is_some() || args.ib_port.is_some() {
+        tracing::info!("-d/-i ignored: the NIC is the one on {bind}");
+    }
+    let mut pp = Pingpong::new(args, bind, mtu).map_err(|e| match e {
+        // The default client address of an IPv6 loopback server is ::1, which the server
+        // itself holds when both run here: say what to do instead.
+        PingpongError::Verbs {
+            source: source @ verbs::Error::Port(BackendError::Bind { .. }),
+            ..
+        } if args.bind.is_none() && bind == IpAddr::V6(Ipv6Addr::LOCALHOST) => {
+            PingpongError::V6LoopbackTaken { source }
+        }
+        e => e,
+    })?;
     // rc_pingpong posts its receives before the exchange.
     pp.routs = pp.post_recv(pp.rx_depth);
     if let Some(source) = pp.recv_error.take() {
@@ -432,7 +483,7 @@ fn run_inner(args: &Args) -> Result<()> {
             pp.connect(&my, &rem, rem_peer(&rem, bind, Some(peer))?)?;
             rem
         }
-        None => server_exchange(args.port, wait, timeout, &my, |rem, peer| {
+        None => server_exchange(bind, args.port, wait, timeout, &my, |rem, peer| {
             let ip = rem_peer(rem, bind, Some(peer))?;
             pp.connect(&my, rem, ip)
         })?,
@@ -460,6 +511,7 @@ fn run_inner(args: &Args) -> Result<()> {
     let start = Instant::now();
     pp.run_loop(timeout)?;
     let elapsed = start.elapsed();
+    tracing::debug!(?elapsed, "traffic done; answering the peer's last packets");
     pp.linger();
     if let Some(path) = &args.pcap {
         eprintln!("{}", pp.ctx.capture_summary(path));
@@ -600,6 +652,7 @@ fn client_exchange(
         other => PingpongError::Oob(other),
     })?;
     let peer = s.peer_addr().unwrap_or(addrs[0]);
+    tracing::debug!(%peer, "connected to the server");
     let secs = timeout.as_secs_f64();
     let set = s
         .set_read_timeout(Some(timeout))
@@ -612,6 +665,7 @@ fn client_exchange(
         "server",
         "",
     ))?;
+    tracing::debug!(?my, "sent our address record");
     let mut rec = [0u8; RECORD_LEN];
     s.read_exact(&mut rec).map_err(io_step(
         peer,
@@ -621,21 +675,25 @@ fn client_exchange(
         " (it could not connect its QP to ours? see its output)",
     ))?;
     let rem = parse_record(peer, &rec)?;
+    tracing::debug!(?rem, "read the server's address record");
     s.write_all(DONE)
         .map_err(io_step(peer, "sending \"done\"", secs, "server", ""))?;
+    tracing::debug!("sent \"done\": exchange finished");
     Ok((rem, peer))
 }
 
 /// The server's side: accept one client (within `wait` if given), read its record, connect
 /// the QP (`connect`), then answer with our record and read the client's `done\0`.
 fn server_exchange(
+    bind: IpAddr,
     port: u16,
     wait: Option<Duration>,
     timeout: Duration,
     my: &Dest,
     connect: impl FnOnce(&Dest, SocketAddr) -> Result<()>,
 ) -> Result<Dest> {
-    let (mut s, peer) = oob::accept(port, wait)?;
+    let (mut s, peer) = oob::accept_for(bind, port, wait)?;
+    tracing::debug!(%peer, "client connected");
     let secs = timeout.as_secs_f64();
     let set = s
         .set_read_timeout(Some(timeout))
@@ -645,6 +703,7 @@ fn server_exchange(
     s.read_exact(&mut rec)
         .map_err(io_step(peer, "reading its address", secs, "client", ""))?;
     let rem = parse_record(peer, &rec)?;
+    tracing::debug!(?rem, "read the client's address record");
     connect(&rem, peer)?;
     s.write_all(&my.to_record()).map_err(io_step(
         peer,
@@ -667,6 +726,7 @@ fn server_exchange(
             got: String::from_utf8_lossy(&done).into_owned(),
         });
     }
+    tracing::debug!("read \"done\": exchange finished");
     Ok(rem)
 }
 
@@ -762,6 +822,13 @@ impl Pingpong {
     /// rc_pingpong's `pp_connect_ctx`: RTR then RTS toward the peer.
     fn connect(&mut self, my: &Dest, rem: &Dest, peer: IpAddr) -> Result<()> {
         self.peer = peer;
+        tracing::debug!(
+            qpn = self.qpn,
+            %peer,
+            dest_qpn = rem.qpn,
+            mtu = self.mtu.bytes(),
+            "moving the QP to RTR and RTS"
+        );
         let rtr = QpAttr::rtr(peer, self.mtu, rem.qpn, Psn::new(rem.psn), 1, 12);
         self.ctx
             .modify_qp(self.qpn, &rtr)

@@ -1,0 +1,171 @@
+//! `roce-emu pingpong` over IPv6, end to end, and rc_pingpong's device options.
+//!
+//! IPv6 loopback has one address, ::1, and a NIC holds UDP port 4791 of its address, so
+//! two NICs on one machine need a second IPv6 address; adding one (`ip -6 addr add`) takes
+//! root. The test therefore runs both sides in a network namespace of its own whose `lo`
+//! carries ::1, fd00::1 and fd00::2: SKIPPED loudly when not root or without `ip`, and a
+//! failure under CI.
+//!
+//! - server `--bind ::1`, client `--bind fd00::2 ::1`: the server listens on TCP [::] (it
+//!   used to listen on 0.0.0.0 only, refusing the client), both GIDs are IPv6;
+//! - server `--bind fd00::1`, client `::1` without --bind: the client's default address
+//!   for an IPv6 loopback server is ::1 (it used to be 127.0.0.2, an IPv4 GID);
+//! - server `--bind ::1`, client `::1` without --bind: ::1 is taken, a clear error that
+//!   says to give --bind.
+
+mod common;
+
+use common::proc::{finish, text};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn skip(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}: CI must run this test");
+    }
+    eprintln!("\n*** SKIPPED pingpong_ipv6: {why} ***\n");
+}
+
+/// A network namespace this test made, deleted when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new() -> Netns {
+        let name = format!("roceemu-v6-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            let ok = Command::new("ip")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip {}", args.join(" "));
+        };
+        ip(&["netns", "add", &name]);
+        let ns = Netns(name);
+        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
+        for a in ["fd00::1/128", "fd00::2/128"] {
+            ip(&["-n", &ns.0, "-6", "addr", "add", a, "dev", "lo", "nodad"]);
+        }
+        ns
+    }
+
+    /// `roce-emu pingpong ARGS` started inside the namespace.
+    fn pingpong(&self, args: &[&str]) -> std::process::Child {
+        Command::new("ip")
+            .args(["netns", "exec", &self.0, common::proc::BIN, "pingpong"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec roce-emu")
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// A server and a client, each with its own arguments; both waited for within `LIMIT`.
+fn pair(ns: &Netns, server: &[&str], client: &[&str]) -> (Output, Output) {
+    let common = ["-p", "18700", "-n", "20", "-s", "1024", "--timeout", "5"];
+    let mut s = common.to_vec();
+    s.extend(["--wait", "10"]);
+    s.extend(server);
+    let server = ns.pingpong(&s);
+    let mut c = common.to_vec();
+    c.extend(["--wait", "5"]);
+    c.extend(client);
+    let client = ns.pingpong(&c);
+    let client = finish(client, LIMIT, "client");
+    let server = finish(server, LIMIT, "server");
+    (server, client)
+}
+
+fn assert_ran(who: &str, out: &Output, local_gid: &str, remote_gid: &str) {
+    let (stdout, stderr) = text(out);
+    assert!(
+        out.status.success(),
+        "{who} exited {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    let line = |what: &str| {
+        stdout
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{who}: no {what:?} line in\n{stdout}"))
+            .to_string()
+    };
+    assert!(
+        line("local address:").ends_with(&format!("GID {local_gid}")),
+        "{who}:\n{stdout}"
+    );
+    assert!(
+        line("remote address:").ends_with(&format!("GID {remote_gid}")),
+        "{who}:\n{stdout}"
+    );
+    assert!(line(" iters in ").starts_with("20 iters in "), "{stdout}");
+}
+
+#[test]
+fn pingpong_over_ipv6_loopback() {
+    if !nix::unistd::geteuid().is_root() {
+        return skip("not root (a second IPv6 loopback address needs a namespace)");
+    }
+    if Command::new("ip").arg("-V").output().is_err() {
+        return skip("ip (iproute2) is not installed");
+    }
+    let ns = Netns::new();
+
+    // The server on ::1 (TCP on [::]), the client on the second address.
+    let (server, client) = pair(&ns, &["--bind", "::1"], &["--bind", "fd00::2", "::1"]);
+    assert_ran("server --bind ::1", &server, "::1", "fd00::2");
+    assert_ran("client --bind fd00::2 ::1", &client, "fd00::2", "::1");
+
+    // The client's default for a server named ::1: ::1, an IPv6 GID.
+    let (server, client) = pair(&ns, &["--bind", "fd00::1"], &["::1"]);
+    assert_ran("server --bind fd00::1", &server, "fd00::1", "::1");
+    assert_ran("client ::1", &client, "::1", "fd00::1");
+
+    // Both on ::1: the client cannot have it, and says what to do.
+    let server = ns.pingpong(&["-p", "18701", "--bind", "::1", "--wait", "3"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let client = ns.pingpong(&["-p", "18701", "--wait", "2", "::1"]);
+    let client = finish(client, LIMIT, "client ::1 beside a server on ::1");
+    let server = finish(server, LIMIT, "server --bind ::1 (no client)");
+    let (_, stderr) = text(&client);
+    eprintln!("client beside a server on ::1: {stderr}");
+    assert_eq!(client.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("[::1]:4791") && stderr.contains("--bind"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(server.status.code(), Some(1), "{}", text(&server).1);
+}
+
+/// `-d DEV` and `-i PORT`, as rc_pingpong scripts pass them, are accepted (and ignored):
+/// this server runs until `--wait` ends it for want of a client, instead of a usage error.
+#[test]
+fn device_options_are_accepted() {
+    let out = Command::new(common::proc::BIN)
+        .args(["pingpong", "-d", "rxe0", "-i", "1"])
+        .args(["--bind", "127.0.0.81", "-p", "18802"])
+        .args(["--wait", "0.3"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no client connected"), "{stderr}");
+    let help = Command::new(common::proc::BIN)
+        .args(["pingpong", "--help"])
+        .output()
+        .unwrap();
+    let help = text(&help).0;
+    assert!(
+        help.contains("--ib-dev") && help.contains("--ib-port"),
+        "{help}"
+    );
+}
