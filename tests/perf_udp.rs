@@ -326,9 +326,88 @@ fn check_catches_a_mismatched_run() {
         &["write", "-s", "64", "-n", "100", "--check"],
         &["write", "-s", "64", "-n", "99", "--check"],
     );
-    failed_with("server", &server, "--check");
+    // Not a --check failure: the runs differ, and the message says what to change.
+    failed_with("server", &server, "give both sides the same -n and -s");
+    let (_, stderr) = text(&server);
+    assert!(!stderr.contains("--check:"), "{stderr}");
     // The client finished its test; the server's refusal comes after.
     let _ = client;
+}
+
+/// `--lat --check`: every message of ib_write_lat and ib_send_lat carries the sender's
+/// pattern and the receiver verifies it; a peer that sends no pattern fails the check.
+#[test]
+fn latency_check_verifies_every_message() {
+    for (i, test) in ["write", "send"].into_iter().enumerate() {
+        let a = [test, "--lat", "--check", "-s", "300", "-n", "100"];
+        let (server, client) = pair("127.0.13.1", "127.0.13.2", 18760 + i as u16, &a, &a);
+        for (who, o) in [("client", &client), ("server", &server)] {
+            let (stdout, stderr) = text(o);
+            assert!(o.status.success(), "{who}: {stdout}\n{stderr}");
+            assert!(stdout.contains("Latency Test"), "{who}: {stdout}");
+            assert!(!stdout.contains("CQ Moderation"), "{who}: {stdout}");
+            assert!(
+                stdout.contains("--check: every byte verified"),
+                "{who}: {stdout}"
+            );
+        }
+    }
+    let (server, _) = pair(
+        "127.0.13.3",
+        "127.0.13.4",
+        18762,
+        &["write", "--lat", "--check", "-s", "64", "-n", "50"],
+        &["write", "--lat", "-s", "64", "-n", "50"],
+    );
+    failed_with("server", &server, "--check: message 1: byte 0 is 0x00");
+}
+
+/// Runs that do not match stall with a message that names the likely cause, not a
+/// reachability problem.
+#[test]
+fn mismatched_runs_name_the_cause() {
+    let (server, client) = pair(
+        "127.0.13.5",
+        "127.0.13.6",
+        18763,
+        &["send", "-n", "400"],
+        &["send", "-n", "200"],
+    );
+    failed_with("server", &server, "after 200 of 400 messages");
+    failed_with("server", &server, "stopped sending");
+    failed_with(
+        "client",
+        &client,
+        "is the server still waiting for messages",
+    );
+    let (_, client) = pair(
+        "127.0.13.7",
+        "127.0.13.8",
+        18764,
+        &["write", "-s", "4096", "-n", "100"],
+        &["send", "-s", "4096", "-n", "100"],
+    );
+    failed_with("client", &client, "answers with RNR NAKs");
+}
+
+#[test]
+fn a_server_without_a_client_says_to_start_one() {
+    let s = spawn(&strings(&[
+        "write",
+        "-p",
+        "18765",
+        "--wait",
+        "1",
+        "--bind",
+        "127.0.13.9",
+    ]));
+    let out = finish(s, Duration::from_secs(10), "server");
+    failed_with(
+        "server",
+        &out,
+        "no client connected to TCP port 18765 within 1 s",
+    );
+    failed_with("server", &out, "start the client");
 }
 
 #[test]
@@ -390,6 +469,10 @@ fn bad_options_are_named() {
         (
             &["write", "192.0.2.1"][..],
             "is not on this machine: give --bind IP",
+        ),
+        (
+            &["write", "-s", "4294967295"][..],
+            "-s 4294967295 is larger than a message can be",
         ),
     ] {
         let out = finish(spawn(&strings(args)), Duration::from_secs(10), "perf");

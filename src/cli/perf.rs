@@ -77,6 +77,15 @@ impl Test {
             Test::Atomic => "Atomic BW Test",
         }
     }
+    /// The banner title of ib_write_lat and ib_send_lat.
+    fn lat_title(self) -> &'static str {
+        match self {
+            Test::Write => "RDMA_Write Latency Test",
+            Test::Send => "Send Latency Test",
+            Test::Read => "RDMA_Read Latency Test",
+            Test::Atomic => "Atomic Latency Test",
+        }
+    }
     fn tool(self) -> &'static str {
         match self {
             Test::Write => "ib_write_bw",
@@ -208,6 +217,8 @@ pub enum PerfError {
     LatTest(Test),
     #[error("perf write --lat needs -s 1 or more: the last byte carries the turn")]
     LatSize,
+    #[error("-s {0} is larger than a message can be (2^31 bytes, IBA 9.4.1): give a smaller -s")]
+    SizeTooLarge(u32),
     #[error(
         "--recv-hold-us slows the receives of a send server (perf send, no --lat, no SERVER): \
          drop it here"
@@ -215,8 +226,8 @@ pub enum PerfError {
     RecvHold,
     #[error(transparent)]
     Locate(#[from] LocateError),
-    #[error("{0}: start the server first (`roce-emu perf` or `{1}` without a SERVER), check -p")]
-    Oob(OobError, &'static str),
+    #[error("{source}{hint}")]
+    Oob { source: OobError, hint: String },
     #[error(
         "no answer from the peer {peer} within {secs} s while {doing}: is it {tool} (or roce-emu \
          perf with the same test) with the same -p, running as the {role}?"
@@ -281,22 +292,39 @@ pub enum PerfError {
         state: QpState,
         hint: &'static str,
     },
-    #[error(
-        "no progress for {secs} s after {done} of {iters} messages: the peer stopped, or \
-         {peer} and {local} cannot reach each other on UDP port 4791"
-    )]
+    #[error("no progress for {secs} s after {done} of {iters} messages{hint}")]
     Stalled {
         secs: f64,
         done: u64,
         iters: u64,
-        peer: IpAddr,
-        local: IpAddr,
+        hint: String,
     },
     #[error("--check: {0} (did the peer run roce-emu perf with --check too?)")]
     Check(String),
+    /// The two sides do not run the same test (found without --check).
+    #[error("{0}")]
+    Mismatch(String),
 }
 
 type Result<T, E = PerfError> = std::result::Result<T, E>;
+
+/// An exchange set-up error with what to do about it, which depends on the side.
+fn oob_err(tool: &'static str) -> impl FnOnce(OobError) -> PerfError {
+    move |source| {
+        let hint = match &source {
+            OobError::Connect { .. } => format!(
+                ": start the server first (`roce-emu perf` or `{tool}` without a SERVER), \
+                 check -p"
+            ),
+            OobError::NoClient { .. } => format!(
+                ": start the client (`roce-emu perf ... SERVER` or `{tool} SERVER`, with this \
+                 machine's address and the same -p), or give --wait more seconds"
+            ),
+            _ => String::new(),
+        };
+        PerfError::Oob { source, hint }
+    }
+}
 
 fn verbs<E: Into<verbs::Error>>(what: &'static str) -> impl FnOnce(E) -> PerfError {
     move |source| PerfError::Verbs {
@@ -615,8 +643,7 @@ impl Nic {
                 secs: p.timeout.as_secs_f64(),
                 done,
                 iters: p.iters,
-                peer: self.peer,
-                local: self.bind,
+                hint: self.stall_hint(),
             });
         }
         self.ctx
@@ -631,6 +658,28 @@ impl Nic {
             addr: IOVA + off,
             length: len,
             lkey: self.mr.lkey(),
+        }
+    }
+
+    /// Why traffic probably stopped, from what the NIC saw of the peer.
+    fn stall_hint(&self) -> String {
+        let c = self.ctx.counters();
+        let (peer, local) = (self.peer, self.bind);
+        if c.get(crate::engine::Counter::RcvdRnrErr) > 0 {
+            format!(
+                ": {peer} answers with RNR NAKs, it has no receive posted: is it a send server \
+                 (`roce-emu perf send` or ib_send_bw)? give both sides the same test"
+            )
+        } else if c.get(crate::engine::Counter::RcvdPkts) == 0 {
+            format!(
+                ": nothing at all came from {peer}: it cannot reach {local} on UDP port 4791, \
+                 or it does not run this test (give both sides the same test)"
+            )
+        } else {
+            format!(
+                ": {peer} stopped sending: did it end (see its output), or does it run a \
+                 different -n or test? (give both sides the same test, -n and -s)"
+            )
         }
     }
 
@@ -657,6 +706,37 @@ fn port_mtu(bind: IpAddr) -> Mtu {
 }
 
 /// The byte `--check` expects at `off` of a buffer filled with `seed`.
+/// `pattern` over `0..len`.
+fn pattern_bytes(seed: u8, len: u64) -> Vec<u8> {
+    (0..len).map(|i| pattern(i, seed)).collect()
+}
+
+/// Bytes of a latency message that carry data: a WRITE's last byte carries the turn.
+fn lat_data_len(test: Test, size: u32) -> u64 {
+    match test {
+        Test::Write => u64::from(size.saturating_sub(1)),
+        _ => u64::from(size),
+    }
+}
+
+/// `--check` of one latency message: `len` bytes at `off` are the peer's pattern.
+fn check_lat(mr: &MemoryRegion, off: u64, len: u64, seed: u8, k: u64) -> Result<()> {
+    let (at, end) = (off as usize, (off + len) as usize);
+    mr.with_bytes_in(at..end, |got| {
+        match got
+            .iter()
+            .enumerate()
+            .find(|&(j, &x)| x != pattern(j as u64, seed))
+        {
+            None => Ok(()),
+            Some((j, &x)) => Err(PerfError::Check(format!(
+                "message {k}: byte {j} is {x:#04x}, expected {:#04x}",
+                pattern(j as u64, seed)
+            ))),
+        }
+    })
+}
+
 fn pattern(off: u64, seed: u8) -> u8 {
     (off.wrapping_mul(131).wrapping_add(u64::from(seed)) % 251) as u8
 }
@@ -671,7 +751,7 @@ fn fill_pattern(mr: &MemoryRegion, seed: u8) {
 
 /// perftest's `INC`: `size` rounded up to whole cache lines (at least one).
 fn stride(size: u32, cache_line: u32) -> u64 {
-    u64::from(size.max(1).div_ceil(cache_line) * cache_line)
+    u64::from(size.max(1)).div_ceil(u64::from(cache_line)) * u64::from(cache_line)
 }
 
 /// Where message `i` goes (perftest's `increase_rem_addr`): step by `stride`, wrapping at
@@ -723,6 +803,9 @@ fn run_inner(args: &Args) -> Result<()> {
     if lat && test == Test::Write && size == 0 {
         return Err(PerfError::LatSize);
     }
+    if u64::from(size) > crate::engine::MAX_MSG {
+        return Err(PerfError::SizeTooLarge(size));
+    }
     let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 });
     for (v, what) in [
         (iters, "-n (iterations)"),
@@ -755,7 +838,7 @@ fn run_inner(args: &Args) -> Result<()> {
         Some((name, addrs)) => {
             let target = format!("{name}:{}", args.port);
             let w = wait.unwrap_or(Duration::from_secs_f64(DEFAULT_CONNECT_WAIT));
-            let s = oob::connect(&target, addrs, w).map_err(|e| PerfError::Oob(e, tool))?;
+            let s = oob::connect(&target, addrs, w).map_err(oob_err(tool))?;
             let peer = s.peer_addr().unwrap_or(addrs[0]);
             (s, peer, true)
         }
@@ -763,7 +846,7 @@ fn run_inner(args: &Args) -> Result<()> {
             if !args.json {
                 println!("Waiting for client to connect... (TCP port {})", args.port);
             }
-            let (s, peer) = oob::accept(args.port, wait).map_err(|e| PerfError::Oob(e, tool))?;
+            let (s, peer) = oob::accept_for(bind, args.port, wait).map_err(oob_err(tool))?;
             (s, peer, false)
         }
     };
@@ -846,6 +929,16 @@ fn run_inner(args: &Args) -> Result<()> {
     if test == Test::Atomic || lat {
         // Atomics count from 0; ib_write_lat's turn byte starts at 0.
         mr.fill(0);
+        if lat && args.check {
+            // What this side sends carries its pattern (WRITE: all but the turn byte).
+            let seed = if client { CLIENT_SEED } else { SERVER_SEED };
+            let n = lat_data_len(test, size);
+            mr.write(IOVA, &pattern_bytes(seed, n))
+                .map_err(|source| PerfError::Mem {
+                    size: buf_len,
+                    source: source.into(),
+                })?;
+        }
     } else {
         fill_pattern(&mr, if client { CLIENT_SEED } else { SERVER_SEED });
     }
@@ -975,7 +1068,13 @@ fn run_inner(args: &Args) -> Result<()> {
         let half = lat_half(size, cycle);
         let r = lat_traffic(&mut nic, &plan, &rem, client, half, server_recv.as_mut())?;
         if test == Test::Send {
-            oob.hand_shake(Some(&mut nic), &me, "closing")?;
+            // A send server still waiting for messages never reaches this step: say so.
+            let closing = if client && test == Test::Send {
+                "closing (is the server still waiting for messages? give both sides the same -n)"
+            } else {
+                "closing"
+            };
+            oob.hand_shake(Some(&mut nic), &me, closing)?;
             let _ = oob.s.write_all(b"done\0");
         }
         // ib_write_lat just ends; either way the peer may still need our last ACK.
@@ -990,6 +1089,9 @@ fn run_inner(args: &Args) -> Result<()> {
             println!("{j}");
         } else {
             print_lat(&r);
+            if plan.check {
+                println!(" --check: every byte verified");
+            }
         }
         return Ok(());
     }
@@ -1017,7 +1119,13 @@ fn run_inner(args: &Args) -> Result<()> {
         theirs
     };
     // ctx_close_connection: one more hand shake, then "done" from each side.
-    oob.hand_shake(Some(&mut nic), &me, "closing")?;
+    // A send server still waiting for messages never reaches this step: say so.
+    let closing = if client && test == Test::Send {
+        "closing (is the server still waiting for messages? give both sides the same -n)"
+    } else {
+        "closing"
+    };
+    oob.hand_shake(Some(&mut nic), &me, closing)?;
     let _ = oob.s.write_all(b"done\0");
     nic.linger(Duration::from_millis(50), Duration::from_millis(500));
     if let Some(path) = &args.pcap {
@@ -1041,6 +1149,26 @@ fn run_inner(args: &Args) -> Result<()> {
 fn print_banner(test: Test, args: &Args, size: u32, mtu: Mtu, client: bool) {
     let line = "-".repeat(87);
     println!("{line}");
+    if args.lat {
+        // ib_write_lat / ib_send_lat: one message in flight, no CQ moderation; the client
+        // alone prints its TX depth (shared/captures/write_lat_s8.txt).
+        println!("                    {}", test.lat_title());
+        println!(" Connection type : RC\t\tUsing SRQ      : OFF");
+        if client {
+            println!(" TX depth        : 1");
+        }
+        println!(
+            " Mtu             : {}[B]\t\tMessage size   : {size}",
+            mtu.bytes()
+        );
+        println!(
+            " Iterations      : {}\t\t{}",
+            args.iters.unwrap_or(1000),
+            if client { "Client" } else { "Server" }
+        );
+        println!("{line}");
+        return;
+    }
     println!("                    {}", test.title());
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");
     println!(
@@ -1313,7 +1441,7 @@ fn check_range(mr: &MemoryRegion, off: u64, len: u32, seed: u8, what: &str) -> R
 /// The server's end check for WRITE and atomics, from the client's report (size, iters).
 fn server_check(nic: &Nic, p: &Plan, theirs: &Report) -> Result<()> {
     if theirs.size != u64::from(p.size) || theirs.iters != p.iters {
-        return Err(PerfError::Check(format!(
+        return Err(PerfError::Mismatch(format!(
             "the client ran {} x {} bytes, this side expected {} x {}: give both sides the same \
              -n and -s",
             theirs.iters, theirs.size, p.iters, p.size
@@ -1465,7 +1593,7 @@ fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) -> Result<Rep
                     ));
                 }
                 if c.byte_len != p.size {
-                    return Err(PerfError::Check(format!(
+                    return Err(PerfError::Mismatch(format!(
                         "message {} has {} bytes, expected -s {}: give both sides the same -s",
                         c.wr_id + 1,
                         c.byte_len,
@@ -1635,6 +1763,12 @@ fn lat_traffic(
     let mut posts = Vec::with_capacity(p.iters as usize);
     let (mut scnt, mut rcnt, mut ccnt, mut arrived) = (0u64, 0u64, 0u64, 0u64);
     let poll_at = IOVA + half + u64::from(p.size.max(1)) - 1;
+    let data_len = lat_data_len(p.test, p.size);
+    let (mine, theirs) = if client {
+        (CLIENT_SEED, SERVER_SEED)
+    } else {
+        (SERVER_SEED, CLIENT_SEED)
+    };
     let mut progress = Instant::now();
     let mut spin = Spin::new(nic.spin);
     while scnt < p.iters || rcnt < p.iters || ccnt < p.iters {
@@ -1657,6 +1791,10 @@ fn lat_traffic(
             if c.opcode == crate::engine::WcOpcode::Recv {
                 arrived += 1;
                 if let Some(r) = recv.as_deref_mut() {
+                    if p.check {
+                        let slot = (c.wr_id % r.depth) * p.geo.stride;
+                        check_lat(&nic.mr, slot, data_len, theirs, arrived)?;
+                    }
                     if r.posted < p.iters {
                         r.post_one(nic, p.size, &p.geo)?;
                     }
@@ -1674,6 +1812,9 @@ fn lat_traffic(
             // The peer's message k carries k's low byte (perftest's `(char)++scnt`).
             if b[0] == ((rcnt + 1) & 0xff) as u8 {
                 arrived = rcnt + 1;
+                if p.check {
+                    check_lat(&nic.mr, half, data_len, theirs, arrived)?;
+                }
             }
         }
         // Take in the peer's message, then send ours when it is our turn: the side that
@@ -1705,7 +1846,14 @@ fn lat_traffic(
                         },
                     }
                 }
-                _ => SendOp::Send,
+                _ => {
+                    if p.check {
+                        // A receive slot may share these bytes: put our pattern back. The
+                        // peer's next message cannot land before this one has left.
+                        let _ = nic.mr.write(IOVA, &pattern_bytes(mine, data_len));
+                    }
+                    SendOp::Send
+                }
             };
             nic.ctx
                 .post_send(
