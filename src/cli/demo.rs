@@ -4,10 +4,10 @@
 //! latency and throughput. `--loss P` drops that share of datagrams (seeded) on both
 //! sides and everything must still verify. Exit status 0 only if every check passed.
 
-use crate::driver::Spin;
-use crate::engine::*;
-use crate::mem::{Access, MemoryRegion, Sge};
+use crate::verbs::Spin;
+use crate::verbs::*;
 use crate::verbs::{self, Context, Device};
+use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::wire::Psn;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -203,7 +203,7 @@ fn wait(
     mut done: impl FnMut(&mut Nic, &mut Nic) -> Result<bool, String>,
 ) -> Result<bool, String> {
     let start = WallInstant::now();
-    let mut spin = Spin::new(Duration::from_micros(crate::driver::DEFAULT_SPIN_US));
+    let mut spin = Spin::new(Duration::from_micros(verbs::DEFAULT_SPIN_US));
     loop {
         if done(a, b)? {
             return Ok(true);

@@ -26,14 +26,14 @@
 
 use super::oob::{self, LocateError, OobError};
 use super::pingpong::{gid_to_ip, ip_to_gid, random_psn};
-use crate::backend::udp::{link_mtu, wait_readable};
-use crate::driver::{Spin, DEFAULT_SPIN_US};
-use crate::engine::{
+use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::{link_mtu, wait_readable};
+use crate::verbs::{Access, MemoryRegion, Sge};
+use crate::verbs::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote,
     SendFlags, SendOp, SendWr, WcStatus,
 };
-use crate::mem::{Access, MemoryRegion, Sge};
-use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::{Spin, DEFAULT_SPIN_US};
 use crate::wire::Psn;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -665,12 +665,12 @@ impl Nic {
     fn stall_hint(&self) -> String {
         let c = self.ctx.counters();
         let (peer, local) = (self.peer, self.bind);
-        if c.get(crate::engine::Counter::RcvdRnrErr) > 0 {
+        if c.get(verbs::Counter::RcvdRnrErr) > 0 {
             format!(
                 ": {peer} answers with RNR NAKs, it has no receive posted: is it a send server \
                  (`roce-emu perf send` or ib_send_bw)? give both sides the same test"
             )
-        } else if c.get(crate::engine::Counter::RcvdPkts) == 0 {
+        } else if c.get(verbs::Counter::RcvdPkts) == 0 {
             format!(
                 ": nothing at all came from {peer}: it cannot reach {local} on UDP port 4791, \
                  or it does not run this test (give both sides the same test)"
@@ -803,7 +803,7 @@ fn run_inner(args: &Args) -> Result<()> {
     if lat && test == Test::Write && size == 0 {
         return Err(PerfError::LatSize);
     }
-    if u64::from(size) > crate::engine::MAX_MSG {
+    if u64::from(size) > verbs::MAX_MSG {
         return Err(PerfError::SizeTooLarge(size));
     }
     let iters = args.iters.unwrap_or(if lat { 1000 } else { 5000 });
@@ -1788,7 +1788,7 @@ fn lat_traffic(
                     nic.peer,
                 ));
             }
-            if c.opcode == crate::engine::WcOpcode::Recv {
+            if c.opcode == verbs::WcOpcode::Recv {
                 arrived += 1;
                 if let Some(r) = recv.as_deref_mut() {
                     if p.check {

@@ -32,14 +32,13 @@
 //! rc_pingpong busy-polls its CQ.
 
 use super::oob::{self, LocateError, OobError};
-use crate::backend::BackendError;
-use crate::driver::{Spin, DEFAULT_SPIN_US};
-use crate::engine::{
+use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::{Access, MemoryRegion, Sge};
+use crate::verbs::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
     SendOp, SendWr, WcStatus,
 };
-use crate::mem::{Access, MemoryRegion, Sge};
-use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::{Spin, DEFAULT_SPIN_US};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
@@ -450,7 +449,7 @@ fn run_inner(args: &Args) -> Result<()> {
         // The default client address of an IPv6 loopback server is ::1, which the server
         // itself holds when both run here: say what to do instead.
         PingpongError::Verbs {
-            source: source @ verbs::Error::Port(BackendError::Bind { .. }),
+            source: source @ verbs::Error::Port(verbs::BackendError::Bind { .. }),
             ..
         } if args.bind.is_none() && bind == IpAddr::V6(Ipv6Addr::LOCALHOST) => {
             PingpongError::V6LoopbackTaken { source }

@@ -29,19 +29,24 @@ mod channel;
 mod progress;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
+pub use crate::backend::BackendError;
 pub use crate::driver::{Spin, DEFAULT_SPIN_US};
 pub use channel::CompChannel;
+// The types of the verbs calls, so a program (the tools, the C ABI) needs nothing else.
+pub use crate::engine::{
+    AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
+    RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, MAX_MSG,
+};
+pub use crate::mem::{Access, Pd};
+pub use crate::mem::{Backing, MemoryRegion, Sge};
 
 use crate::backend::capture::{Capture, CaptureError};
 use crate::backend::fault::Lossy;
 use crate::backend::udp::UdpBackend;
-use crate::backend::{Backend, BackendError, PortStats};
+use crate::backend::{Backend, PortStats};
 use crate::driver::{Clock, Driver, IoStats};
-use crate::engine::{
-    AsyncEvent, Completion, Counters, Engine, EngineConfig, QpAttr, QpInit, QpState, RecvWr,
-    SendWr, VerbsError,
-};
-use crate::mem::{Access, Backing, Lkey, MemError, MemoryRegion, MrTable, Pd};
+use crate::engine::{Engine, EngineConfig, VerbsError};
+use crate::mem::{Lkey, MemError, MrTable};
 use progress::{Nic, Shared};
 use std::net::IpAddr;
 use std::path::PathBuf;
