@@ -6,7 +6,7 @@
 
 use crate::verbs::Spin;
 use crate::verbs::*;
-use crate::verbs::{self, Context, Device};
+use crate::verbs::{self, Context};
 use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::wire::Psn;
 use std::net::IpAddr;
@@ -37,13 +37,8 @@ pub struct Args {
     /// Seed of the loss rule.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Write every packet each NIC sends and receives to a pcap file: FILE with the NIC's
-    /// address added before the extension (demo-127.0.0.1.pcap, demo-127.0.0.2.pcap).
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
-    /// One UDP datagram per packet (no GSO trains).
-    #[arg(long)]
-    pub no_gso: bool,
+    #[command(flatten)]
+    pub nic: super::NicArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +95,8 @@ const MSG_DEADLINE: Duration = Duration::from_secs(20);
 
 struct Nic {
     ctx: Context,
+    /// `--spin-us`.
+    spin: Duration,
     mr: Arc<MemoryRegion>,
     cq: u32,
     qpn: u32,
@@ -139,13 +136,13 @@ struct Row {
 }
 
 fn nic(args: &Args, ip: IpAddr, iova: u64, seed: u64) -> Result<Nic, String> {
-    let mut dev = Device::new(ip);
+    let mut dev = args
+        .nic
+        .device(ip, args.nic.pcap.as_ref().map(|p| pcap_path(p, ip)));
     // As the Linux soft-RoCE does: retry_cnt 7 retries forever, so a lossy link delays
     // messages but never fails them (the IBA's finite count is the engine default).
     dev.engine.retry_cnt_7_infinite = true;
     dev.loss = (args.loss > 0.0).then_some((args.loss, seed));
-    dev.pcap = args.pcap.as_ref().map(|p| pcap_path(p, ip));
-    dev.gso = !args.no_gso;
     let ctx = dev.open().map_err(|e| e.to_string())?;
     let pd = ctx.alloc_pd();
     let mr = ctx
@@ -170,6 +167,7 @@ fn nic(args: &Args, ip: IpAddr, iova: u64, seed: u64) -> Result<Nic, String> {
         .map_err(|e| e.to_string())?;
     Ok(Nic {
         ctx,
+        spin: args.nic.spin(),
         mr,
         cq,
         qpn,
@@ -203,7 +201,7 @@ fn wait(
     mut done: impl FnMut(&mut Nic, &mut Nic) -> Result<bool, String>,
 ) -> Result<bool, String> {
     let start = WallInstant::now();
-    let mut spin = Spin::new(Duration::from_micros(verbs::DEFAULT_SPIN_US));
+    let mut spin = Spin::new(a.spin);
     loop {
         if done(a, b)? {
             return Ok(true);
@@ -634,7 +632,7 @@ fn run_inner(args: &Args, stop: &AtomicBool) -> Result<Outcome, String> {
             b.fault_dropped,
             b.tx_stalled
         );
-        if let Some(p) = &args.pcap {
+        if let Some(p) = &args.nic.pcap {
             println!(
                 "NIC {name} capture: {}",
                 n.ctx.capture_summary(&pcap_path(p, n.ctx.local_ip()))

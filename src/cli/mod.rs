@@ -36,6 +36,41 @@ enum Command {
     Perf(perf::Args),
 }
 
+/// The options of every command that opens a NIC.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NicArgs {
+    /// Longest time the NIC polls for the next packet before it sleeps on the socket
+    /// (0: always sleep, which leaves the CPU to a peer on the same machine).
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::verbs::DEFAULT_SPIN_US)]
+    pub spin_us: u64,
+    /// Write every packet the NIC sends and receives to a pcap file, one frame per packet
+    /// (decodable by tshark and `roce-emu pcap`); the demo writes one per NIC, the NIC's
+    /// address added to the name.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<std::path::PathBuf>,
+    /// One UDP datagram per packet (no GSO trains).
+    #[arg(long)]
+    pub no_gso: bool,
+}
+
+impl NicArgs {
+    /// The device these options describe on `ip`, with the capture at `pcap`.
+    pub fn device(
+        &self,
+        ip: std::net::IpAddr,
+        pcap: Option<std::path::PathBuf>,
+    ) -> crate::verbs::Device {
+        let mut dev = crate::verbs::Device::new(ip);
+        dev.pcap = pcap;
+        dev.gso = !self.no_gso;
+        dev
+    }
+
+    pub fn spin(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.spin_us)
+    }
+}
+
 /// A `SECS` option: a positive, finite number of seconds (fractions allowed).
 fn seconds(s: &str) -> Result<std::time::Duration, String> {
     match s.parse::<f64>() {

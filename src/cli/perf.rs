@@ -26,14 +26,14 @@
 
 use super::oob::{self, LocateError, OobError};
 use super::pingpong::{gid_to_ip, ip_to_gid, random_psn};
-use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::Spin;
+use crate::verbs::{self, Context, Event};
 use crate::verbs::{link_mtu, wait_readable};
 use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::verbs::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote,
     SendFlags, SendOp, SendWr, WcStatus,
 };
-use crate::verbs::{Spin, DEFAULT_SPIN_US};
 use crate::wire::Psn;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -161,12 +161,8 @@ pub struct Args {
         default_value_t = 0
     )]
     pub recv_hold_us: u64,
-    /// Write every packet this NIC sends and receives to a pcap file.
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
-    /// One UDP datagram per packet (no GSO trains).
-    #[arg(long)]
-    pub no_gso: bool,
+    #[command(flatten)]
+    pub nic: super::NicArgs,
     /// Ask for a completion every this many work requests.
     #[arg(short = 'Q', long = "cq-mod", default_value_t = 100)]
     pub cq_mod: u32,
@@ -185,10 +181,6 @@ pub struct Args {
     /// server to listen (default 5 s).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub wait: Option<Duration>,
-    /// Longest time the NIC polls for the next packet before it sleeps on the socket
-    /// (0: always sleep, which leaves the CPU to a peer on the same machine).
-    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
-    pub spin_us: u64,
     /// Longest silence (no exchange step, no packet) before giving up.
     #[arg(long, value_name = "SECS", value_parser = super::seconds, default_value = "10")]
     pub timeout: Duration,
@@ -827,9 +819,7 @@ fn run_inner(args: &Args) -> Result<()> {
     let tool = test.tool();
 
     // The UDP port first: "address in use" is better said before a peer is waiting.
-    let mut dev = Device::new(bind);
-    dev.pcap = args.pcap.clone();
-    dev.gso = !args.no_gso;
+    let dev = args.nic.device(bind, args.nic.pcap.clone());
     let max_rd = dev.engine.max_rd_atomic;
     let ctx = dev.open().map_err(verbs("opening the NIC"))?;
     let mtu = mtu.unwrap_or_else(|| port_mtu(bind));
@@ -969,7 +959,7 @@ fn run_inner(args: &Args) -> Result<()> {
     .map_err(verbs("moving the QP to INIT"))?;
     let mut nic = Nic {
         ctx,
-        spin: Duration::from_micros(args.spin_us),
+        spin: args.nic.spin(),
         mr,
         cq,
         qpn,
@@ -1079,7 +1069,7 @@ fn run_inner(args: &Args) -> Result<()> {
         }
         // ib_write_lat just ends; either way the peer may still need our last ACK.
         nic.linger(Duration::from_millis(100), Duration::from_millis(1000));
-        if let Some(path) = &args.pcap {
+        if let Some(path) = &args.nic.pcap {
             eprintln!("{}", nic.ctx.capture_summary(path));
         }
         if args.json {
@@ -1128,7 +1118,7 @@ fn run_inner(args: &Args) -> Result<()> {
     oob.hand_shake(Some(&mut nic), &me, closing)?;
     let _ = oob.s.write_all(b"done\0");
     nic.linger(Duration::from_millis(50), Duration::from_millis(500));
-    if let Some(path) = &args.pcap {
+    if let Some(path) = &args.nic.pcap {
         eprintln!("{}", nic.ctx.capture_summary(path));
     }
 

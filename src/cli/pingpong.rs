@@ -32,13 +32,13 @@
 //! rc_pingpong busy-polls its CQ.
 
 use super::oob::{self, LocateError, OobError};
-use crate::verbs::{self, Context, Device, Event};
+use crate::verbs::Spin;
+use crate::verbs::{self, Context, Event};
 use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::verbs::{
     AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
     SendOp, SendWr, WcStatus,
 };
-use crate::verbs::{Spin, DEFAULT_SPIN_US};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
@@ -109,19 +109,11 @@ pub struct Args {
     /// client (default: forever, as rc_pingpong).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub wait: Option<Duration>,
-    /// Longest time the NIC polls for the next packet before it sleeps on the socket
-    /// (0: always sleep, which leaves the CPU to a peer on the same machine).
-    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = DEFAULT_SPIN_US)]
-    pub spin_us: u64,
     /// Seconds any step of the exchange, or the traffic, may go without progress.
     #[arg(long, value_name = "SECS", value_parser = super::seconds, default_value = "10")]
     pub timeout: Duration,
-    /// Write every packet this NIC sends and receives to a pcap file.
-    #[arg(long, value_name = "FILE")]
-    pub pcap: Option<std::path::PathBuf>,
-    /// One UDP datagram per packet (no GSO trains).
-    #[arg(long)]
-    pub no_gso: bool,
+    #[command(flatten)]
+    pub nic: super::NicArgs,
 }
 
 // ---- the address record ---------------------------------------------------------------
@@ -512,7 +504,7 @@ fn run_inner(args: &Args) -> Result<()> {
     let elapsed = start.elapsed();
     tracing::debug!(?elapsed, "traffic done; answering the peer's last packets");
     pp.linger();
-    if let Some(path) = &args.pcap {
+    if let Some(path) = &args.nic.pcap {
         eprintln!("{}", pp.ctx.capture_summary(path));
     }
 
@@ -757,9 +749,7 @@ impl Pingpong {
     /// rc_pingpong's `pp_init_ctx`: buffer of 0x7b, MR (local write only), CQ of rx_depth +
     /// 1, RC QP (1 send WR, rx_depth receive WRs, one SGE each), moved to INIT.
     fn new(args: &Args, bind: IpAddr, mtu: Mtu) -> Result<Pingpong> {
-        let mut dev = Device::new(bind);
-        dev.pcap = args.pcap.clone();
-        dev.gso = !args.no_gso;
+        let dev = args.nic.device(bind, args.nic.pcap.clone());
         let ctx = dev.open().map_err(verbs("opening the NIC"))?;
         let pd = ctx.alloc_pd();
         let mr = ctx
@@ -806,7 +796,7 @@ impl Pingpong {
             scnt: 0,
             rcnt: 0,
             recv_error: None,
-            spin: Duration::from_micros(args.spin_us),
+            spin: args.nic.spin(),
         })
     }
 
