@@ -82,48 +82,39 @@ fn check_capture(file: &Path, stderr: &str) {
     }
 }
 
+/// Runs `tool` as server on `sip` and client on `cip` with `args`, each capturing to its
+/// own file, and checks both captures.
+fn run_captured(tool: &str, name: &str, args: &[&str], sip: &str, cip: &str) {
+    let files = [sip, cip].map(|ip| tmp(&format!("{name}-{ip}.pcap")));
+    let side = |ip: &str, wait: &str, file: &Path| {
+        let mut a = strings(args);
+        a.extend(strings(&["--bind", ip, "--wait", wait, "--pcap"]));
+        a.push(file.display().to_string());
+        a
+    };
+    let server = spawn(tool, &side(sip, "20", &files[0]));
+    let mut c = side(cip, "10", &files[1]);
+    c.push(sip.to_string());
+    let client = finish(spawn(tool, &c), Duration::from_secs(60), "client");
+    let server = finish(server, Duration::from_secs(60), "server");
+    for (o, file) in [(&server, &files[0]), (&client, &files[1])] {
+        let (stdout, stderr) = text(o);
+        assert!(o.status.success(), "{stdout}\n{stderr}");
+        check_capture(file, &stderr);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
 #[test]
 fn perf_write_capture_holds_every_packet() {
-    let (fs, fc) = (tmp("perf-server.pcap"), tmp("perf-client.pcap"));
-    let common = [
+    let args = [
         "write", "-s", "8192", "-n", "300", "-m", "1024", "-p", "18930",
     ];
-    let mut s = strings(&common);
-    s.extend(strings(&["--bind", "127.0.11.1", "--wait", "20", "--pcap"]));
-    s.push(fs.display().to_string());
-    let server = spawn("perf", &s);
-    let mut c = strings(&common);
-    c.extend(strings(&["--bind", "127.0.11.2", "--wait", "10", "--pcap"]));
-    c.push(fc.display().to_string());
-    c.push("127.0.11.1".into());
-    let client = finish(spawn("perf", &c), Duration::from_secs(60), "client");
-    let server = finish(server, Duration::from_secs(60), "server");
-    let (cs, ss) = (text(&client), text(&server));
-    assert!(client.status.success(), "{cs:?}");
-    assert!(server.status.success(), "{ss:?}");
-    check_capture(&fc, &cs.1);
-    check_capture(&fs, &ss.1);
-    let _ = (std::fs::remove_file(fc), std::fs::remove_file(fs));
+    run_captured("perf", "perf", &args, "127.0.11.1", "127.0.11.2");
 }
 
 #[test]
 fn pingpong_capture_holds_every_packet() {
-    let (fs, fc) = (tmp("pp-server.pcap"), tmp("pp-client.pcap"));
-    let common = ["-s", "3000", "-n", "200", "-m", "1024", "-p", "18931"];
-    let mut s = strings(&common);
-    s.extend(strings(&["--bind", "127.0.11.3", "--wait", "20", "--pcap"]));
-    s.push(fs.display().to_string());
-    let server = spawn("pingpong", &s);
-    let mut c = strings(&common);
-    c.extend(strings(&["--bind", "127.0.11.4", "--wait", "10", "--pcap"]));
-    c.push(fc.display().to_string());
-    c.push("127.0.11.3".into());
-    let client = finish(spawn("pingpong", &c), Duration::from_secs(60), "client");
-    let server = finish(server, Duration::from_secs(60), "server");
-    let (cs, ss) = (text(&client), text(&server));
-    assert!(client.status.success(), "{cs:?}");
-    assert!(server.status.success(), "{ss:?}");
-    check_capture(&fc, &cs.1);
-    check_capture(&fs, &ss.1);
-    let _ = (std::fs::remove_file(fc), std::fs::remove_file(fs));
+    let args = ["-s", "3000", "-n", "200", "-m", "1024", "-p", "18931"];
+    run_captured("pingpong", "pp", &args, "127.0.11.3", "127.0.11.4");
 }

@@ -112,21 +112,8 @@ pub(super) fn lat_traffic(
     let mut spin = Spin::new(nic.spin);
     while scnt < p.iters || rcnt < p.iters || ccnt < p.iters {
         // Completions: our sends, and (SEND) the peer's messages.
-        let n = nic
-            .ctx
-            .poll_cq(nic.cq, &mut wc)
-            .map_err(verbs("polling the CQ"))?;
+        let n = nic.reap(p, &mut wc)?;
         for c in &wc[..n] {
-            if c.status != WcStatus::Success {
-                return Err(failure(
-                    p.test,
-                    c.wr_id + 1,
-                    p.iters,
-                    c.status,
-                    p.size,
-                    nic.peer,
-                ));
-            }
             if c.opcode == verbs::WcOpcode::Recv {
                 arrived += 1;
                 if let Some(r) = recv.as_deref_mut() {

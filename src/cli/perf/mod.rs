@@ -385,6 +385,42 @@ pub(super) struct Geometry {
     pub(super) stride: u64,
 }
 
+/// The end of a test (perftest's `ctx_close_connection`): one more hand shake and "done"
+/// from each side (`handshake`; ib_write_lat just ends), then the NIC keeps answering
+/// for a moment, since the peer may still need the ACK of its last message.
+fn close(
+    oob: &mut Oob,
+    nic: &mut Nic,
+    me: &Record,
+    handshake: bool,
+    (quiet, max): (Duration, Duration),
+    args: &Args,
+    client: bool,
+) -> Result<()> {
+    if handshake {
+        // A send server still waiting for messages never reaches this step: say so.
+        let closing = if client && args.test == Test::Send {
+            "closing (is the server still waiting for messages? give both sides the same -n)"
+        } else {
+            "closing"
+        };
+        oob.hand_shake(Some(nic), me, closing)?;
+        let _ = oob.s.write_all(b"done\0");
+    }
+    nic.linger(quiet, max);
+    if let Some(path) = &args.nic.pcap {
+        eprintln!("{}", nic.ctx.capture_summary(path));
+    }
+    Ok(())
+}
+
+/// The NIC's counters and I/O figures added to a test's JSON.
+fn with_nic_figures(mut j: serde_json::Value, nic: &Nic) -> serde_json::Value {
+    j["counters"] = nic.ctx.counters().nonzero().collect();
+    j["io"] = io_json(&nic.ctx);
+    j
+}
+
 // ---- the command ---------------------------------------------------------------------------
 
 /// `roce-emu perf`: returns the exit status.
@@ -679,25 +715,19 @@ fn run_inner(args: &Args) -> Result<()> {
     if lat {
         let half = lat_half(size, cycle);
         let r = lat_traffic(&mut nic, &plan, &rem, client, half, server_recv.as_mut())?;
-        if test == Test::Send {
-            // A send server still waiting for messages never reaches this step: say so.
-            let closing = if client && test == Test::Send {
-                "closing (is the server still waiting for messages? give both sides the same -n)"
-            } else {
-                "closing"
-            };
-            oob.hand_shake(Some(&mut nic), &me, closing)?;
-            let _ = oob.s.write_all(b"done\0");
-        }
         // ib_write_lat just ends; either way the peer may still need our last ACK.
-        nic.linger(Duration::from_millis(100), Duration::from_millis(1000));
-        if let Some(path) = &args.nic.pcap {
-            eprintln!("{}", nic.ctx.capture_summary(path));
-        }
+        let linger = (Duration::from_millis(100), Duration::from_millis(1000));
+        close(
+            &mut oob,
+            &mut nic,
+            &me,
+            test == Test::Send,
+            linger,
+            args,
+            client,
+        )?;
         if args.json {
-            let mut j = lat_json(test, &r, path_mtu, client, bind, peer_ip);
-            j["counters"] = nic.ctx.counters().nonzero().collect();
-            j["io"] = io_json(&nic.ctx);
+            let j = with_nic_figures(lat_json(test, &r, path_mtu, client, bind, peer_ip), &nic);
             println!("{j}");
         } else {
             print_lat(&r);
@@ -730,24 +760,11 @@ fn run_inner(args: &Args) -> Result<()> {
         }
         theirs
     };
-    // ctx_close_connection: one more hand shake, then "done" from each side.
-    // A send server still waiting for messages never reaches this step: say so.
-    let closing = if client && test == Test::Send {
-        "closing (is the server still waiting for messages? give both sides the same -n)"
-    } else {
-        "closing"
-    };
-    oob.hand_shake(Some(&mut nic), &me, closing)?;
-    let _ = oob.s.write_all(b"done\0");
-    nic.linger(Duration::from_millis(50), Duration::from_millis(500));
-    if let Some(path) = &args.nic.pcap {
-        eprintln!("{}", nic.ctx.capture_summary(path));
-    }
-
+    let linger = (Duration::from_millis(50), Duration::from_millis(500));
+    close(&mut oob, &mut nic, &me, true, linger, args, client)?;
     if args.json {
-        let mut j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);
-        j["counters"] = nic.ctx.counters().nonzero().collect();
-        j["io"] = io_json(&nic.ctx);
+        let j = report_json(test, args, &shown, path_mtu, client, bind, peer_ip);
+        let j = with_nic_figures(j, &nic);
         println!("{j}");
     } else {
         print_report(&shown);

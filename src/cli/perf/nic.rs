@@ -37,6 +37,25 @@ impl Nic {
         Ok(())
     }
 
+    /// Takes completions; a failed one ends the test with what probably caused it.
+    pub(super) fn reap(&mut self, p: &Plan, wc: &mut [Completion]) -> Result<usize> {
+        let n = self
+            .ctx
+            .poll_cq(self.cq, wc)
+            .map_err(verbs("polling the CQ"))?;
+        if let Some(c) = wc[..n].iter().find(|c| c.status != WcStatus::Success) {
+            return Err(failure(
+                p.test,
+                c.wr_id + 1,
+                p.iters,
+                c.status,
+                p.size,
+                self.peer,
+            ));
+        }
+        Ok(n)
+    }
+
     /// Runs the NIC once; an asynchronous QP error ends the test.
     pub(super) fn service(&mut self) -> Result<bool> {
         self.check_events()?;
