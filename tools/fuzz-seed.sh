@@ -10,7 +10,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -71,7 +71,13 @@ def udp_payload(f):
         return None
     return l4[8:ulen]
 
-n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0}
+n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0}
+# oob_records: the first address record of each exchange in shared/captures (rc_pingpong's
+# rc_pingpong_s64 and perftest's write_bw_s4096, rdma-core 44 / perftest 4.5 on rxe).
+for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",
+            b"0000:0001:000011:8db1b9:00000225:000055e9d7deb000:00:00:00:00:00:00:00:00:"
+            b"00:00:ff:ff:c6:12:00:0c:00000000:\0"):
+    n["oob_records"] += save("oob_records", rec)
 for path in files:
     n["pcap_decode"] += save("pcap_decode", open(path, "rb").read())
     # engine_rx: the capture's RoCE packets as records [len u16 LE][direction][bytes],

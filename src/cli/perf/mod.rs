@@ -25,6 +25,7 @@
 //! seen k operations, so each slot ends at its count), and every wait is bounded.
 
 mod exchange;
+pub use exchange::{Record, Report};
 mod lat;
 mod nic;
 mod output;
