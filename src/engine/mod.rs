@@ -717,7 +717,9 @@ impl Engine {
 
     /// CQ overruns found during a call move every QP on the CQ to ERR.
     fn after_call(&mut self) {
-        self.notified.extend(self.notified_now.drain(..));
+        if !self.notified_now.is_empty() {
+            self.notified.extend(self.notified_now.drain(..));
+        }
         while let Some(cq) = self.overrun.pop() {
             let qpns: Vec<u32> = self
                 .cq_qps

@@ -6,6 +6,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -14,6 +15,9 @@ use std::time::Duration;
 pub(crate) struct EventQueue<T> {
     fd: EventFd,
     q: Mutex<VecDeque<T>>,
+    /// Events queued: a program that looks for one after every poll finds none without
+    /// taking the lock.
+    len: AtomicUsize,
 }
 
 impl<T> EventQueue<T> {
@@ -26,22 +30,27 @@ impl<T> EventQueue<T> {
         Ok(EventQueue {
             fd,
             q: Mutex::new(VecDeque::new()),
+            len: AtomicUsize::new(0),
         })
     }
 
     pub(crate) fn push(&self, ev: T) {
-        self.q
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back(ev);
+        let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
+        q.push_back(ev);
+        self.len.store(q.len(), Ordering::Release);
+        drop(q);
         // The counter cannot overflow in practice (2^64 - 2 unread events).
         let _ = self.fd.write(1);
     }
 
     /// The oldest event, without waiting.
     pub(crate) fn try_pop(&self) -> Option<T> {
+        if self.len.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
         let ev = q.pop_front()?;
+        self.len.store(q.len(), Ordering::Release);
         // One count per event: the fd stays readable exactly while events remain.
         let _ = self.fd.read();
         Some(ev)

@@ -108,8 +108,15 @@ pub(crate) struct Shared {
     nic: Mutex<Nic>,
     pub(crate) local_ip: IpAddr,
     clock: Clock,
-    /// Engine time (ns) until which the program drives the NIC itself.
-    app_until: AtomicU64,
+    /// The program drives the NIC itself (it polls, or sleeps on the port in `wait`): the
+    /// thread keeps away. Set by the program's calls, cleared by the thread when it takes
+    /// over. A flag and a counter, not a timestamp: reading the clock on every poll was a
+    /// fifth of a polling loop's user time on a virtual machine (see `driver`).
+    driving: AtomicBool,
+    /// `poll_cq` calls so far: the thread takes over only after a `HANDOFF` with none.
+    polls: AtomicU64,
+    /// Engine time (ns) until which the program sleeps on the port itself (`wait`).
+    waiting_until: AtomicU64,
     /// Wakes the sleeping progress thread (an earlier deadline, shutdown).
     doorbell: EventFd,
     /// The port's receive fd, duplicated so the thread can sleep on it without the lock.
@@ -126,7 +133,9 @@ impl Shared {
             nic: Mutex::new(nic),
             local_ip,
             clock,
-            app_until: AtomicU64::new(0),
+            driving: AtomicBool::new(false),
+            polls: AtomicU64::new(0),
+            waiting_until: AtomicU64::new(0),
             doorbell: EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?,
             rx_fd,
             stop: AtomicBool::new(false),
@@ -140,23 +149,30 @@ impl Shared {
         self.nic.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The lock, for a call that drives the NIC: the thread stays away for `HANDOFF`.
+    /// The lock, for a call that drives the NIC: the thread stays away until a `HANDOFF`
+    /// passes without such a call.
     pub(crate) fn lock_polling(&self) -> MutexGuard<'_, Nic> {
-        self.drive_until(HANDOFF);
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        if !self.driving.load(Ordering::Relaxed) {
+            self.driving.store(true, Ordering::Relaxed);
+        }
         self.lock()
     }
 
+    /// The program sleeps on the port itself for up to `d`.
     fn drive_until(&self, d: Duration) {
         let until = self.clock.now().as_nanos() + d.as_nanos() as u64;
-        self.app_until.store(until, Ordering::Relaxed);
+        self.waiting_until.store(until, Ordering::Relaxed);
+        self.driving.store(true, Ordering::Relaxed);
     }
 
     pub(crate) fn stop_polling(&self) {
-        self.app_until.store(0, Ordering::Relaxed);
+        self.waiting_until.store(0, Ordering::Relaxed);
+        self.driving.store(false, Ordering::Relaxed);
     }
 
     pub(crate) fn app_polling(&self) -> bool {
-        self.clock.now().as_nanos() < self.app_until.load(Ordering::Relaxed)
+        self.driving.load(Ordering::Relaxed)
     }
 
     fn ring(&self) {
@@ -223,12 +239,23 @@ impl Shared {
     }
 
     /// One turn of the progress thread: drives the NIC if the program does not; returns
-    /// how long to sleep and whether the port fd is worth watching.
-    fn turn(&self) -> (Duration, bool) {
-        let now = self.clock.now().as_nanos();
-        let until = self.app_until.load(Ordering::Relaxed);
-        if now < until {
-            return (Duration::from_nanos(until - now).min(MAX_SLEEP), false);
+    /// how long to sleep and whether the port fd is worth watching. `seen`: the program's
+    /// poll count at the previous turn.
+    fn turn(&self, seen: &mut u64) -> (Duration, bool) {
+        if self.driving.load(Ordering::Relaxed) {
+            let polls = self.polls.load(Ordering::Relaxed);
+            let now = self.clock.now().as_nanos();
+            let until = self.waiting_until.load(Ordering::Relaxed);
+            if polls != *seen {
+                // It polled since the last look: look again a HANDOFF later.
+                *seen = polls;
+                return (HANDOFF, false);
+            }
+            if now < until {
+                return (Duration::from_nanos(until - now).min(MAX_SLEEP), false);
+            }
+            // A whole HANDOFF without a poll: the program is busy elsewhere or blocked.
+            self.driving.store(false, Ordering::Relaxed);
         }
         let mut nic = self.lock();
         if nic.failed.is_some() {
@@ -255,8 +282,9 @@ impl Shared {
     }
 
     fn run(&self) {
+        let mut seen = self.polls.load(Ordering::Relaxed);
         while !self.stop.load(Ordering::Relaxed) {
-            let (w, watch_port) = self.turn();
+            let (w, watch_port) = self.turn(&mut seen);
             if w.is_zero() {
                 continue;
             }
