@@ -243,9 +243,12 @@ impl Context {
     /// takes up to `out.len()` completions.
     pub fn poll_cq(&self, cq: u32, out: &mut [Completion]) -> Result<usize, Error> {
         let mut nic = self.shared.lock_polling();
-        nic.drive(&self.shared)?;
+        // Completions already in the CQ are the caller's even if the port just failed:
+        // the failure is reported once they are all taken.
+        let driven = nic.drive(&self.shared);
         let n = nic.driver.engine.poll_cq(cq, out)?;
         if n == 0 {
+            driven?;
             // Nothing for the caller to react to: what the receive produced (ACKs,
             // responses) leaves now rather than with the next call.
             nic.flush(&self.shared)?;
