@@ -20,6 +20,7 @@ pub mod cq;
 pub mod error;
 pub mod event;
 pub mod qp;
+pub mod state;
 pub mod stats;
 #[cfg(test)]
 mod tests;

@@ -16,8 +16,12 @@ mod field {
 
 /// Length of the AtomicETH.
 pub const HEADER_LEN: usize = field::COMPARE.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::ATOMIC_ETH_LEN);
 /// Length of the AtomicAckETH.
 pub const ACK_HEADER_LEN: usize = field::ORIG.end;
+// Likewise for the AtomicAckETH.
+const _: () = assert!(ACK_HEADER_LEN == super::layout::ATOMIC_ACK_ETH_LEN);
 
 super::view::fixed_view!(Header::AtomicEth, HEADER_LEN);
 

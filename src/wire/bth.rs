@@ -21,6 +21,8 @@ pub(crate) mod field {
 }
 
 pub const HEADER_LEN: usize = field::PSN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::BTH_LEN);
 
 const SE: u8 = 0x80;
 const MIGREQ: u8 = 0x40;

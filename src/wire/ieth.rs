@@ -5,7 +5,7 @@ use super::field::*;
 use super::{Header, Result};
 use core::fmt;
 
-pub const HEADER_LEN: usize = 4;
+pub const HEADER_LEN: usize = super::layout::IETH_LEN;
 
 super::view::fixed_view!(Header::Ieth, HEADER_LEN);
 

@@ -13,6 +13,8 @@ mod field {
 }
 
 pub const HEADER_LEN: usize = field::DMA_LEN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::RETH_LEN);
 
 super::view::fixed_view!(Header::Reth, HEADER_LEN);
 

@@ -2,40 +2,10 @@
 //! (IBA 10.3.1 and 11.2.5.2 "Modify QP"; the RC rows of the kernel's `qp_state_table` that
 //! `ibv_modify_qp` is checked against).
 
+pub use crate::engine::state::QpState;
 use crate::mem::Access;
 use crate::wire::Psn;
-use core::fmt;
 use std::net::IpAddr;
-
-/// QP states (IBA 10.3.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum QpState {
-    Reset,
-    Init,
-    /// Ready to receive: the responder runs.
-    Rtr,
-    /// Ready to send: requester and completer run too.
-    Rts,
-    /// Send queue drain: no new WR is started; the current message finishes.
-    Sqd,
-    /// Send queue error (UC/UD only).
-    Sqe,
-    Err,
-}
-
-impl fmt::Display for QpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            QpState::Reset => "RESET",
-            QpState::Init => "INIT",
-            QpState::Rtr => "RTR",
-            QpState::Rts => "RTS",
-            QpState::Sqd => "SQD",
-            QpState::Sqe => "SQE",
-            QpState::Err => "ERR",
-        })
-    }
-}
 
 /// Path MTU (ibv_mtu): the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
