@@ -533,7 +533,7 @@ impl Engine {
             self.stats.inc(Counter::DropWrongTransport);
             return;
         }
-        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey) {
+        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey()) {
             self.stats.inc(Counter::DropPkeyMismatch);
             return;
         }

@@ -13,7 +13,7 @@
 //!   is flushed.
 
 use super::timers::QpTimer;
-use super::{Attrs, Ctx, Qp, RNR_RETRY_INFINITE};
+use super::{Attrs, Ctx, Qp, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use crate::engine::stats::Counter;
 use crate::engine::time::{ack_timeout, rnr_timer};
 use crate::engine::wr::{SendOp, WcStatus};
@@ -184,7 +184,7 @@ impl Qp {
             self.enter_error(ctx, true);
             return;
         }
-        if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == 7) {
+        if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == MAX_RETRY_CNT) {
             self.comp.retry_left -= 1;
         }
         self.comp.retrying_from = Some(p);
