@@ -305,7 +305,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         atomics: Vec::new(),
     };
     let mut snapshots = vec![m.clone()];
-    let b = pair.side(B).remote(0);
+    let b = pair.end(B).remote(0);
     let mut nrecv = 0u64;
     let mut first_fault = None;
     let mut outcomes = Vec::new();
@@ -407,7 +407,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         }
         outcomes.push(fault.map(|(_, o)| o));
         let mut sop = sop;
-        let mut lkey = pair.side(A).lkey();
+        let mut lkey = pair.end(A).lkey();
         let mut recv_len = SLOT as u32;
         match fault.map(|(f, _)| f) {
             None => {}
@@ -448,7 +448,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
             nrecv += 1;
         }
         let sge = Sge {
-            addr: pair.side(A).iova() + off,
+            addr: pair.end(A).iova() + off,
             length: len,
             lkey,
         };
@@ -503,7 +503,7 @@ fn config() -> ProptestConfig {
 /// Runs until A has `n` completions; returns them.
 fn drive(run: &mut Run, n: usize) -> Result<Vec<Completion>, TestCaseError> {
     let mut got = Vec::new();
-    let cq = run.pair.side(A).cq;
+    let cq = run.pair.end(A).cq;
     let mut buf = [Completion::default(); 64];
     for _ in 0..2_000_000 {
         let k = run.pair.engine(A).poll_cq(cq, &mut buf).unwrap();

@@ -154,7 +154,7 @@ fn word_at(p: &Pair, which: usize, off: u64) -> u64 {
 }
 
 fn bad_remote(p: &Pair) -> Remote {
-    let mut r = p.side(B).remote(0x2000);
+    let mut r = p.end(B).remote(0x2000);
     r.rkey ^= 0xff;
     r
 }
@@ -168,7 +168,7 @@ fn bad_remote(p: &Pair) -> Remote {
 fn atomic_before_a_bad_write_completes_with_its_original_value() {
     let mut p = Pair::new(Opts::default());
     p.write_mem(B, 0x100, &41u64.to_ne_bytes());
-    let remote = p.side(B).remote(0x100);
+    let remote = p.end(B).remote(0x100);
     p.send(A, 1, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -187,7 +187,7 @@ fn atomic_before_a_bad_write_completes_with_its_original_value() {
 fn read_before_a_bad_write_completes_with_its_bytes() {
     let mut p = Pair::new(Opts::default());
     p.write_mem(B, 0x4000, &pattern(9, 3000));
-    let remote = p.side(B).remote(0x4000);
+    let remote = p.end(B).remote(0x4000);
     p.send(A, 1, SendOp::Read { remote }, 0x10000, 3000);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -217,7 +217,7 @@ fn a_nak_past_an_unanswered_atomic_retries_it_instead_of_failing_it() {
     p.write_mem(B, 0x100, &41u64.to_ne_bytes());
     p.net
         .add_rule(B, A, pick(op::RC_ATOMIC_ACKNOWLEDGE, &[1], Verdict::Drop));
-    let remote = p.side(B).remote(0x100);
+    let remote = p.end(B).remote(0x100);
     p.send(A, 1, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -250,7 +250,7 @@ fn a_nak_past_an_unfinished_read_retries_it_instead_of_failing_it() {
         A,
         pick(op::RC_RDMA_READ_RESPONSE_LAST, &[1], Verdict::Drop),
     );
-    let remote = p.side(B).remote(0x4000);
+    let remote = p.end(B).remote(0x4000);
     p.send(A, 1, SendOp::Read { remote }, 0x10000, 3000);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -298,9 +298,9 @@ fn an_ack_owed_before_a_local_error_still_goes_out() {
         },
     );
     let bad = Sge {
-        addr: p.side(B).iova(),
+        addr: p.end(B).iova(),
         length: 16,
-        lkey: roce_emu::mem::Lkey(p.side(B).lkey().0 ^ 0xff),
+        lkey: roce_emu::mem::Lkey(p.end(B).lkey().0 ^ 0xff),
     };
     let qpn = p.b.qpn;
     p.engine(B)
@@ -388,7 +388,7 @@ fn raising_max_dest_rd_atomic_in_sqd_grows_the_replay_ring() {
         pick(op::RC_RDMA_READ_RESPONSE_ONLY, &[1], Verdict::Drop),
     );
     for i in 0..4u64 {
-        let remote = p.side(B).remote(0x4000 + 64 * i);
+        let remote = p.end(B).remote(0x4000 + 64 * i);
         p.send(A, i, SendOp::Read { remote }, 0x10000 + 64 * i, 64);
     }
     p.settle();
@@ -421,7 +421,7 @@ fn max_dest_rd_atomic_zero_naks_a_read_invalid_request() {
             ..Default::default()
         },
     );
-    let remote = p.side(B).remote(0);
+    let remote = p.end(B).remote(0);
     p.send(A, 1, SendOp::Read { remote }, 0x10000, 64);
     p.settle();
     p.print_packets();
@@ -443,7 +443,7 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
         max_rd_atomic: 0,
         ..Opts::default()
     });
-    let remote = p.side(B).remote(0);
+    let remote = p.end(B).remote(0);
     let r = p.try_send_flags(A, 1, SendOp::Read { remote }, 0x10000, 64, flags());
     assert!(
         matches!(r, Err(VerbsError::InvalidState { .. })),
@@ -470,7 +470,7 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
 #[test]
 fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
     let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x100);
+    let b = p.end(B).remote(0x100);
     let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
     r.reth = Some(RethRepr {
         va: b.va,
@@ -491,7 +491,7 @@ fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
 #[test]
 fn a_write_with_the_right_pad_is_accepted() {
     let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x100);
+    let b = p.end(B).remote(0x100);
     let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
     r.reth = Some(RethRepr {
         va: b.va,
@@ -534,7 +534,7 @@ fn a_limited_member_pkey_is_accepted() {
 #[test]
 fn a_misaligned_atomic_with_a_bad_rkey_is_a_remote_access_error() {
     let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x104);
+    let b = p.end(B).remote(0x104);
     let mut r = req(&p, op::RC_FETCH_ADD, 0x100, 0);
     r.atomic_eth = Some(AtomicEthRepr {
         va: b.va,
@@ -580,7 +580,7 @@ fn a_reth_length_above_2_31_is_an_invalid_request() {
             mtu: Mtu::M256,
             ..Opts::default()
         });
-        let b = p.side(B).remote(0);
+        let b = p.end(B).remote(0);
         let mut r = req(&p, opcode, 0x100, 0);
         r.reth = Some(RethRepr {
             va: b.va,
@@ -615,8 +615,8 @@ fn a_read_spanning_2_23_psns_is_sent_alone() {
         ..Opts::default()
     });
     p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
-    let remote = p.side(B).remote(0);
-    let s = p.side(A).sge(0, 1 << 30);
+    let remote = p.end(B).remote(0);
+    let s = p.end(A).sge(0, 1 << 30);
     let qpn = p.a.qpn;
     p.engine(A)
         .post_send(
@@ -652,8 +652,8 @@ fn a_read_spanning_2_23_psns_waits_for_the_window_to_empty() {
     });
     p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
     p.send(A, 1, SendOp::Send, 0, 16);
-    let remote = p.side(B).remote(0);
-    let s = p.side(A).sge(0, 1 << 30);
+    let remote = p.end(B).remote(0);
+    let s = p.end(A).sge(0, 1 << 30);
     let qpn = p.a.qpn;
     p.engine(A)
         .post_send(
@@ -694,17 +694,17 @@ fn a_local_protection_error_waits_for_the_wrs_before_it() {
         A,
         1,
         SendOp::Write {
-            remote: p.side(B).remote(0x4000),
+            remote: p.end(B).remote(0x4000),
         },
         0,
         64,
     );
-    let remote = p.side(B).remote(0x100);
+    let remote = p.end(B).remote(0x100);
     p.send(A, 2, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
     let bad = Sge {
-        addr: p.side(A).iova(),
+        addr: p.end(A).iova(),
         length: 16,
-        lkey: roce_emu::mem::Lkey(p.side(A).lkey().0 ^ 0xff),
+        lkey: roce_emu::mem::Lkey(p.end(A).lkey().0 ^ 0xff),
     };
     p.post_recv(B, 7, 0, 64);
     p.post_send(

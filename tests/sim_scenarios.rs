@@ -100,7 +100,7 @@ fn retries_exhausted_fail_the_wr_and_flush_the_rest() {
             A,
             i,
             SendOp::Write {
-                remote: p.side(B).remote(0),
+                remote: p.end(B).remote(0),
             },
             0,
             16,
@@ -169,7 +169,7 @@ fn rnr_retry_zero_fails_with_rnr_retry_exceeded() {
 #[test]
 fn bad_rkey_is_nakked_remote_access_error() {
     let mut p = Pair::new(Opts::default());
-    let mut remote = p.side(B).remote(0);
+    let mut remote = p.end(B).remote(0);
     remote.rkey ^= 0xff; // right index, wrong key byte
     p.send(A, 1, SendOp::Write { remote }, 0, 64);
     p.settle();
@@ -186,7 +186,7 @@ fn bad_rkey_is_nakked_remote_access_error() {
 #[test]
 fn write_beyond_the_region_is_refused() {
     let mut p = Pair::new(Opts::default());
-    let remote = p.side(B).remote(common::rc::BUF - 8);
+    let remote = p.end(B).remote(common::rc::BUF - 8);
     p.send(A, 1, SendOp::Write { remote }, 0, 64);
     p.settle();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemAccessErr)]);
@@ -202,7 +202,7 @@ fn write_to_a_qp_without_remote_write_is_an_invalid_request() {
         A,
         1,
         SendOp::Write {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         64,
@@ -230,9 +230,9 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
     let mut p = Pair::new(Opts::default());
     let qpn = p.b.qpn;
     let sge = Sge {
-        addr: p.side(B).iova(),
+        addr: p.end(B).iova(),
         length: 64,
-        lkey: Lkey(p.side(B).lkey().0 ^ 0x55),
+        lkey: Lkey(p.end(B).lkey().0 ^ 0x55),
     };
     p.engine(B)
         .post_recv(
@@ -254,7 +254,7 @@ fn send_with_a_bad_lkey_is_a_local_protection_error() {
     let mut p = Pair::new(Opts::default());
     let qpn = p.a.qpn;
     let sge = Sge {
-        addr: p.side(A).iova(),
+        addr: p.end(A).iova(),
         length: 64,
         lkey: Lkey(0x7777_7700),
     };
@@ -322,7 +322,7 @@ fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
         ..Opts::default()
     });
     p.write_mem(B, 512, &100u64.to_ne_bytes());
-    let at = p.side(B).remote(512);
+    let at = p.end(B).remote(512);
     p.net.add_rule(A, B, Dup(op::RC_FETCH_ADD.0));
     p.net.add_rule(A, B, Dup(op::RC_COMPARE_SWAP.0));
     p.net.add_rule(B, A, DropNth::new(&[1])); // the first ATOMIC_ACKNOWLEDGE
@@ -372,7 +372,7 @@ fn lost_read_response_reissues_the_read_for_the_rest_only() {
         ..Opts::default()
     });
     p.write_mem(B, 0, &pattern(9, 3000));
-    let remote = p.side(B).remote(0);
+    let remote = p.end(B).remote(0);
     p.net.add_rule(
         B,
         A,
@@ -414,7 +414,7 @@ fn cq_overrun_is_an_async_error_and_the_qp_goes_to_err() {
             A,
             i,
             SendOp::Write {
-                remote: p.side(B).remote(0),
+                remote: p.end(B).remote(0),
             },
             0,
             8,
@@ -437,7 +437,7 @@ fn api_misuse_is_a_typed_error() {
         ..Opts::default()
     });
     let qpn = p.a.qpn;
-    let sge = p.side(A).sge(0, 8);
+    let sge = p.end(A).sge(0, 8);
     let wr = SendWr {
         wr_id: 1,
         op: SendOp::Send,
@@ -494,14 +494,14 @@ fn api_misuse_is_a_typed_error() {
 #[test]
 fn send_with_invalidate_revokes_the_rkey() {
     let mut p = Pair::new(Opts::default());
-    let rkey = p.side(B).rkey().0;
+    let rkey = p.end(B).rkey().0;
     p.post_recv(B, 7, 0, 64);
     p.send(A, 1, SendOp::SendWithInv { rkey }, 0, 16);
     p.send(
         A,
         2,
         SendOp::Write {
-            remote: p.side(B).remote(128),
+            remote: p.end(B).remote(128),
         },
         0,
         16,
@@ -528,7 +528,7 @@ fn write_with_immediate_consumes_a_receive_and_reports_the_length() {
         A,
         1,
         SendOp::WriteWithImm {
-            remote: p.side(B).remote(4096),
+            remote: p.end(B).remote(4096),
             imm: 0xabcd,
         },
         0,
@@ -570,7 +570,7 @@ fn every_mtu_segments_every_size_and_crosses_the_psn_wrap() {
                 A,
                 2,
                 SendOp::Write {
-                    remote: p.side(B).remote(32768),
+                    remote: p.end(B).remote(32768),
                 },
                 0,
                 size,
@@ -579,7 +579,7 @@ fn every_mtu_segments_every_size_and_crosses_the_psn_wrap() {
                 A,
                 3,
                 SendOp::Read {
-                    remote: p.side(B).remote(65536),
+                    remote: p.end(B).remote(65536),
                 },
                 16384,
                 size,
@@ -633,7 +633,7 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
         A,
         1,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         2048,
@@ -642,7 +642,7 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
         A,
         2,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         4096,
         100,
@@ -668,12 +668,12 @@ fn fence_waits_for_earlier_reads() {
         A,
         1,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         3000,
     );
-    let sge = p.side(A).sge(8192, 16);
+    let sge = p.end(A).sge(8192, 16);
     p.post_send(
         A,
         &SendWr {

@@ -75,6 +75,21 @@ pub struct QpInit {
     pub sq_sig_all: bool,
 }
 
+impl QpInit {
+    /// An RC QP whose send and receive queues complete on the same CQ, and whose send
+    /// WRs complete only when signaled (`sq_sig_all` false): the usual connected QP.
+    pub fn rc(pd: Pd, cq: u32, cap: QpCap) -> QpInit {
+        QpInit {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+}
+
 /// Everything a role needs from the engine for one call.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
