@@ -275,7 +275,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         // Property 1 retries forever (rxe's meaning of retry_cnt 7): at 30% loss each way
         // the IBA's 7 retries legitimately run out for a multi-packet READ a few percent
         // of the time, which property 2 covers. Here only delivery is under test.
-        retry7_forever: retry_cnt == 7,
+        retry7_forever: retry_cnt == MAX_RETRY_CNT,
         mtu: c.mtu,
         psn_a: c.psn_a,
         psn_b: c.psn_b,
@@ -560,7 +560,7 @@ fn run_property<S: Strategy>(
 }
 
 fn check_delivery(c: Case) -> Result<usize, TestCaseError> {
-    let mut run = setup(&c, 8, 7);
+    let mut run = setup(&c, 8, MAX_RETRY_CNT);
     let n = c.ops.len();
     let comps = drive(&mut run, n)?;
     let m = run.snapshots.last().unwrap().clone();
@@ -710,7 +710,7 @@ fn when_retries_run_out_the_qp_fails_cleanly() {
 }
 
 fn check_errors((c, faults): (Case, Vec<Option<Fault>>)) -> Result<usize, TestCaseError> {
-    let mut run = setup_with_faults(&c, 8, 7, &faults);
+    let mut run = setup_with_faults(&c, 8, MAX_RETRY_CNT, &faults);
     let n = c.ops.len();
     let comps = drive(&mut run, n)?;
     let p = &mut run.pair;

@@ -2,9 +2,6 @@
 //! simulator's own bring-up), registered buffers, and helpers that post work and read completions and the packet trace.
 #![allow(dead_code)]
 
-use roce_emu::engine::qp::{
-    DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
-};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, MemoryRegion, Sge};
 pub use roce_emu::sim::direct::RcEnd;
