@@ -3,7 +3,7 @@
 //! responder's do; the engine's code may not.)
 
 use super::*;
-use crate::mem::{Access, Pd, Sge};
+use crate::mem::{Access, Pd};
 use crate::sim::direct::{connect, rc_end, Direct, RcEnd, RcParams};
 use crate::wire::bth::QPN_MASK;
 use crate::wire::Psn;
@@ -162,18 +162,11 @@ fn pairs(n: usize) -> (Direct, Vec<(RcEnd, RcEnd)>) {
 }
 
 fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
-    let sge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: end.mr.lkey(),
-    }];
+    let sge = [end.sge(0, 64)];
     let wr = SendWr {
         wr_id,
         op: SendOp::Write {
-            remote: Remote {
-                va: 0x1000,
-                rkey: peer.mr.rkey().0,
-            },
+            remote: peer.remote(0),
         },
         local: Local::Sges(&sge),
         flags: SendFlags::default(),
@@ -274,11 +267,7 @@ fn timer_heap_stays_small_on_a_long_stream() {
 fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
     let (mut d, v) = pairs(2);
     let (ea, eb) = &v[0];
-    let sge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: ea.mr.lkey(),
-    }];
+    let sge = [ea.sge(0, 64)];
     let send = SendWr {
         wr_id: 7,
         op: SendOp::Send,
@@ -297,11 +286,7 @@ fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
         !d.a.may_transmit(),
         "nothing to send until the wait is over"
     );
-    let rsge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: eb.mr.lkey(),
-    }];
+    let rsge = [eb.sge(0, 64)];
     let recv = RecvWr {
         wr_id: 8,
         sges: &rsge,

@@ -252,26 +252,31 @@ impl Qp {
         self.advance(ctx, psn.add(1), progress);
     }
 
-    fn on_seq_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        ctx.stats.inc(Counter::RcvdSeqErr);
+    /// What every NAK does first: it acknowledges everything before its PSN (IBA
+    /// 9.7.5.1.3). False, and counted, if it is older than what is already acknowledged
+    /// (a duplicate or reordered NAK), which then does nothing more.
+    fn nak_acks_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
         if psn.diff(self.comp.psn) < 0 {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
+            return false;
         }
-        // The NAK acknowledges everything before its PSN (IBA 9.7.5.1.3).
         let (progress, _) = self.ack_before(ctx, psn);
         self.advance(ctx, psn, progress);
-        self.retry(ctx, Trigger::Packet);
+        true
+    }
+
+    fn on_seq_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        ctx.stats.inc(Counter::RcvdSeqErr);
+        if self.nak_acks_before(ctx, psn) {
+            self.retry(ctx, Trigger::Packet);
+        }
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
         ctx.stats.inc(Counter::RcvdRnrErr);
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        if !self.nak_acks_before(ctx, psn) {
             return;
         }
-        let (progress, _) = self.ack_before(ctx, psn);
-        self.advance(ctx, psn, progress);
         if self.comp.rnr_left == 0 {
             ctx.stats.inc(Counter::RetryRnrExceededErr);
             self.complete_front(ctx, WcStatus::RnrRetryExcErr);
@@ -289,12 +294,9 @@ impl Qp {
     }
 
     fn on_fatal_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        if !self.nak_acks_before(ctx, psn) {
             return;
         }
-        let (progress, _) = self.ack_before(ctx, psn);
-        self.advance(ctx, psn, progress);
         // The NAK fails only the WQE whose PSN it names. A READ or atomic still at the
         // head with PSNs before the NAK's was executed by the responder (responses leave
         // in PSN order) and its response was lost: retry it, never fail it with the
