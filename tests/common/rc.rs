@@ -152,20 +152,13 @@ impl Pair {
         (op, self.end(which).sge(off, len), wr_id)
     }
 
+    /// A signaled send WR over one SGE of our buffer.
     pub fn send(&mut self, which: usize, wr_id: u64, op: SendOp, off: u64, len: u32) {
-        let sge = self.end(which).sge(off, len);
-        self.post_send(
-            which,
-            &SendWr {
-                wr_id,
-                op,
-                local: Local::Sges(&[sge]),
-                flags: SendFlags {
-                    signaled: true,
-                    ..Default::default()
-                },
-            },
-        );
+        let signaled = SendFlags {
+            signaled: true,
+            ..Default::default()
+        };
+        self.send_flags(which, wr_id, op, off, len, signaled);
     }
 
     /// All completions now on an end's CQ.

@@ -13,6 +13,7 @@
 //!   is flushed.
 
 use super::timers::QpTimer;
+use super::wqe::SendWqe;
 use super::{Attrs, Ctx, Qp, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use crate::engine::stats::Counter;
 use crate::engine::time::{ack_timeout, rnr_timer};
@@ -324,29 +325,43 @@ impl Qp {
         self.enter_error(ctx, true);
     }
 
-    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
-        let psn = r.bth.psn;
+    /// What a READ response or an atomic ACK does first: a stale one is dropped; a current
+    /// one acknowledges every request before it and is for the WQE then at the head of the
+    /// send queue, returned (none: unexpected, dropped).
+    fn response_head(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> Option<SendWqe> {
         if psn.diff(self.comp.psn) < 0 {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
+            return None;
         }
-        // A READ response acknowledges every request before it.
         let (progress, _) = self.ack_before(ctx, psn);
         if progress {
             self.advance(ctx, self.comp.psn, true);
         }
-        let mtu = self.mtu();
-        let Some(&w) = self.sq.front() else {
+        let head = self.sq.front().copied();
+        if head.is_none() {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
+        }
+        head
+    }
+
+    /// A response that does not answer the head WQE `w`: past a started READ/atomic, the
+    /// head's own responses were lost (go back to it); anything else is unexpected.
+    fn not_for_head(&mut self, ctx: &mut Ctx<'_>, w: &SendWqe, psn: Psn) {
+        if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
+            self.retry(ctx, Trigger::Packet);
+        } else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        }
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
+        let psn = r.bth.psn;
+        let mtu = self.mtu();
+        let Some(w) = self.response_head(ctx, psn) else {
             return;
         };
         if !matches!(w.op, SendOp::Read { .. }) || !w.contains(psn) {
-            if w.op.is_read_or_atomic() && w.started && psn.diff(w.last_psn) > 0 {
-                // Responses for a later READ: this one's were lost.
-                self.retry(ctx, Trigger::Packet);
-            } else {
-                ctx.stats.inc(Counter::DropUnexpectedResponse);
-            }
+            self.not_for_head(ctx, &w, psn);
             return;
         }
         let expected = w.first_psn.add(w.read_done / mtu);
@@ -397,24 +412,11 @@ impl Qp {
     }
 
     fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
-        }
-        let (progress, _) = self.ack_before(ctx, psn);
-        if progress {
-            self.advance(ctx, self.comp.psn, true);
-        }
-        let Some(&w) = self.sq.front() else {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        let Some(w) = self.response_head(ctx, psn) else {
             return;
         };
         if !w.op.is_atomic() || w.first_psn != psn || !w.started {
-            if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
-                self.retry(ctx, Trigger::Packet);
-            } else {
-                ctx.stats.inc(Counter::DropUnexpectedResponse);
-            }
+            self.not_for_head(ctx, &w, psn);
             return;
         }
         // The original value, as the 8 bytes of a u64 in host order (x86: little-endian).
