@@ -452,18 +452,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
             length: len,
             lkey,
         };
-        pair.post_send(
-            A,
-            &SendWr {
-                wr_id: i as u64,
-                op: sop,
-                local: Local::Sges(&[sge]),
-                flags: SendFlags {
-                    signaled: true,
-                    ..Default::default()
-                },
-            },
-        );
+        pair.post_sges(A, i as u64, sop, &[sge]);
         snapshots.push(m.clone());
     }
     let rule = |(drop, duplicate, reorder): (f64, f64, f64), seed: u64| {

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::rc::{pattern, Opts, Pair};
+use common::rc::{pattern, statuses, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Lkey, Sge};
 use roce_emu::sim::rule::{DropIf, DropNth, Rule, Verdict};
@@ -24,10 +24,6 @@ fn flow(p: &Pair) -> Vec<String> {
 
 fn opcode_of(b: &[u8]) -> u8 {
     b[0]
-}
-
-fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
-    c.iter().map(|c| (c.wr_id, c.status)).collect()
 }
 
 #[test]
@@ -252,23 +248,12 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
 #[test]
 fn send_with_a_bad_lkey_is_a_local_protection_error() {
     let mut p = Pair::new(Opts::default());
-    let qpn = p.a.qpn;
     let sge = Sge {
-        addr: p.end(A).iova(),
-        length: 64,
         lkey: Lkey(0x7777_7700),
+        ..p.end(A).sge(0, 64)
     };
-    let wr = |id| SendWr {
-        wr_id: id,
-        op: SendOp::Send,
-        local: Local::Sges(std::slice::from_ref(&sge)),
-        flags: SendFlags {
-            signaled: true,
-            ..Default::default()
-        },
-    };
-    p.engine(A).post_send(qpn, &wr(1)).unwrap();
-    p.engine(A).post_send(qpn, &wr(2)).unwrap();
+    p.post_sges(A, 1, SendOp::Send, &[sge]);
+    p.post_sges(A, 2, SendOp::Send, &[sge]);
     p.settle();
     assert!(p.net.trace.as_ref().unwrap().is_empty(), "nothing sent");
     assert_eq!(
@@ -768,42 +753,12 @@ fn a_middle_packet_without_a_first_is_an_invalid_request() {
     // expected PSN and deliver it to B's engine directly.
     let mut p = Pair::new(Opts::default());
     p.post_recv(B, 7, 0, 4096);
-    let bth = roce_emu::wire::BthRepr {
-        opcode: op::RC_SEND_MIDDLE,
-        solicited: false,
-        migreq: false,
-        pad: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dqpn: p.b.qpn,
-        ack_req: true,
-        psn: roce_emu::wire::Psn::new(256),
-    };
     let r = RoceRepr {
         payload_len: 1024,
-        ..RoceRepr::new(bth)
+        ..p.request(op::RC_SEND_MIDDLE, 256, 0)
     };
-    let mut buf = vec![0u8; r.buffer_len()];
-    r.emit(&mut buf, &[0u8; 1024]).unwrap();
-    let src = std::net::SocketAddr::new(p.net.nodes[A].ip, 49441);
-    let dst = std::net::SocketAddr::new(p.net.nodes[B].ip, 4791);
-    let ph = roce_emu::wire::icrc::PseudoHeaders::new(src, dst, 0, buf.len());
-    roce_emu::wire::icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
-    let now = p.net.now;
-    p.engine(B).handle_datagram(
-        now,
-        Datagram {
-            src,
-            dst,
-            ipv4_id: Some(0),
-            data: &buf,
-        },
-    );
-    let mut out = vec![0u8; 256];
-    let t = p.engine(B).poll_transmit(now, &mut out).expect("a NAK");
-    let nak = RoceRepr::parse(&RocePacket::new_checked(&out[..t.len]).unwrap()).unwrap();
+    p.inject(&r, &[0u8; 1024]);
+    let nak = p.transmit(B).expect("a NAK");
     assert_eq!(
         nak.aeth.unwrap().syndrome,
         roce_emu::wire::Syndrome::Nak(roce_emu::wire::NakCode::InvalidRequest)

@@ -31,7 +31,9 @@ pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
 pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
-pub use qp::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
+pub use qp::{
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+};
 pub use stats::{Counter, Counters};
 pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
 pub use wr::{Completion, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};

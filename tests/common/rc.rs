@@ -7,7 +7,8 @@ use roce_emu::mem::{Access, MemoryRegion, Sge};
 pub use roce_emu::sim::direct::RcEnd;
 use roce_emu::sim::direct::{self, rc_end_with, RcEndOpts, RcParams};
 use roce_emu::sim::Net;
-use roce_emu::wire::{Psn, RocePacket, RoceRepr};
+use roce_emu::wire::{icrc, BthRepr, Opcode, Psn, RocePacket, RoceRepr, ROCE_UDP_PORT};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub const BUF: u64 = 1024 * 1024;
@@ -154,11 +155,69 @@ impl Pair {
 
     /// A signaled send WR over one SGE of our buffer.
     pub fn send(&mut self, which: usize, wr_id: u64, op: SendOp, off: u64, len: u32) {
-        let signaled = SendFlags {
-            signaled: true,
-            ..Default::default()
+        self.send_flags(which, wr_id, op, off, len, signaled());
+    }
+
+    /// A signaled send WR over these SGEs (any keys, any addresses).
+    pub fn post_sges(&mut self, which: usize, wr_id: u64, op: SendOp, sges: &[Sge]) {
+        let wr = SendWr {
+            wr_id,
+            op,
+            local: Local::Sges(sges),
+            flags: signaled(),
         };
-        self.send_flags(which, wr_id, op, off, len, signaled);
+        self.post_send(which, &wr);
+    }
+
+    /// A request from A's QP to B's QP with `opcode` at `psn`, built by hand: the BTH of
+    /// a well-behaved requester; the caller adds extension headers and payload length.
+    pub fn request(&self, opcode: Opcode, psn: u32, pad: u8) -> RoceRepr {
+        RoceRepr::new(BthRepr {
+            opcode,
+            solicited: false,
+            migreq: false,
+            pad,
+            tver: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dqpn: self.b.qpn,
+            ack_req: true,
+            psn: Psn::new(psn),
+        })
+    }
+
+    /// Delivers a hand-built packet from A to B's engine now (ICRC filled in), past the
+    /// simulated network.
+    pub fn inject(&mut self, r: &RoceRepr, payload: &[u8]) {
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf, payload).unwrap();
+        let src = SocketAddr::new(self.net.nodes[0].ip, 49441);
+        let dst = SocketAddr::new(self.net.nodes[1].ip, ROCE_UDP_PORT);
+        let ph = icrc::PseudoHeaders::new(src, dst, 0, buf.len());
+        icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
+        let now = self.net.now;
+        let d = Datagram {
+            src,
+            dst,
+            ipv4_id: Some(0),
+            data: &buf,
+        };
+        self.engine(1).handle_datagram(now, d);
+    }
+
+    /// The next packet `which`'s engine sends now, parsed, taken off the simulated
+    /// network's path.
+    pub fn transmit(&mut self, which: usize) -> Option<RoceRepr> {
+        let now = self.net.now;
+        let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
+        let t = self.engine(which).poll_transmit(now, &mut buf)?;
+        Some(parse_pkt(&buf[..t.len]))
+    }
+
+    /// Every packet `which`'s engine sends now, parsed.
+    pub fn drain(&mut self, which: usize) -> Vec<RoceRepr> {
+        std::iter::from_fn(|| self.transmit(which)).collect()
     }
 
     /// All completions now on an end's CQ.
@@ -243,6 +302,19 @@ impl Pair {
         for l in self.trace_lines() {
             eprintln!("{l}");
         }
+    }
+}
+
+/// (wr_id, status) of each completion, in order.
+pub fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
+    c.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// The flags of a WR that completes (`signaled`), nothing else.
+pub fn signaled() -> SendFlags {
+    SendFlags {
+        signaled: true,
+        ..Default::default()
     }
 }
 
