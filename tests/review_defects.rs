@@ -388,22 +388,29 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
 
 // ---- (f) ------------------------------------------------------------------------------
 
-/// IBA 9.2.3 / rxe `check_rkey`: a WRITE packet's payload plus pad is a multiple of 4
-/// (pad = -resid & 3 on the last packet, 0 before); anything else is a length error,
-/// NAK Invalid Request. Before the fix a WRITE_ONLY of 8 bytes with pad 1 was accepted.
-#[test]
-fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
+/// A hand-built WRITE_ONLY of `len` bytes of 0xab with pad 1 to B's buffer at 0x100, and
+/// what B sends back.
+fn write_only_with_pad_1(len: u32) -> (Pair, Vec<RoceRepr>) {
     let mut p = Pair::new(Opts::default());
     let b = p.end(B).remote(0x100);
     let mut r = p.request(op::RC_RDMA_WRITE_ONLY, 0x100, 1);
     r.reth = Some(RethRepr {
         va: b.va,
         rkey: b.rkey,
-        dma_len: 8,
+        dma_len: len,
     });
-    r.payload_len = 8;
-    p.inject(&r, &[0xab; 8]);
+    r.payload_len = len as usize;
+    p.inject(&r, &vec![0xab; len as usize]);
     let out = p.drain(B);
+    (p, out)
+}
+
+/// IBA 9.2.3 / rxe `check_rkey`: a WRITE packet's payload plus pad is a multiple of 4
+/// (pad = -resid & 3 on the last packet, 0 before); anything else is a length error,
+/// NAK Invalid Request. Before the fix a WRITE_ONLY of 8 bytes with pad 1 was accepted.
+#[test]
+fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
+    let (p, out) = write_only_with_pad_1(8);
     assert_eq!(
         syndromes(&out),
         [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
@@ -414,17 +421,7 @@ fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
 /// The same packet with the right pad (0) is accepted: the check is not overzealous.
 #[test]
 fn a_write_with_the_right_pad_is_accepted() {
-    let mut p = Pair::new(Opts::default());
-    let b = p.end(B).remote(0x100);
-    let mut r = p.request(op::RC_RDMA_WRITE_ONLY, 0x100, 1);
-    r.reth = Some(RethRepr {
-        va: b.va,
-        rkey: b.rkey,
-        dma_len: 7,
-    });
-    r.payload_len = 7;
-    p.inject(&r, &[0xab; 7]);
-    let out = p.drain(B);
+    let (p, out) = write_only_with_pad_1(7);
     assert!(matches!(
         syndromes(&out)[..],
         [(0x100, Syndrome::Ack { .. })]

@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::rc::{pattern, statuses, Opts, Pair};
+use common::rc::{parse_pkt, pattern, pick, statuses, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Lkey, Sge};
 use roce_emu::sim::rule::{DropIf, DropNth, Rule, Verdict};
 use roce_emu::wire::opcode::op;
-use roce_emu::wire::{RocePacket, RoceRepr};
+use roce_emu::wire::RoceRepr;
 
 const A: usize = 0;
 const B: usize = 1;
@@ -288,18 +288,6 @@ fn entering_err_flushes_everything_in_order_and_later_posts_too() {
     );
 }
 
-/// Duplicates every packet of one opcode.
-struct Dup(u8);
-impl Rule for Dup {
-    fn on_packet(&mut self, _: Instant, pkt: &[u8]) -> Verdict {
-        if opcode_of(pkt) == self.0 {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }
-}
-
 #[test]
 fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
     let mut p = Pair::new(Opts {
@@ -308,8 +296,11 @@ fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
     });
     p.write_mem(B, 512, &100u64.to_ne_bytes());
     let at = p.end(B).remote(512);
-    p.net.add_rule(A, B, Dup(op::RC_FETCH_ADD.0));
-    p.net.add_rule(A, B, Dup(op::RC_COMPARE_SWAP.0));
+    // Every atomic request twice.
+    p.net
+        .add_rule(A, B, pick(op::RC_FETCH_ADD, &[], Verdict::Duplicate));
+    p.net
+        .add_rule(A, B, pick(op::RC_COMPARE_SWAP, &[], Verdict::Duplicate));
     p.net.add_rule(B, A, DropNth::new(&[1])); // the first ATOMIC_ACKNOWLEDGE
     p.send(A, 1, SendOp::FetchAdd { remote: at, add: 5 }, 0, 8);
     p.send(
@@ -377,7 +368,7 @@ fn lost_read_response_reissues_the_read_for_the_rest_only() {
     let reqs: Vec<RoceRepr> = tr
         .iter()
         .filter(|t| opcode_of(&t.bytes) == op::RC_RDMA_READ_REQUEST.0)
-        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .map(|t| parse_pkt(&t.bytes))
         .collect();
     assert_eq!(reqs.len(), 2);
     let retry = reqs[1].reth.unwrap();
@@ -737,7 +728,7 @@ fn acks_coalesce_and_carry_the_msn() {
         .unwrap()
         .iter()
         .filter(|t| opcode_of(&t.bytes) == op::RC_ACKNOWLEDGE.0)
-        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .map(|t| parse_pkt(&t.bytes))
         .collect();
     assert!(acks.len() < 16, "{} ACKs for 16 SENDs", acks.len());
     let last = acks.last().unwrap();
