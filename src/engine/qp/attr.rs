@@ -62,9 +62,9 @@ pub const RNR_RETRY_INFINITE: u8 = 7;
 /// (IBA 9.7.6.1.3 counts these retries; rxe treats this value as "forever", see
 /// `EngineConfig::retry_cnt_7_infinite`).
 pub const MAX_RETRY_CNT: u8 = 7;
-/// The default P_Key (full membership, default partition, IBA 10.9.1.2): the one entry of
-/// the P_Key table, at index 0.
-pub const DEFAULT_PKEY: u16 = 0xffff;
+/// The default P_Key (full membership, default partition, IBA 10.9): the one entry of the
+/// P_Key table, at index 0.
+pub const DEFAULT_PKEY: u16 = crate::wire::bth::DEFAULT_PKEY;
 /// The Local ACK Timeout code ibv_rc_pingpong and perftest connect with: 4.096 µs * 2^14,
 /// about 67 ms (IBA 9.7.6.1.3).
 pub const DEFAULT_TIMEOUT: u8 = 14;
