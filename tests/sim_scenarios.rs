@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::rc::{parse_pkt, pattern, pick, statuses, Opts, Pair};
+use common::rc::{parse_pkt, pattern, pick, signaled, statuses, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Lkey, Sge};
 use roce_emu::sim::rule::{DropIf, DropNth, Rule, Verdict};
@@ -20,6 +20,13 @@ fn flow(p: &Pair) -> Vec<String> {
         .iter()
         .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
         .collect()
+}
+
+/// Index of the first line of `f` that contains `what`.
+fn line_with(f: &[String], what: &str) -> usize {
+    f.iter()
+        .position(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what} in {f:?}"))
 }
 
 fn opcode_of(b: &[u8]) -> u8 {
@@ -625,14 +632,8 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
     );
     p.settle();
     let f = flow(&p);
-    let second = f
-        .iter()
-        .position(|l| l.contains("READ_REQUEST psn=258"))
-        .unwrap();
-    let last = f
-        .iter()
-        .position(|l| l.contains("READ_RESPONSE_LAST psn=257"))
-        .unwrap();
+    let second = line_with(&f, "READ_REQUEST psn=258");
+    let last = line_with(&f, "READ_RESPONSE_LAST psn=257");
     assert!(second > last, "second READ before the first's data: {f:?}");
 }
 
@@ -649,27 +650,15 @@ fn fence_waits_for_earlier_reads() {
         0,
         3000,
     );
-    let sge = p.end(A).sge(8192, 16);
-    p.post_send(
-        A,
-        &SendWr {
-            wr_id: 2,
-            op: SendOp::Send,
-            local: Local::Sges(std::slice::from_ref(&sge)),
-            flags: SendFlags {
-                signaled: true,
-                fence: true,
-                ..Default::default()
-            },
-        },
-    );
+    let fenced = SendFlags {
+        fence: true,
+        ..signaled()
+    };
+    p.send_flags(A, 2, SendOp::Send, 8192, 16, fenced);
     p.settle();
     let f = flow(&p);
-    let send = f.iter().position(|l| l.contains("RC_SEND_ONLY")).unwrap();
-    let last = f
-        .iter()
-        .position(|l| l.contains("READ_RESPONSE_LAST"))
-        .unwrap();
+    let send = line_with(&f, "RC_SEND_ONLY");
+    let last = line_with(&f, "READ_RESPONSE_LAST");
     assert!(send > last, "fenced SEND before the READ completed: {f:?}");
 }
 
