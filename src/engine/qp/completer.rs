@@ -181,8 +181,7 @@ impl Qp {
         }
         if self.comp.retry_left == 0 {
             ctx.stats.inc(Counter::RetryExceededErr);
-            self.complete_front(ctx, WcStatus::RetryExcErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::RetryExcErr);
             return;
         }
         if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == MAX_RETRY_CNT) {
@@ -253,6 +252,13 @@ impl Qp {
         self.advance(ctx, psn.add(1), progress);
     }
 
+    /// The WQE at the head completes with error `status` and the QP goes to ERR on its
+    /// own (an asynchronous event): flushing the rest (IBA 10.8.3.1, completion errors).
+    fn fail_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        self.complete_front(ctx, status);
+        self.enter_error(ctx, true);
+    }
+
     /// What every NAK does first: it acknowledges everything before its PSN (IBA
     /// 9.7.5.1.3). False, and counted, if it is older than what is already acknowledged
     /// (a duplicate or reordered NAK), which then does nothing more.
@@ -280,8 +286,7 @@ impl Qp {
         }
         if self.comp.rnr_left == 0 {
             ctx.stats.inc(Counter::RetryRnrExceededErr);
-            self.complete_front(ctx, WcStatus::RnrRetryExcErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::RnrRetryExcErr);
             return;
         }
         if self.comp.rnr_left != RNR_RETRY_INFINITE {
@@ -391,8 +396,7 @@ impl Qp {
             payload.len() as u32 == mtu
         };
         if info.is(Flags::END) != want_last || !len_ok {
-            self.complete_front(ctx, WcStatus::BadRespErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::BadRespErr);
             return;
         }
         if !payload.is_empty()
@@ -400,8 +404,7 @@ impl Qp {
                 .scatter(ctx.mem, self.pd, u64::from(w.read_done), payload)
                 .is_err()
         {
-            self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }
         self.sq[0].read_done += payload.len() as u32;
@@ -424,8 +427,7 @@ impl Qp {
             .scatter(ctx.mem, self.pd, 0, &orig.to_ne_bytes())
             .is_err()
         {
-            self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }
         self.complete_front(ctx, WcStatus::Success);
