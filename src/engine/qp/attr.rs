@@ -71,7 +71,8 @@ pub const DEFAULT_TIMEOUT: u8 = 14;
 /// The minimum RNR NAK timer code ibv_rc_pingpong connects with: 0.64 ms (IBA Table 45).
 pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
 
-/// Remote rights that apply to a QP (`IBV_QP_ACCESS_FLAGS`); the rest are MR-only.
+/// The access flags that apply to a QP (`IBV_QP_ACCESS_FLAGS`): LOCAL_WRITE and the remote
+/// rights; the rest are MR-only.
 const QP_ACCESS: Access = Access::REMOTE_WRITE
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC)
