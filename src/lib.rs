@@ -10,8 +10,8 @@
 //!       wire                 (bytes: headers, opcode table, ICRC, frames; imports nothing of ours)
 //! ```
 //!
-//! `mem` is registered memory (PDs, MRs, L_Key/R_Key checks, SGE copies); it imports nothing
-//! of ours either and knows nothing about packets.
+//! `mem` is registered memory (PDs, MRs, L_Key/R_Key checks, SGE copies); of ours it imports
+//! only the seeded [`rng`] (for key bytes) and it knows nothing about packets.
 //!
 //! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
 // No unsafe code, except two fenced modules where each block carries a SAFETY comment:

@@ -7,7 +7,7 @@
 pub struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub const fn new(seed: u64) -> Rng {
         Rng(seed)
     }
     pub fn next_u64(&mut self) -> u64 {

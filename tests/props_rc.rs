@@ -275,7 +275,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         // Property 1 retries forever (rxe's meaning of retry_cnt 7): at 30% loss each way
         // the IBA's 7 retries legitimately run out for a multi-packet READ a few percent
         // of the time, which property 2 covers. Here only delivery is under test.
-        retry7_forever: retry_cnt == 7,
+        retry7_forever: retry_cnt == MAX_RETRY_CNT,
         mtu: c.mtu,
         psn_a: c.psn_a,
         psn_b: c.psn_b,
@@ -305,7 +305,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         atomics: Vec::new(),
     };
     let mut snapshots = vec![m.clone()];
-    let b = pair.side(B).remote(0);
+    let b = pair.end(B).remote(0);
     let mut nrecv = 0u64;
     let mut first_fault = None;
     let mut outcomes = Vec::new();
@@ -407,7 +407,7 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         }
         outcomes.push(fault.map(|(_, o)| o));
         let mut sop = sop;
-        let mut lkey = pair.side(A).lkey();
+        let mut lkey = pair.end(A).lkey();
         let mut recv_len = SLOT as u32;
         match fault.map(|(f, _)| f) {
             None => {}
@@ -448,22 +448,11 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
             nrecv += 1;
         }
         let sge = Sge {
-            addr: pair.side(A).iova() + off,
+            addr: pair.end(A).iova() + off,
             length: len,
             lkey,
         };
-        pair.post_send(
-            A,
-            &SendWr {
-                wr_id: i as u64,
-                op: sop,
-                local: Local::Sges(&[sge]),
-                flags: SendFlags {
-                    signaled: true,
-                    ..Default::default()
-                },
-            },
-        );
+        pair.post_sges(A, i as u64, sop, &[sge]);
         snapshots.push(m.clone());
     }
     let rule = |(drop, duplicate, reorder): (f64, f64, f64), seed: u64| {
@@ -503,7 +492,7 @@ fn config() -> ProptestConfig {
 /// Runs until A has `n` completions; returns them.
 fn drive(run: &mut Run, n: usize) -> Result<Vec<Completion>, TestCaseError> {
     let mut got = Vec::new();
-    let cq = run.pair.side(A).cq;
+    let cq = run.pair.end(A).cq;
     let mut buf = [Completion::default(); 64];
     for _ in 0..2_000_000 {
         let k = run.pair.engine(A).poll_cq(cq, &mut buf).unwrap();
@@ -560,7 +549,7 @@ fn run_property<S: Strategy>(
 }
 
 fn check_delivery(c: Case) -> Result<usize, TestCaseError> {
-    let mut run = setup(&c, 8, 7);
+    let mut run = setup(&c, 8, MAX_RETRY_CNT);
     let n = c.ops.len();
     let comps = drive(&mut run, n)?;
     let m = run.snapshots.last().unwrap().clone();
@@ -710,7 +699,7 @@ fn when_retries_run_out_the_qp_fails_cleanly() {
 }
 
 fn check_errors((c, faults): (Case, Vec<Option<Fault>>)) -> Result<usize, TestCaseError> {
-    let mut run = setup_with_faults(&c, 8, 7, &faults);
+    let mut run = setup_with_faults(&c, 8, MAX_RETRY_CNT, &faults);
     let n = c.ops.len();
     let comps = drive(&mut run, n)?;
     let p = &mut run.pair;

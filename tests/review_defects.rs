@@ -4,76 +4,15 @@
 
 mod common;
 
-use common::rc::{pattern, pick, Opts, Pair};
+use common::rc::{pattern, pick, signaled, statuses, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Sge};
 use roce_emu::sim::rule::{DropIf, Verdict};
 use roce_emu::wire::opcode::op;
-use roce_emu::wire::{
-    AtomicEthRepr, BthRepr, NakCode, Opcode, Psn, RethRepr, RocePacket, RoceRepr, Syndrome,
-};
+use roce_emu::wire::{AtomicEthRepr, NakCode, Opcode, RethRepr, RoceRepr, Syndrome};
 
 const A: usize = 0;
 const B: usize = 1;
-
-fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
-    c.iter().map(|c| (c.wr_id, c.status)).collect()
-}
-
-fn flags() -> SendFlags {
-    SendFlags {
-        signaled: true,
-        ..Default::default()
-    }
-}
-
-/// A request from A's QP to B's QP with `opcode` at `psn`, built by hand.
-fn req(p: &Pair, opcode: Opcode, psn: u32, pad: u8) -> RoceRepr {
-    RoceRepr::new(BthRepr {
-        opcode,
-        solicited: false,
-        migreq: false,
-        pad,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dqpn: p.b.qpn,
-        ack_req: true,
-        psn: Psn::new(psn),
-    })
-}
-
-/// Delivers a hand-built packet from A to B's engine (ICRC filled in).
-fn inject(p: &mut Pair, r: &RoceRepr, payload: &[u8]) {
-    let mut buf = vec![0u8; r.buffer_len()];
-    r.emit(&mut buf, payload).unwrap();
-    let src = std::net::SocketAddr::new(p.net.nodes[A].ip, 49441);
-    let dst = std::net::SocketAddr::new(p.net.nodes[B].ip, 4791);
-    let ph = roce_emu::wire::icrc::PseudoHeaders::new(src, dst, 0, buf.len());
-    roce_emu::wire::icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
-    let now = p.net.now;
-    p.engine(B).handle_datagram(
-        now,
-        Datagram {
-            src,
-            dst,
-            ipv4_id: Some(0),
-            data: &buf,
-        },
-    );
-}
-
-/// Every packet B's engine wants to send now, parsed.
-fn drain_b(p: &mut Pair) -> Vec<RoceRepr> {
-    let now = p.net.now;
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
-    while let Some(t) = p.engine(B).poll_transmit(now, &mut buf) {
-        out.push(RoceRepr::parse(&RocePacket::new_checked(&buf[..t.len]).unwrap()).unwrap());
-    }
-    out
-}
 
 fn syndromes(rs: &[RoceRepr]) -> Vec<(u32, Syndrome)> {
     rs.iter()
@@ -153,8 +92,15 @@ fn word_at(p: &Pair, which: usize, off: u64) -> u64 {
     u64::from_ne_bytes(p.read_mem(which, off, 8).try_into().unwrap())
 }
 
+/// An SGE over `which`'s buffer whose L_Key has a wrong key byte: LOC_PROT_ERR.
+fn bad_sge(p: &Pair, which: usize) -> Sge {
+    let mut s = p.end(which).sge(0, 16);
+    s.lkey = roce_emu::mem::Lkey(s.lkey.0 ^ 0xff);
+    s
+}
+
 fn bad_remote(p: &Pair) -> Remote {
-    let mut r = p.side(B).remote(0x2000);
+    let mut r = p.end(B).remote(0x2000);
     r.rkey ^= 0xff;
     r
 }
@@ -168,7 +114,7 @@ fn bad_remote(p: &Pair) -> Remote {
 fn atomic_before_a_bad_write_completes_with_its_original_value() {
     let mut p = Pair::new(Opts::default());
     p.write_mem(B, 0x100, &41u64.to_ne_bytes());
-    let remote = p.side(B).remote(0x100);
+    let remote = p.end(B).remote(0x100);
     p.send(A, 1, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -187,7 +133,7 @@ fn atomic_before_a_bad_write_completes_with_its_original_value() {
 fn read_before_a_bad_write_completes_with_its_bytes() {
     let mut p = Pair::new(Opts::default());
     p.write_mem(B, 0x4000, &pattern(9, 3000));
-    let remote = p.side(B).remote(0x4000);
+    let remote = p.end(B).remote(0x4000);
     p.send(A, 1, SendOp::Read { remote }, 0x10000, 3000);
     let remote = bad_remote(&p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
@@ -215,21 +161,24 @@ fn a_nak_past_an_unanswered_atomic_retries_it_instead_of_failing_it() {
         ..Opts::default()
     });
     p.write_mem(B, 0x100, &41u64.to_ne_bytes());
-    p.net
-        .add_rule(B, A, pick(op::RC_ATOMIC_ACKNOWLEDGE, &[1], Verdict::Drop));
-    let remote = p.side(B).remote(0x100);
-    p.send(A, 1, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
-    let remote = bad_remote(&p);
+    let remote = p.end(B).remote(0x100);
+    let atomic = (SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
+    retried_not_failed(&mut p, op::RC_ATOMIC_ACKNOWLEDGE, atomic, op::RC_FETCH_ADD);
+    assert_eq!(word_at(&p, B, 0x100), 42);
+}
+
+/// A's request `(op, local offset, length)` loses its first `lost` response, then a WRITE
+/// with a bad R_Key draws a NAK while it is at the head: it must be retried (`request`
+/// goes out again) and end RETRY_EXC_ERR, the WRITE flushed behind it.
+fn retried_not_failed(p: &mut Pair, lost: Opcode, first: (SendOp, u64, u32), request: Opcode) {
+    p.net.add_rule(B, A, pick(lost, &[1], Verdict::Drop));
+    p.send(A, 1, first.0, first.1, first.2);
+    let remote = bad_remote(p);
     p.send(A, 2, SendOp::Write { remote }, 0, 64);
     p.settle();
     p.print_packets();
-    assert_eq!(word_at(&p, B, 0x100), 42);
-    let sent = p
-        .packets()
-        .iter()
-        .filter(|k| k.opcode == op::RC_FETCH_ADD)
-        .count();
-    assert!(sent >= 2, "the atomic was not retried");
+    let sent = p.packets().iter().filter(|k| k.opcode == request).count();
+    assert!(sent >= 2, "{request} was not retried");
     assert_eq!(
         statuses(&p.completions(A)),
         [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -245,27 +194,10 @@ fn a_nak_past_an_unfinished_read_retries_it_instead_of_failing_it() {
         retry_cnt: 2,
         ..Opts::default()
     });
-    p.net.add_rule(
-        B,
-        A,
-        pick(op::RC_RDMA_READ_RESPONSE_LAST, &[1], Verdict::Drop),
-    );
-    let remote = p.side(B).remote(0x4000);
-    p.send(A, 1, SendOp::Read { remote }, 0x10000, 3000);
-    let remote = bad_remote(&p);
-    p.send(A, 2, SendOp::Write { remote }, 0, 64);
-    p.settle();
-    p.print_packets();
-    let sent = p
-        .packets()
-        .iter()
-        .filter(|k| k.opcode == op::RC_RDMA_READ_REQUEST)
-        .count();
-    assert!(sent >= 2, "the READ was not retried");
-    assert_eq!(
-        statuses(&p.completions(A)),
-        [(1, WcStatus::RetryExcErr), (2, WcStatus::WrFlushErr)]
-    );
+    let remote = p.end(B).remote(0x4000);
+    let read = (SendOp::Read { remote }, 0x10000, 3000);
+    let lost = op::RC_RDMA_READ_RESPONSE_LAST;
+    retried_not_failed(&mut p, lost, read, op::RC_RDMA_READ_REQUEST);
 }
 
 // ---- (c) ------------------------------------------------------------------------------
@@ -297,23 +229,8 @@ fn an_ack_owed_before_a_local_error_still_goes_out() {
             data: &buf[..t.len],
         },
     );
-    let bad = Sge {
-        addr: p.side(B).iova(),
-        length: 16,
-        lkey: roce_emu::mem::Lkey(p.side(B).lkey().0 ^ 0xff),
-    };
-    let qpn = p.b.qpn;
-    p.engine(B)
-        .post_send(
-            qpn,
-            &SendWr {
-                wr_id: 9,
-                op: SendOp::Send,
-                local: Local::Sges(&[bad]),
-                flags: flags(),
-            },
-        )
-        .unwrap();
+    let bad = bad_sge(&p, B);
+    p.post_sges(B, 9, SendOp::Send, &[bad]);
     p.settle();
     p.print_packets();
     assert_eq!(p.state(B), QpState::Err);
@@ -388,7 +305,7 @@ fn raising_max_dest_rd_atomic_in_sqd_grows_the_replay_ring() {
         pick(op::RC_RDMA_READ_RESPONSE_ONLY, &[1], Verdict::Drop),
     );
     for i in 0..4u64 {
-        let remote = p.side(B).remote(0x4000 + 64 * i);
+        let remote = p.end(B).remote(0x4000 + 64 * i);
         p.send(A, i, SendOp::Read { remote }, 0x10000 + 64 * i, 64);
     }
     p.settle();
@@ -421,7 +338,7 @@ fn max_dest_rd_atomic_zero_naks_a_read_invalid_request() {
             ..Default::default()
         },
     );
-    let remote = p.side(B).remote(0);
+    let remote = p.end(B).remote(0);
     p.send(A, 1, SendOp::Read { remote }, 0x10000, 64);
     p.settle();
     p.print_packets();
@@ -443,13 +360,20 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
         max_rd_atomic: 0,
         ..Opts::default()
     });
-    let remote = p.side(B).remote(0);
-    let r = p.try_send_flags(A, 1, SendOp::Read { remote }, 0x10000, 64, flags());
+    let remote = p.end(B).remote(0);
+    let r = p.try_send_flags(A, 1, SendOp::Read { remote }, 0x10000, 64, signaled());
     assert!(
         matches!(r, Err(VerbsError::InvalidState { .. })),
         "READ posted: {r:?}"
     );
-    let r = p.try_send_flags(A, 2, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8, flags());
+    let r = p.try_send_flags(
+        A,
+        2,
+        SendOp::FetchAdd { remote, add: 1 },
+        0x800,
+        8,
+        signaled(),
+    );
     assert!(matches!(r, Err(VerbsError::InvalidState { .. })), "{r:?}");
     // Other operations are unaffected.
     p.post_recv(B, 7, 0, 64);
@@ -464,22 +388,29 @@ fn max_rd_atomic_zero_refuses_reads_and_atomics_at_post_time() {
 
 // ---- (f) ------------------------------------------------------------------------------
 
+/// A hand-built WRITE_ONLY of `len` bytes of 0xab with pad 1 to B's buffer at 0x100, and
+/// what B sends back.
+fn write_only_with_pad_1(len: u32) -> (Pair, Vec<RoceRepr>) {
+    let mut p = Pair::new(Opts::default());
+    let b = p.end(B).remote(0x100);
+    let mut r = p.request(op::RC_RDMA_WRITE_ONLY, 0x100, 1);
+    r.reth = Some(RethRepr {
+        va: b.va,
+        rkey: b.rkey,
+        dma_len: len,
+    });
+    r.payload_len = len as usize;
+    p.inject(&r, &vec![0xab; len as usize]);
+    let out = p.drain(B);
+    (p, out)
+}
+
 /// IBA 9.2.3 / rxe `check_rkey`: a WRITE packet's payload plus pad is a multiple of 4
 /// (pad = -resid & 3 on the last packet, 0 before); anything else is a length error,
 /// NAK Invalid Request. Before the fix a WRITE_ONLY of 8 bytes with pad 1 was accepted.
 #[test]
 fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
-    let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x100);
-    let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
-    r.reth = Some(RethRepr {
-        va: b.va,
-        rkey: b.rkey,
-        dma_len: 8,
-    });
-    r.payload_len = 8;
-    inject(&mut p, &r, &[0xab; 8]);
-    let out = drain_b(&mut p);
+    let (p, out) = write_only_with_pad_1(8);
     assert_eq!(
         syndromes(&out),
         [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
@@ -490,17 +421,7 @@ fn a_write_whose_pad_breaks_alignment_is_an_invalid_request() {
 /// The same packet with the right pad (0) is accepted: the check is not overzealous.
 #[test]
 fn a_write_with_the_right_pad_is_accepted() {
-    let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x100);
-    let mut r = req(&p, op::RC_RDMA_WRITE_ONLY, 0x100, 1);
-    r.reth = Some(RethRepr {
-        va: b.va,
-        rkey: b.rkey,
-        dma_len: 7,
-    });
-    r.payload_len = 7;
-    inject(&mut p, &r, &[0xab; 7]);
-    let out = drain_b(&mut p);
+    let (p, out) = write_only_with_pad_1(7);
     assert!(matches!(
         syndromes(&out)[..],
         [(0x100, Syndrome::Ack { .. })]
@@ -516,15 +437,15 @@ fn a_write_with_the_right_pad_is_accepted() {
 fn a_limited_member_pkey_is_accepted() {
     let mut p = Pair::new(Opts::default());
     p.post_recv(B, 7, 0, 64);
-    let mut r = req(&p, op::RC_SEND_ONLY, 0x100, 0);
+    let mut r = p.request(op::RC_SEND_ONLY, 0x100, 0);
     r.bth.pkey = 0x7fff;
     r.payload_len = 16;
-    inject(&mut p, &r, &[1; 16]);
+    p.inject(&r, &[1; 16]);
     assert_eq!(p.counter(B, Counter::DropPkeyMismatch), 0);
     assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::Success)]);
-    let mut r = req(&p, op::RC_SEND_ONLY, 0x101, 0);
+    let mut r = p.request(op::RC_SEND_ONLY, 0x101, 0);
     r.bth.pkey = 0x8000;
-    inject(&mut p, &r, &[]);
+    p.inject(&r, &[]);
     assert_eq!(p.counter(B, Counter::DropPkeyMismatch), 1);
 }
 
@@ -534,31 +455,31 @@ fn a_limited_member_pkey_is_accepted() {
 #[test]
 fn a_misaligned_atomic_with_a_bad_rkey_is_a_remote_access_error() {
     let mut p = Pair::new(Opts::default());
-    let b = p.side(B).remote(0x104);
-    let mut r = req(&p, op::RC_FETCH_ADD, 0x100, 0);
+    let b = p.end(B).remote(0x104);
+    let mut r = p.request(op::RC_FETCH_ADD, 0x100, 0);
     r.atomic_eth = Some(AtomicEthRepr {
         va: b.va,
         rkey: b.rkey ^ 0xff,
         swap_add: 1,
         compare: 0,
     });
-    inject(&mut p, &r, &[]);
+    p.inject(&r, &[]);
     assert_eq!(
-        syndromes(&drain_b(&mut p)),
+        syndromes(&p.drain(B)),
         [(0x100, Syndrome::Nak(NakCode::RemoteAccessError))]
     );
     // With a good key the misalignment is what is wrong: Invalid Request.
     let mut p = Pair::new(Opts::default());
-    let mut r = req(&p, op::RC_FETCH_ADD, 0x100, 0);
+    let mut r = p.request(op::RC_FETCH_ADD, 0x100, 0);
     r.atomic_eth = Some(AtomicEthRepr {
         va: b.va,
         rkey: b.rkey,
         swap_add: 1,
         compare: 0,
     });
-    inject(&mut p, &r, &[]);
+    p.inject(&r, &[]);
     assert_eq!(
-        syndromes(&drain_b(&mut p)),
+        syndromes(&p.drain(B)),
         [(0x100, Syndrome::Nak(NakCode::InvalidRequest))]
     );
 }
@@ -580,8 +501,8 @@ fn a_reth_length_above_2_31_is_an_invalid_request() {
             mtu: Mtu::M256,
             ..Opts::default()
         });
-        let b = p.side(B).remote(0);
-        let mut r = req(&p, opcode, 0x100, 0);
+        let b = p.end(B).remote(0);
+        let mut r = p.request(opcode, 0x100, 0);
         r.reth = Some(RethRepr {
             va: b.va,
             rkey: b.rkey,
@@ -593,14 +514,31 @@ fn a_reth_length_above_2_31_is_an_invalid_request() {
             Vec::new()
         };
         r.payload_len = payload.len();
-        inject(&mut p, &r, &payload);
+        p.inject(&r, &payload);
         assert_eq!(
-            syndromes(&drain_b(&mut p)),
+            syndromes(&p.drain(B)),
             [(0x100, Syndrome::Nak(NakCode::InvalidRequest))],
             "{opcode} len {len:#x}"
         );
         assert_eq!(p.state(B), QpState::Err);
     }
+}
+
+/// A pair at MTU 256 whose A -> B packets are all lost (only what A sends is looked at).
+fn cut_off_at_mtu_256() -> Pair {
+    let mut p = Pair::new(Opts {
+        mtu: Mtu::M256,
+        ..Opts::default()
+    });
+    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
+    p
+}
+
+/// A READ of 2^31 bytes (two SGEs of 2^30 over A's buffer): 2^23 PSNs at MTU 256.
+fn post_read_of_2_31_bytes(p: &mut Pair, wr_id: u64) {
+    let remote = p.end(B).remote(0);
+    let s = p.end(A).sge(0, 1 << 30);
+    p.post_sges(A, wr_id, SendOp::Read { remote }, &[s, s]);
 }
 
 /// A READ of 2^31 bytes at MTU 256 spans 2^23 PSNs, half the PSN space. Serial PSN
@@ -610,34 +548,14 @@ fn a_reth_length_above_2_31_is_an_invalid_request() {
 /// then made the READ's own first responses look like "never sent" to the completer.
 #[test]
 fn a_read_spanning_2_23_psns_is_sent_alone() {
-    let mut p = Pair::new(Opts {
-        mtu: Mtu::M256,
-        ..Opts::default()
-    });
-    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
-    let remote = p.side(B).remote(0);
-    let s = p.side(A).sge(0, 1 << 30);
-    let qpn = p.a.qpn;
-    p.engine(A)
-        .post_send(
-            qpn,
-            &SendWr {
-                wr_id: 1,
-                op: SendOp::Read { remote },
-                local: Local::Sges(&[s, s]),
-                flags: flags(),
-            },
-        )
-        .unwrap();
+    let mut p = cut_off_at_mtu_256();
+    post_read_of_2_31_bytes(&mut p, 1);
     p.send(A, 2, SendOp::Send, 0, 16);
-    let now = p.net.now;
-    let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
-    let t = p.engine(A).poll_transmit(now, &mut buf).expect("the READ");
-    let r = RoceRepr::parse(&RocePacket::new_checked(&buf[..t.len]).unwrap()).unwrap();
+    let r = p.transmit(A).expect("the READ");
     assert_eq!(r.bth.opcode, op::RC_RDMA_READ_REQUEST);
     assert_eq!(r.reth.unwrap().dma_len, 1 << 31);
     assert!(
-        p.engine(A).poll_transmit(now, &mut buf).is_none(),
+        p.transmit(A).is_none(),
         "a request went out 2^23 PSNs after the READ's first"
     );
 }
@@ -646,33 +564,13 @@ fn a_read_spanning_2_23_psns_is_sent_alone() {
 /// oldest unacknowledged PSN: it waits for the SEND's ACK.
 #[test]
 fn a_read_spanning_2_23_psns_waits_for_the_window_to_empty() {
-    let mut p = Pair::new(Opts {
-        mtu: Mtu::M256,
-        ..Opts::default()
-    });
-    p.net.add_rule(A, B, DropIf(|_: &[u8]| true));
+    let mut p = cut_off_at_mtu_256();
     p.send(A, 1, SendOp::Send, 0, 16);
-    let remote = p.side(B).remote(0);
-    let s = p.side(A).sge(0, 1 << 30);
-    let qpn = p.a.qpn;
-    p.engine(A)
-        .post_send(
-            qpn,
-            &SendWr {
-                wr_id: 2,
-                op: SendOp::Read { remote },
-                local: Local::Sges(&[s, s]),
-                flags: flags(),
-            },
-        )
-        .unwrap();
-    let now = p.net.now;
-    let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
-    let t = p.engine(A).poll_transmit(now, &mut buf).expect("the SEND");
-    let r = RoceRepr::parse(&RocePacket::new_checked(&buf[..t.len]).unwrap()).unwrap();
+    post_read_of_2_31_bytes(&mut p, 2);
+    let r = p.transmit(A).expect("the SEND");
     assert_eq!(r.bth.opcode, op::RC_SEND_ONLY);
     assert!(
-        p.engine(A).poll_transmit(now, &mut buf).is_none(),
+        p.transmit(A).is_none(),
         "the READ went out with a SEND unacknowledged before it"
     );
 }
@@ -694,28 +592,16 @@ fn a_local_protection_error_waits_for_the_wrs_before_it() {
         A,
         1,
         SendOp::Write {
-            remote: p.side(B).remote(0x4000),
+            remote: p.end(B).remote(0x4000),
         },
         0,
         64,
     );
-    let remote = p.side(B).remote(0x100);
+    let remote = p.end(B).remote(0x100);
     p.send(A, 2, SendOp::FetchAdd { remote, add: 1 }, 0x800, 8);
-    let bad = Sge {
-        addr: p.side(A).iova(),
-        length: 16,
-        lkey: roce_emu::mem::Lkey(p.side(A).lkey().0 ^ 0xff),
-    };
+    let bad = bad_sge(&p, A);
     p.post_recv(B, 7, 0, 64);
-    p.post_send(
-        A,
-        &SendWr {
-            wr_id: 3,
-            op: SendOp::Send,
-            local: Local::Sges(&[bad]),
-            flags: flags(),
-        },
-    );
+    p.post_sges(A, 3, SendOp::Send, &[bad]);
     p.send(A, 4, SendOp::Send, 0, 16);
     p.settle();
     p.print_packets();

@@ -71,7 +71,7 @@ fn remote_write_read_and_atomics_act_on_the_callers_own_memory() {
     words[1].store(7, Ordering::SeqCst);
 
     let t = Arc::clone(p.engine(B).mem());
-    let pd = p.side(B).pd;
+    let pd = p.end(B).pd;
     // SAFETY: `mine` and `words` live to the end of the test, after `release` below.
     let (buf, ctr) = unsafe {
         (
@@ -208,7 +208,7 @@ fn remote_fetch_add_races_exactly_with_the_programs_own_atomics() {
     let word = Box::new(AtomicU64::new(0));
     let t = Arc::clone(p.engine(B).mem());
     // SAFETY: `word` outlives the region (released before the end of the test).
-    let mr = unsafe { foreign(&t, p.side(B).pd, word.as_ptr().cast(), 8) };
+    let mr = unsafe { foreign(&t, p.end(B).pd, word.as_ptr().cast(), 8) };
     let rw = Remote {
         va: mr.iova(),
         rkey: mr.rkey().0,

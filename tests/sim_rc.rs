@@ -68,7 +68,7 @@ fn write_read_and_atomics_move_the_right_bytes() {
     p.write_mem(A, 0, &pattern(3, 3000));
     p.write_mem(B, 8192, &pattern(4, 2500));
     p.write_mem(B, 16384, &7u64.to_ne_bytes());
-    let rb = |off| p.side(B).remote(off);
+    let rb = |off| p.end(B).remote(off);
     let (w, r, at) = (rb(0), rb(8192), rb(16384));
     p.send(A, 1, SendOp::Write { remote: w }, 0, 3000);
     p.send(A, 2, SendOp::Read { remote: r }, 4096, 2500);

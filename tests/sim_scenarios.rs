@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::rc::{pattern, Opts, Pair};
+use common::rc::{parse_pkt, pattern, pick, signaled, statuses, Opts, Pair};
 use roce_emu::engine::*;
 use roce_emu::mem::{Access, Lkey, Sge};
 use roce_emu::sim::rule::{DropIf, DropNth, Rule, Verdict};
 use roce_emu::wire::opcode::op;
-use roce_emu::wire::{RocePacket, RoceRepr};
+use roce_emu::wire::RoceRepr;
 
 const A: usize = 0;
 const B: usize = 1;
@@ -22,12 +22,15 @@ fn flow(p: &Pair) -> Vec<String> {
         .collect()
 }
 
-fn opcode_of(b: &[u8]) -> u8 {
-    b[0]
+/// Index of the first line of `f` that contains `what`.
+fn line_with(f: &[String], what: &str) -> usize {
+    f.iter()
+        .position(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no {what} in {f:?}"))
 }
 
-fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
-    c.iter().map(|c| (c.wr_id, c.status)).collect()
+fn opcode_of(b: &[u8]) -> u8 {
+    b[0]
 }
 
 #[test]
@@ -100,7 +103,7 @@ fn retries_exhausted_fail_the_wr_and_flush_the_rest() {
             A,
             i,
             SendOp::Write {
-                remote: p.side(B).remote(0),
+                remote: p.end(B).remote(0),
             },
             0,
             16,
@@ -169,7 +172,7 @@ fn rnr_retry_zero_fails_with_rnr_retry_exceeded() {
 #[test]
 fn bad_rkey_is_nakked_remote_access_error() {
     let mut p = Pair::new(Opts::default());
-    let mut remote = p.side(B).remote(0);
+    let mut remote = p.end(B).remote(0);
     remote.rkey ^= 0xff; // right index, wrong key byte
     p.send(A, 1, SendOp::Write { remote }, 0, 64);
     p.settle();
@@ -186,7 +189,7 @@ fn bad_rkey_is_nakked_remote_access_error() {
 #[test]
 fn write_beyond_the_region_is_refused() {
     let mut p = Pair::new(Opts::default());
-    let remote = p.side(B).remote(common::rc::BUF - 8);
+    let remote = p.end(B).remote(common::rc::BUF - 8);
     p.send(A, 1, SendOp::Write { remote }, 0, 64);
     p.settle();
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::RemAccessErr)]);
@@ -202,7 +205,7 @@ fn write_to_a_qp_without_remote_write_is_an_invalid_request() {
         A,
         1,
         SendOp::Write {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         64,
@@ -230,9 +233,9 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
     let mut p = Pair::new(Opts::default());
     let qpn = p.b.qpn;
     let sge = Sge {
-        addr: p.side(B).iova(),
+        addr: p.end(B).iova(),
         length: 64,
-        lkey: Lkey(p.side(B).lkey().0 ^ 0x55),
+        lkey: Lkey(p.end(B).lkey().0 ^ 0x55),
     };
     p.engine(B)
         .post_recv(
@@ -252,23 +255,12 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
 #[test]
 fn send_with_a_bad_lkey_is_a_local_protection_error() {
     let mut p = Pair::new(Opts::default());
-    let qpn = p.a.qpn;
     let sge = Sge {
-        addr: p.side(A).iova(),
-        length: 64,
         lkey: Lkey(0x7777_7700),
+        ..p.end(A).sge(0, 64)
     };
-    let wr = |id| SendWr {
-        wr_id: id,
-        op: SendOp::Send,
-        local: Local::Sges(std::slice::from_ref(&sge)),
-        flags: SendFlags {
-            signaled: true,
-            ..Default::default()
-        },
-    };
-    p.engine(A).post_send(qpn, &wr(1)).unwrap();
-    p.engine(A).post_send(qpn, &wr(2)).unwrap();
+    p.post_sges(A, 1, SendOp::Send, &[sge]);
+    p.post_sges(A, 2, SendOp::Send, &[sge]);
     p.settle();
     assert!(p.net.trace.as_ref().unwrap().is_empty(), "nothing sent");
     assert_eq!(
@@ -303,18 +295,6 @@ fn entering_err_flushes_everything_in_order_and_later_posts_too() {
     );
 }
 
-/// Duplicates every packet of one opcode.
-struct Dup(u8);
-impl Rule for Dup {
-    fn on_packet(&mut self, _: Instant, pkt: &[u8]) -> Verdict {
-        if opcode_of(pkt) == self.0 {
-            Verdict::Duplicate
-        } else {
-            Verdict::Pass
-        }
-    }
-}
-
 #[test]
 fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
     let mut p = Pair::new(Opts {
@@ -322,9 +302,12 @@ fn atomics_are_executed_exactly_once_under_duplication_and_lost_acks() {
         ..Opts::default()
     });
     p.write_mem(B, 512, &100u64.to_ne_bytes());
-    let at = p.side(B).remote(512);
-    p.net.add_rule(A, B, Dup(op::RC_FETCH_ADD.0));
-    p.net.add_rule(A, B, Dup(op::RC_COMPARE_SWAP.0));
+    let at = p.end(B).remote(512);
+    // Every atomic request twice.
+    p.net
+        .add_rule(A, B, pick(op::RC_FETCH_ADD, &[], Verdict::Duplicate));
+    p.net
+        .add_rule(A, B, pick(op::RC_COMPARE_SWAP, &[], Verdict::Duplicate));
     p.net.add_rule(B, A, DropNth::new(&[1])); // the first ATOMIC_ACKNOWLEDGE
     p.send(A, 1, SendOp::FetchAdd { remote: at, add: 5 }, 0, 8);
     p.send(
@@ -372,7 +355,7 @@ fn lost_read_response_reissues_the_read_for_the_rest_only() {
         ..Opts::default()
     });
     p.write_mem(B, 0, &pattern(9, 3000));
-    let remote = p.side(B).remote(0);
+    let remote = p.end(B).remote(0);
     p.net.add_rule(
         B,
         A,
@@ -392,7 +375,7 @@ fn lost_read_response_reissues_the_read_for_the_rest_only() {
     let reqs: Vec<RoceRepr> = tr
         .iter()
         .filter(|t| opcode_of(&t.bytes) == op::RC_RDMA_READ_REQUEST.0)
-        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .map(|t| parse_pkt(&t.bytes))
         .collect();
     assert_eq!(reqs.len(), 2);
     let retry = reqs[1].reth.unwrap();
@@ -414,7 +397,7 @@ fn cq_overrun_is_an_async_error_and_the_qp_goes_to_err() {
             A,
             i,
             SendOp::Write {
-                remote: p.side(B).remote(0),
+                remote: p.end(B).remote(0),
             },
             0,
             8,
@@ -437,7 +420,7 @@ fn api_misuse_is_a_typed_error() {
         ..Opts::default()
     });
     let qpn = p.a.qpn;
-    let sge = p.side(A).sge(0, 8);
+    let sge = p.end(A).sge(0, 8);
     let wr = SendWr {
         wr_id: 1,
         op: SendOp::Send,
@@ -494,14 +477,14 @@ fn api_misuse_is_a_typed_error() {
 #[test]
 fn send_with_invalidate_revokes_the_rkey() {
     let mut p = Pair::new(Opts::default());
-    let rkey = p.side(B).rkey().0;
+    let rkey = p.end(B).rkey().0;
     p.post_recv(B, 7, 0, 64);
     p.send(A, 1, SendOp::SendWithInv { rkey }, 0, 16);
     p.send(
         A,
         2,
         SendOp::Write {
-            remote: p.side(B).remote(128),
+            remote: p.end(B).remote(128),
         },
         0,
         16,
@@ -528,7 +511,7 @@ fn write_with_immediate_consumes_a_receive_and_reports_the_length() {
         A,
         1,
         SendOp::WriteWithImm {
-            remote: p.side(B).remote(4096),
+            remote: p.end(B).remote(4096),
             imm: 0xabcd,
         },
         0,
@@ -570,7 +553,7 @@ fn every_mtu_segments_every_size_and_crosses_the_psn_wrap() {
                 A,
                 2,
                 SendOp::Write {
-                    remote: p.side(B).remote(32768),
+                    remote: p.end(B).remote(32768),
                 },
                 0,
                 size,
@@ -579,7 +562,7 @@ fn every_mtu_segments_every_size_and_crosses_the_psn_wrap() {
                 A,
                 3,
                 SendOp::Read {
-                    remote: p.side(B).remote(65536),
+                    remote: p.end(B).remote(65536),
                 },
                 16384,
                 size,
@@ -633,7 +616,7 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
         A,
         1,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         2048,
@@ -642,21 +625,15 @@ fn max_rd_atomic_one_keeps_one_read_in_flight() {
         A,
         2,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         4096,
         100,
     );
     p.settle();
     let f = flow(&p);
-    let second = f
-        .iter()
-        .position(|l| l.contains("READ_REQUEST psn=258"))
-        .unwrap();
-    let last = f
-        .iter()
-        .position(|l| l.contains("READ_RESPONSE_LAST psn=257"))
-        .unwrap();
+    let second = line_with(&f, "READ_REQUEST psn=258");
+    let last = line_with(&f, "READ_RESPONSE_LAST psn=257");
     assert!(second > last, "second READ before the first's data: {f:?}");
 }
 
@@ -668,32 +645,20 @@ fn fence_waits_for_earlier_reads() {
         A,
         1,
         SendOp::Read {
-            remote: p.side(B).remote(0),
+            remote: p.end(B).remote(0),
         },
         0,
         3000,
     );
-    let sge = p.side(A).sge(8192, 16);
-    p.post_send(
-        A,
-        &SendWr {
-            wr_id: 2,
-            op: SendOp::Send,
-            local: Local::Sges(std::slice::from_ref(&sge)),
-            flags: SendFlags {
-                signaled: true,
-                fence: true,
-                ..Default::default()
-            },
-        },
-    );
+    let fenced = SendFlags {
+        fence: true,
+        ..signaled()
+    };
+    p.send_flags(A, 2, SendOp::Send, 8192, 16, fenced);
     p.settle();
     let f = flow(&p);
-    let send = f.iter().position(|l| l.contains("RC_SEND_ONLY")).unwrap();
-    let last = f
-        .iter()
-        .position(|l| l.contains("READ_RESPONSE_LAST"))
-        .unwrap();
+    let send = line_with(&f, "RC_SEND_ONLY");
+    let last = line_with(&f, "READ_RESPONSE_LAST");
     assert!(send > last, "fenced SEND before the READ completed: {f:?}");
 }
 
@@ -752,7 +717,7 @@ fn acks_coalesce_and_carry_the_msn() {
         .unwrap()
         .iter()
         .filter(|t| opcode_of(&t.bytes) == op::RC_ACKNOWLEDGE.0)
-        .map(|t| RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap())
+        .map(|t| parse_pkt(&t.bytes))
         .collect();
     assert!(acks.len() < 16, "{} ACKs for 16 SENDs", acks.len());
     let last = acks.last().unwrap();
@@ -768,42 +733,12 @@ fn a_middle_packet_without_a_first_is_an_invalid_request() {
     // expected PSN and deliver it to B's engine directly.
     let mut p = Pair::new(Opts::default());
     p.post_recv(B, 7, 0, 4096);
-    let bth = roce_emu::wire::BthRepr {
-        opcode: op::RC_SEND_MIDDLE,
-        solicited: false,
-        migreq: false,
-        pad: 0,
-        tver: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dqpn: p.b.qpn,
-        ack_req: true,
-        psn: roce_emu::wire::Psn::new(256),
-    };
     let r = RoceRepr {
         payload_len: 1024,
-        ..RoceRepr::new(bth)
+        ..p.request(op::RC_SEND_MIDDLE, 256, 0)
     };
-    let mut buf = vec![0u8; r.buffer_len()];
-    r.emit(&mut buf, &[0u8; 1024]).unwrap();
-    let src = std::net::SocketAddr::new(p.net.nodes[A].ip, 49441);
-    let dst = std::net::SocketAddr::new(p.net.nodes[B].ip, 4791);
-    let ph = roce_emu::wire::icrc::PseudoHeaders::new(src, dst, 0, buf.len());
-    roce_emu::wire::icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
-    let now = p.net.now;
-    p.engine(B).handle_datagram(
-        now,
-        Datagram {
-            src,
-            dst,
-            ipv4_id: Some(0),
-            data: &buf,
-        },
-    );
-    let mut out = vec![0u8; 256];
-    let t = p.engine(B).poll_transmit(now, &mut out).expect("a NAK");
-    let nak = RoceRepr::parse(&RocePacket::new_checked(&out[..t.len]).unwrap()).unwrap();
+    p.inject(&r, &[0u8; 1024]);
+    let nak = p.transmit(B).expect("a NAK");
     assert_eq!(
         nak.aeth.unwrap().syndrome,
         roce_emu::wire::Syndrome::Nak(roce_emu::wire::NakCode::InvalidRequest)

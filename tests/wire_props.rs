@@ -20,6 +20,7 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 use proptest::test_runner::FileFailurePersistence;
+use roce_emu::wire::aeth::CREDITS_INVALID;
 use roce_emu::wire::atomic::ack;
 use roce_emu::wire::bth::QPN_MASK;
 use roce_emu::wire::opcode::{Flags, Headers, OPCODES};
@@ -88,7 +89,7 @@ prop_compose! {
 
 fn arb_syndrome() -> impl Strategy<Value = Syndrome> {
     prop_oneof![
-        (0u8..=0x1f).prop_map(|credits| Syndrome::Ack { credits }),
+        (0u8..=CREDITS_INVALID).prop_map(|credits| Syndrome::Ack { credits }),
         (0u8..=0x1f).prop_map(|timer| Syndrome::RnrNak { timer }),
         (0u8..=4).prop_map(|c| Syndrome::Nak(NakCode::from_u8(c).unwrap())),
     ]

@@ -1,7 +1,7 @@
 //! Errors returned to the application for API misuse. Network input never produces an
 //! error: it is counted ([`super::stats`]) and maybe NAKed.
 
-use super::qp::QpState;
+use super::state::QpState;
 use crate::mem::MemError;
 
 /// Which work queue.

@@ -20,6 +20,7 @@ pub mod cq;
 pub mod error;
 pub mod event;
 pub mod qp;
+pub mod state;
 pub mod stats;
 #[cfg(test)]
 mod tests;
@@ -30,8 +31,11 @@ pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
 pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
+pub use qp::{
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+};
 pub use stats::{Counter, Counters};
-pub use time::Instant;
+pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
 pub use wr::{Completion, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
 
 use crate::mem::MrTable;
@@ -532,7 +536,7 @@ impl Engine {
             self.stats.inc(Counter::DropWrongTransport);
             return;
         }
-        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey) {
+        if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey()) {
             self.stats.inc(Counter::DropPkeyMismatch);
             return;
         }

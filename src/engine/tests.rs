@@ -1,8 +1,10 @@
 //! The engine's own bookkeeping: handle allocation, the ready set and the timer heap.
-//! (Two engines are wired here by hand: the engine may not import the simulator.)
+//! (Unit tests may use the simulator's bring-up and back-to-back wiring, as the
+//! responder's do; the engine's code may not.)
 
 use super::*;
-use crate::mem::{Access, MemoryRegion, Pd, Sge};
+use crate::mem::{Access, Pd};
+use crate::sim::direct::{connect, rc_end, Direct, RcEnd, RcParams};
 use crate::wire::bth::QPN_MASK;
 use crate::wire::Psn;
 use std::net::{IpAddr, Ipv4Addr};
@@ -16,14 +18,7 @@ fn engine(x: u8) -> Engine {
 }
 
 fn init(pd: Pd, cq: u32) -> QpInit {
-    QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        cap: QpCap::default(),
-        sq_sig_all: false,
-    }
+    QpInit::rc(pd, cq, QpCap::default())
 }
 
 /// An engine with one PD and one CQ.
@@ -149,98 +144,29 @@ fn destroy_cq_names_the_lowest_qp_still_using_it() {
     );
 }
 
-/// A connected QP with its CQ and 64 KiB of memory at 0x1000.
-struct RcEnd {
-    cq: u32,
-    qpn: u32,
-    mr: Arc<MemoryRegion>,
-}
-
-fn rc_end(e: &mut Engine) -> RcEnd {
-    let mem = e.mem().clone();
-    let pd = mem.alloc_pd();
-    let mr = mem.reg_mr(pd, 0x1000, 1 << 16, Access::ALL).unwrap();
-    let cq = e.create_cq(256).unwrap();
-    let qpn = e.create_qp(&init(pd, cq)).unwrap();
-    RcEnd { cq, qpn, mr }
-}
-
-fn connect(e: &mut Engine, qpn: u32, peer: IpAddr, peer_qpn: u32, mine: u32, theirs: u32) {
-    let access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    e.modify_qp(qpn, &QpAttr::init(access)).unwrap();
-    let rtr = QpAttr::rtr(peer, Mtu::M4096, peer_qpn, Psn::new(theirs), 16, 12);
-    e.modify_qp(qpn, &rtr).unwrap();
-    let rts = QpAttr::rts(Psn::new(mine), 14, 7, 7, 16);
-    e.modify_qp(qpn, &rts).unwrap();
-}
-
-/// Two engines back to back.
-struct Direct {
-    a: Engine,
-    b: Engine,
-    buf: Vec<u8>,
-}
-
-impl Direct {
-    /// Moves packets both ways until neither engine sends; returns how many.
-    fn pump(&mut self, now: Instant) -> usize {
-        let mut n = 0;
-        loop {
-            let before = n;
-            n += one_way(&mut self.a, &mut self.b, &mut self.buf, now);
-            n += one_way(&mut self.b, &mut self.a, &mut self.buf, now);
-            if n == before {
-                return n;
-            }
-        }
-    }
-}
-
-fn one_way(from: &mut Engine, to: &mut Engine, buf: &mut [u8], now: Instant) -> usize {
-    let mut n = 0;
-    let id = from.config().tx_ipv4_id;
-    let dst = SocketAddr::new(to.config().local_ip, ROCE_UDP_PORT);
-    while let Some(t) = from.poll_transmit(now, buf) {
-        let d = Datagram {
-            src: t.src,
-            dst,
-            ipv4_id: Some(id),
-            data: &buf[..t.len],
-        };
-        to.handle_datagram(now, d);
-        n += 1;
-    }
-    n
-}
-
 /// `n` connected pairs between two engines.
 fn pairs(n: usize) -> (Direct, Vec<(RcEnd, RcEnd)>) {
     let (mut a, mut b) = (engine(1), engine(2));
     let mut v = Vec::new();
     for _ in 0..n {
-        let ea = rc_end(&mut a);
-        let eb = rc_end(&mut b);
-        connect(&mut a, ea.qpn, ip(2), eb.qpn, 1, 2);
-        connect(&mut b, eb.qpn, ip(1), ea.qpn, 2, 1);
+        // A connected QP with its CQ and 64 KiB of memory at 0x1000.
+        let ea = rc_end(&mut a, 0x1000, 1 << 16, QpCap::default()).unwrap();
+        let eb = rc_end(&mut b, 0x1000, 1 << 16, QpCap::default()).unwrap();
+        let p = RcParams::default();
+        let (one, two) = (Psn::new(1), Psn::new(2));
+        connect(&mut a, ea.qpn, ip(2), eb.qpn, one, two, &p).unwrap();
+        connect(&mut b, eb.qpn, ip(1), ea.qpn, two, one, &p).unwrap();
         v.push((ea, eb));
     }
-    let buf = vec![0; 4096 + 128];
-    (Direct { a, b, buf }, v)
+    (Direct::new(a, b), v)
 }
 
 fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
-    let sge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: end.mr.lkey(),
-    }];
+    let sge = [end.sge(0, 64)];
     let wr = SendWr {
         wr_id,
         op: SendOp::Write {
-            remote: Remote {
-                va: 0x1000,
-                rkey: peer.mr.rkey().0,
-            },
+            remote: peer.remote(0),
         },
         local: Local::Sges(&sge),
         flags: SendFlags::default(),
@@ -341,11 +267,7 @@ fn timer_heap_stays_small_on_a_long_stream() {
 fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
     let (mut d, v) = pairs(2);
     let (ea, eb) = &v[0];
-    let sge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: ea.mr.lkey(),
-    }];
+    let sge = [ea.sge(0, 64)];
     let send = SendWr {
         wr_id: 7,
         op: SendOp::Send,
@@ -364,11 +286,7 @@ fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
         !d.a.may_transmit(),
         "nothing to send until the wait is over"
     );
-    let rsge = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: eb.mr.lkey(),
-    }];
+    let rsge = [eb.sge(0, 64)];
     let recv = RecvWr {
         wr_id: 8,
         sges: &rsge,

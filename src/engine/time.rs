@@ -32,16 +32,22 @@ impl Instant {
     }
 }
 
+/// Largest Local ACK Timeout code: the attribute is 5 bits (IBA 9.7.6.1.3).
+pub const MAX_ACK_TIMEOUT: u8 = 31;
+/// Largest minimum RNR NAK timer code: the AETH field is 5 bits (IBA 9.7.5.2.8, Table 45).
+pub const MAX_RNR_TIMER: u8 = 31;
+
 /// Local ACK timeout (IBA 9.7.6.1.3): 4.096 µs * 2^code; code 0 means the
-/// timer is disabled (infinite). Codes above 31 are invalid and rejected at modify time.
+/// timer is disabled (infinite). Codes above [`MAX_ACK_TIMEOUT`] are invalid and rejected
+/// at modify time.
 pub fn ack_timeout(code: u8) -> Option<Duration> {
     const UNIT_NS: u64 = 4096;
-    (code != 0 && code < 32).then(|| Duration::from_nanos(UNIT_NS << code))
+    (code != 0 && code <= MAX_ACK_TIMEOUT).then(|| Duration::from_nanos(UNIT_NS << code))
 }
 
 /// Minimum RNR NAK timer field encodings (IBA Table 45), in microseconds, by 5-bit code.
 /// Code 0 is the longest (655.36 ms).
-pub const RNR_TIMER_US: [u32; 32] = [
+pub const RNR_TIMER_US: [u32; MAX_RNR_TIMER as usize + 1] = [
     655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
     245_760, 327_680, 491_520,
@@ -49,7 +55,8 @@ pub const RNR_TIMER_US: [u32; 32] = [
 
 /// The RNR wait for a 5-bit timer code.
 pub fn rnr_timer(code: u8) -> Duration {
-    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & 0x1f)]))
+    // The largest 5-bit code is also the mask of the field.
+    Duration::from_micros(u64::from(RNR_TIMER_US[usize::from(code & MAX_RNR_TIMER)]))
 }
 
 #[cfg(test)]

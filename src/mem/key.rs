@@ -10,6 +10,7 @@
 //! L_Keys and R_Keys are separate types so that a key received from the network can
 //! never be passed where a local key is expected, and vice versa.
 
+use crate::rng::Rng;
 use core::fmt;
 
 /// Bits of the key byte.
@@ -116,7 +117,7 @@ impl fmt::Display for Key {
     }
 }
 
-/// Deterministic generator of key bytes (splitmix64, seeded).
+/// Deterministic generator of key bytes, drawn from the crate's seeded [`Rng`].
 ///
 /// rxe draws key bytes from `get_random_bytes`; the emulator must replay the same run
 /// from the same inputs, so the bytes come from a seeded generator instead. Keys are
@@ -124,29 +125,22 @@ impl fmt::Display for Key {
 /// required.
 #[derive(Debug, Clone)]
 pub struct KeyGen {
-    state: u64,
+    rng: Rng,
 }
 
 impl KeyGen {
     /// A generator whose sequence depends only on `seed`.
     pub const fn new(seed: u64) -> KeyGen {
-        KeyGen { state: seed }
-    }
-
-    fn next_u64(&mut self) -> u64 {
-        // splitmix64 (Steele, Lea, Flood 2014): every seed gives a full-period sequence.
-        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        KeyGen {
+            rng: Rng::new(seed),
+        }
     }
 
     /// The next key byte, different from `previous` (the tag the slot had last time, as
     /// rxe's `rxe_get_next_key(last_key)`), so re-registering a slot always changes it.
     pub fn next_key(&mut self, previous: Option<u8>) -> u8 {
         loop {
-            let k = (self.next_u64() >> 56) as u8;
+            let k = (self.rng.next_u64() >> 56) as u8;
             if Some(k) != previous {
                 return k;
             }
@@ -200,6 +194,13 @@ mod tests {
             seen[*k as usize] = true;
         }
         assert!(seen.iter().filter(|s| **s).count() > 40);
+    }
+
+    /// Key bytes are the top byte of the crate's splitmix64 outputs, so a seed gives the
+    /// same keys as before `KeyGen` shared [`Rng`] (reference value for seed 0).
+    #[test]
+    fn keygen_draws_the_top_byte_of_the_seeded_rng() {
+        assert_eq!(KeyGen::new(0).next_key(None), 0xe2);
     }
 
     #[test]

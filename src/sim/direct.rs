@@ -1,20 +1,81 @@
 //! Two engines wired back to back through one reusable buffer: no queue, no loss, no
 //! allocation per packet. For benchmarks, allocation tests and the in-memory demo; plus
-//! the few calls that make a connected RC QP on an engine.
+//! the few calls that make a connected RC QP on an engine ([`rc_end`], [`connect`]): the
+//! one bring-up of the simulator and the tests on it.
 
-use crate::engine::{Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, QpType, VerbsError};
-use crate::mem::{Access, MemoryRegion, Pd};
+use crate::engine::qp::{
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+};
+use crate::engine::{Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, Remote, VerbsError};
+use crate::mem::{Access, Lkey, MemoryRegion, Pd, Rkey, Sge};
 use crate::wire::{Psn, ROCE_UDP_PORT};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// A QP with its PD, CQ and one registered buffer.
+/// One end of an RC connection: a NIC's QP with its PD, CQ and one registered buffer.
+/// The one name the simulator and its tests give "a NIC with a QP".
 #[derive(Debug, Clone)]
 pub struct RcEnd {
     pub pd: Pd,
     pub cq: u32,
     pub qpn: u32,
     pub mr: Arc<MemoryRegion>,
+}
+
+impl RcEnd {
+    /// Where the buffer starts.
+    pub fn iova(&self) -> u64 {
+        self.mr.iova()
+    }
+    pub fn lkey(&self) -> Lkey {
+        self.mr.lkey()
+    }
+    pub fn rkey(&self) -> Rkey {
+        self.mr.rkey()
+    }
+    /// One SGE over `len` bytes at `off` in the buffer.
+    pub fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.iova() + off,
+            length: len,
+            lkey: self.lkey(),
+        }
+    }
+    /// The buffer at `off`, as the peer names it in a RETH or AtomicETH.
+    pub fn remote(&self, off: u64) -> Remote {
+        Remote {
+            va: self.iova() + off,
+            rkey: self.rkey().0,
+        }
+    }
+}
+
+/// What [`rc_end_with`] creates: the buffer, the QP's queues and its CQ.
+#[derive(Debug, Clone, Copy)]
+pub struct RcEndOpts {
+    pub iova: u64,
+    pub len: u64,
+    /// Rights of the registered buffer.
+    pub mr_access: Access,
+    pub cap: QpCap,
+    /// Depth of the one CQ both queues complete on.
+    pub cq_depth: usize,
+    /// Every send WR completes, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl RcEndOpts {
+    /// A buffer with every right, and a CQ deep enough for both queues full.
+    pub fn new(iova: u64, len: u64, cap: QpCap) -> RcEndOpts {
+        RcEndOpts {
+            iova,
+            len,
+            mr_access: Access::ALL,
+            cap,
+            cq_depth: (cap.max_send_wr + cap.max_recv_wr).max(1),
+            sq_sig_all: false,
+        }
+    }
 }
 
 /// Connection parameters for both directions.
@@ -26,34 +87,39 @@ pub struct RcParams {
     pub rnr_retry: u8,
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
+    /// Remote operations the QP's responder allows (`QpAttr::init`).
+    pub access: Access,
 }
 
 impl Default for RcParams {
+    /// ibv_rc_pingpong's timers and retries, with every remote right.
     fn default() -> Self {
         RcParams {
             mtu: Mtu::M4096,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
+            timeout: DEFAULT_TIMEOUT,
+            retry_cnt: MAX_RETRY_CNT,
+            rnr_retry: RNR_RETRY_INFINITE,
+            min_rnr_timer: DEFAULT_MIN_RNR_TIMER,
             max_rd_atomic: 16,
+            access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
         }
     }
 }
 
 /// Creates a PD, a buffer of `len` bytes at `iova` with every right, a CQ and an RC QP.
 pub fn rc_end(e: &mut Engine, iova: u64, len: u64, cap: QpCap) -> Result<RcEnd, VerbsError> {
+    rc_end_with(e, &RcEndOpts::new(iova, len, cap))
+}
+
+/// Creates a PD, a buffer, a CQ and an RC QP as `o` says.
+pub fn rc_end_with(e: &mut Engine, o: &RcEndOpts) -> Result<RcEnd, VerbsError> {
     let mem = e.mem().clone();
     let pd = mem.alloc_pd();
-    let mr = mem.reg_mr(pd, iova, len, Access::ALL)?;
-    let cq = e.create_cq((cap.max_send_wr + cap.max_recv_wr).max(1))?;
+    let mr = mem.reg_mr(pd, o.iova, o.len, o.mr_access)?;
+    let cq = e.create_cq(o.cq_depth)?;
     let qpn = e.create_qp(&QpInit {
-        qp_type: QpType::Rc,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        cap,
-        sq_sig_all: false,
+        sq_sig_all: o.sq_sig_all,
+        ..QpInit::rc(pd, cq, o.cap)
     })?;
     Ok(RcEnd { pd, cq, qpn, mr })
 }
@@ -68,10 +134,7 @@ pub fn connect(
     peer_psn: Psn,
     p: &RcParams,
 ) -> Result<(), VerbsError> {
-    e.modify_qp(
-        qpn,
-        &QpAttr::init(Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC),
-    )?;
+    e.modify_qp(qpn, &QpAttr::init(p.access))?;
     e.modify_qp(
         qpn,
         &QpAttr::rtr(

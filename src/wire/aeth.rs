@@ -13,6 +13,8 @@ mod field {
 }
 
 pub const HEADER_LEN: usize = field::MSN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::AETH_LEN);
 
 /// Syndrome bits 6..5 (bit 7 is reserved).
 const KIND_SHIFT: u8 = 5;

@@ -2,7 +2,7 @@
 //! Extended Transport Header (IBA 9.3.6, Figure 119).
 
 use super::field::*;
-use super::{Header, Result};
+use super::Header;
 use core::fmt;
 
 mod field {
@@ -16,80 +16,25 @@ mod field {
 
 /// Length of the AtomicETH.
 pub const HEADER_LEN: usize = field::COMPARE.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::ATOMIC_ETH_LEN);
 /// Length of the AtomicAckETH.
 pub const ACK_HEADER_LEN: usize = field::ORIG.end;
+// Likewise for the AtomicAckETH.
+const _: () = assert!(ACK_HEADER_LEN == super::layout::ATOMIC_ACK_ETH_LEN);
 
 super::view::fixed_view!(Header::AtomicEth, HEADER_LEN);
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    #[inline]
-    pub fn va(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::VA)
-    }
-    #[inline]
-    pub fn rkey(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::RKEY)
-    }
-    #[inline]
-    pub fn swap_add(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::SWAP_ADD)
-    }
-    #[inline]
-    pub fn compare(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::COMPARE)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    pub fn set_va(&mut self, v: u64) {
-        set_u64(self.buffer.as_mut(), field::VA, v)
-    }
-    #[inline]
-    pub fn set_rkey(&mut self, v: u32) {
-        set_u32(self.buffer.as_mut(), field::RKEY, v)
-    }
-    #[inline]
-    pub fn set_swap_add(&mut self, v: u64) {
-        set_u64(self.buffer.as_mut(), field::SWAP_ADD, v)
-    }
-    #[inline]
-    pub fn set_compare(&mut self, v: u64) {
-        set_u64(self.buffer.as_mut(), field::COMPARE, v)
-    }
-}
-
-/// AtomicETH: where and what a COMPARE_SWAP or FETCH_ADD does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Repr {
+super::view::plain_fields! {
+    /// AtomicETH: where and what a COMPARE_SWAP or FETCH_ADD does.
+    len: HEADER_LEN;
     /// Remote address; must be 8-byte aligned (the responder checks it, not the wire layer).
-    pub va: u64,
-    pub rkey: u32,
+    va / set_va: u64 = field::VA,
+    rkey / set_rkey: u32 = field::RKEY,
     /// Swap value (COMPARE_SWAP) or addend (FETCH_ADD).
-    pub swap_add: u64,
+    swap_add / set_swap_add: u64 = field::SWAP_ADD,
     /// Compare value (COMPARE_SWAP only).
-    pub compare: u64,
-}
-
-impl Repr {
-    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        p.check_len()?;
-        Ok(Repr {
-            va: p.va(),
-            rkey: p.rkey(),
-            swap_add: p.swap_add(),
-            compare: p.compare(),
-        })
-    }
-    pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN
-    }
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
-        p.set_va(self.va);
-        p.set_rkey(self.rkey);
-        p.set_swap_add(self.swap_add);
-        p.set_compare(self.compare);
-    }
+    compare / set_compare: u64 = field::COMPARE,
 }
 
 impl fmt::Display for Repr {
@@ -104,46 +49,20 @@ impl fmt::Display for Repr {
 
 /// The AtomicAckETH view.
 pub mod ack {
-    use super::super::field::*;
     use super::super::Header;
     use super::{field, ACK_HEADER_LEN};
 
     super::super::view::fixed_view!(Header::AtomicAckEth, ACK_HEADER_LEN);
 
-    impl<T: AsRef<[u8]>> Packet<T> {
+    super::super::view::plain_fields! {
+        /// AtomicAckETH: the original remote value an atomic operation found.
+        len: ACK_HEADER_LEN;
         /// The remote data as it was before the operation.
-        #[inline]
-        pub fn orig(&self) -> u64 {
-            u64_at(self.buffer.as_ref(), field::ORIG)
-        }
-    }
-
-    impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-        #[inline]
-        pub fn set_orig(&mut self, v: u64) {
-            set_u64(self.buffer.as_mut(), field::ORIG, v)
-        }
+        orig / set_orig: u64 = field::ORIG,
     }
 }
 
-/// AtomicAckETH: the original remote value an atomic operation found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AckRepr {
-    pub orig: u64,
-}
-
-impl AckRepr {
-    pub fn parse<T: AsRef<[u8]>>(p: &ack::Packet<T>) -> Result<AckRepr> {
-        p.check_len()?;
-        Ok(AckRepr { orig: p.orig() })
-    }
-    pub const fn buffer_len(&self) -> usize {
-        ACK_HEADER_LEN
-    }
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut ack::Packet<T>) {
-        p.set_orig(self.orig);
-    }
-}
+pub use ack::Repr as AckRepr;
 
 impl fmt::Display for AckRepr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

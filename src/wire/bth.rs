@@ -21,6 +21,8 @@ pub(crate) mod field {
 }
 
 pub const HEADER_LEN: usize = field::PSN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::BTH_LEN);
 
 const SE: u8 = 0x80;
 const MIGREQ: u8 = 0x40;
@@ -30,6 +32,9 @@ const TVER_MASK: u8 = 0x0f;
 const FECN: u8 = 0x80;
 const BECN: u8 = 0x40;
 const ACKREQ: u8 = 0x80;
+/// The default P_Key: full member (bit 15) of the default partition 0x7fff (IBA 10.9,
+/// partitioning). The BTH's one-line form names only another P_Key.
+pub const DEFAULT_PKEY: u16 = 0xffff;
 /// Largest queue pair number: QPNs are 24 bits.
 pub const QPN_MASK: u32 = 0x00ff_ffff;
 
@@ -201,7 +206,7 @@ impl fmt::Display for Repr {
         if self.tver != 0 {
             write!(f, " tver={}", self.tver)?;
         }
-        if self.pkey != 0xffff {
+        if self.pkey != DEFAULT_PKEY {
             write!(f, " pkey={:#06x}", self.pkey)?;
         }
         Ok(())

@@ -4,7 +4,7 @@
 use super::{Header, Result};
 
 /// The 16 reserved bytes after the BTH.
-pub const HEADER_LEN: usize = 16;
+pub const HEADER_LEN: usize = super::layout::CNP_LEN;
 
 super::view::fixed_view!(Header::Cnp, HEADER_LEN);
 

@@ -13,6 +13,8 @@ mod field {
 }
 
 pub const HEADER_LEN: usize = field::SRC_QPN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::DETH_LEN);
 
 super::view::fixed_view!(Header::Deth, HEADER_LEN);
 

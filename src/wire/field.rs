@@ -51,6 +51,35 @@ pub fn set_u64(b: &mut [u8], f: Field, v: u64) {
     b[f.start..f.start + 8].copy_from_slice(&v.to_be_bytes());
 }
 
+/// A big-endian integer field as wide as its type, read and written by type, so a macro
+/// can generate the accessors of a header from its field list (`view::plain_fields!`).
+pub trait BeInt: Sized {
+    fn get(b: &[u8], f: Field) -> Self;
+    fn set(b: &mut [u8], f: Field, v: Self);
+}
+
+impl BeInt for u32 {
+    #[inline]
+    fn get(b: &[u8], f: Field) -> u32 {
+        u32_at(b, f)
+    }
+    #[inline]
+    fn set(b: &mut [u8], f: Field, v: u32) {
+        set_u32(b, f, v)
+    }
+}
+
+impl BeInt for u64 {
+    #[inline]
+    fn get(b: &[u8], f: Field) -> u64 {
+        u64_at(b, f)
+    }
+    #[inline]
+    fn set(b: &mut [u8], f: Field, v: u64) {
+        set_u64(b, f, v)
+    }
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

@@ -36,6 +36,7 @@ pub mod frame;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod layout;
 pub mod opcode;
 pub mod pretty;
 pub mod psn;

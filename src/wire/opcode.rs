@@ -5,6 +5,7 @@
 //! are computed from the header set, never written by hand. Unknown opcodes have no entry
 //! and are reported as [`WireError::UnknownOpcode`](super::WireError::UnknownOpcode).
 
+use super::layout;
 use core::fmt;
 
 /// The transport an opcode belongs to: the top three bits of the opcode (IBA 9.2.1).
@@ -36,14 +37,14 @@ impl Headers {
 
     /// Every header, in the order it appears on the wire, with its length in bytes.
     pub const ORDER: [(Headers, usize); 8] = [
-        (Headers::DETH, 8),
-        (Headers::RETH, 16),
-        (Headers::ATOMIC_ETH, 28),
-        (Headers::AETH, 4),
-        (Headers::ATOMIC_ACK_ETH, 8),
-        (Headers::IMMDT, 4),
-        (Headers::IETH, 4),
-        (Headers::CNP, 16),
+        (Headers::DETH, layout::DETH_LEN),
+        (Headers::RETH, layout::RETH_LEN),
+        (Headers::ATOMIC_ETH, layout::ATOMIC_ETH_LEN),
+        (Headers::AETH, layout::AETH_LEN),
+        (Headers::ATOMIC_ACK_ETH, layout::ATOMIC_ACK_ETH_LEN),
+        (Headers::IMMDT, layout::IMMDT_LEN),
+        (Headers::IETH, layout::IETH_LEN),
+        (Headers::CNP, layout::CNP_LEN),
     ];
 
     pub const fn union(self, other: Headers) -> Headers {
@@ -284,7 +285,7 @@ const fn entry(
     let mut i = 0;
     while i < 8 {
         if let Some(o) = headers.offset_of(Headers(1 << i)) {
-            offsets[i] = (super::bth::HEADER_LEN + o) as u8;
+            offsets[i] = (layout::BTH_LEN + o) as u8;
         }
         i += 1;
     }
@@ -293,7 +294,7 @@ const fn entry(
         transport,
         headers,
         flags,
-        hlen: (super::bth::HEADER_LEN + headers.len()) as u8,
+        hlen: (layout::BTH_LEN + headers.len()) as u8,
         offsets,
     })
 }

@@ -2,7 +2,7 @@
 //! DMA length of an RDMA WRITE (first/only) or READ request.
 
 use super::field::*;
-use super::{Header, Result};
+use super::Header;
 use core::fmt;
 
 mod field {
@@ -13,65 +13,18 @@ mod field {
 }
 
 pub const HEADER_LEN: usize = field::DMA_LEN.end;
+// The fields end where the opcode table (via `layout`) says this header ends.
+const _: () = assert!(HEADER_LEN == super::layout::RETH_LEN);
 
 super::view::fixed_view!(Header::Reth, HEADER_LEN);
 
-impl<T: AsRef<[u8]>> Packet<T> {
-    #[inline]
-    pub fn va(&self) -> u64 {
-        u64_at(self.buffer.as_ref(), field::VA)
-    }
-    #[inline]
-    pub fn rkey(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::RKEY)
-    }
-    #[inline]
-    pub fn dma_len(&self) -> u32 {
-        u32_at(self.buffer.as_ref(), field::DMA_LEN)
-    }
-}
-
-impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
-    #[inline]
-    pub fn set_va(&mut self, v: u64) {
-        set_u64(self.buffer.as_mut(), field::VA, v)
-    }
-    #[inline]
-    pub fn set_rkey(&mut self, v: u32) {
-        set_u32(self.buffer.as_mut(), field::RKEY, v)
-    }
-    #[inline]
-    pub fn set_dma_len(&mut self, v: u32) {
-        set_u32(self.buffer.as_mut(), field::DMA_LEN, v)
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Repr {
+super::view::plain_fields! {
+    len: HEADER_LEN;
     /// Remote virtual address.
-    pub va: u64,
-    pub rkey: u32,
+    va / set_va: u64 = field::VA,
+    rkey / set_rkey: u32 = field::RKEY,
     /// Length of the whole message in bytes (not of this packet).
-    pub dma_len: u32,
-}
-
-impl Repr {
-    pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> Result<Repr> {
-        p.check_len()?;
-        Ok(Repr {
-            va: p.va(),
-            rkey: p.rkey(),
-            dma_len: p.dma_len(),
-        })
-    }
-    pub const fn buffer_len(&self) -> usize {
-        HEADER_LEN
-    }
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
-        p.set_va(self.va);
-        p.set_rkey(self.rkey);
-        p.set_dma_len(self.dma_len);
-    }
+    dma_len / set_dma_len: u32 = field::DMA_LEN,
 }
 
 impl fmt::Display for Repr {

@@ -50,4 +50,58 @@ macro_rules! fixed_view {
     };
 }
 
+/// For a header (after [`fixed_view!`]) whose fields are all whole big-endian integers:
+/// the view's getter and setter of each field, and `Repr` with one member per field,
+/// `parse`, `buffer_len` and `emit`. RETH, AtomicETH, AtomicAckETH, ImmDt and IETH are
+/// such headers; the ones with bit fields, reserved bytes or 24-bit values (BTH, AETH,
+/// DETH) write theirs by hand.
+macro_rules! plain_fields {
+    (
+        $(#[$rdoc:meta])*
+        len: $len:expr;
+        $($(#[$doc:meta])* $name:ident / $set:ident: $ty:ty = $field:expr),+ $(,)?
+    ) => {
+        impl<T: AsRef<[u8]>> Packet<T> {
+            $(
+                $(#[$doc])*
+                #[inline]
+                pub fn $name(&self) -> $ty {
+                    <$ty as $crate::wire::field::BeInt>::get(self.buffer.as_ref(), $field)
+                }
+            )+
+        }
+
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+            $(
+                #[inline]
+                pub fn $set(&mut self, v: $ty) {
+                    <$ty as $crate::wire::field::BeInt>::set(self.buffer.as_mut(), $field, v)
+                }
+            )+
+        }
+
+        $(#[$rdoc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub struct Repr {
+            $($(#[$doc])* pub $name: $ty,)+
+        }
+
+        impl Repr {
+            pub fn parse<T: AsRef<[u8]>>(p: &Packet<T>) -> $crate::wire::Result<Repr> {
+                p.check_len()?;
+                Ok(Repr {
+                    $($name: p.$name(),)+
+                })
+            }
+            pub const fn buffer_len(&self) -> usize {
+                $len
+            }
+            pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, p: &mut Packet<T>) {
+                $(p.$set(self.$name);)+
+            }
+        }
+    };
+}
+
 pub(crate) use fixed_view;
+pub(crate) use plain_fields;

@@ -1,49 +1,17 @@
-//! Two NICs in the simulator with one connected RC QP each, registered buffers, and
-//! helpers that post work and read completions and the packet trace.
+//! Two NICs in the simulator with one connected RC QP each ([`RcEnd`], made by the
+//! simulator's own bring-up), registered buffers, and helpers that post work and read completions and the packet trace.
 #![allow(dead_code)]
 
 use roce_emu::engine::*;
-use roce_emu::mem::{Access, Lkey, MemoryRegion, Pd, Rkey, Sge};
+use roce_emu::mem::{Access, MemoryRegion, Sge};
+pub use roce_emu::sim::direct::RcEnd;
+use roce_emu::sim::direct::{self, rc_end_with, RcEndOpts, RcParams};
 use roce_emu::sim::Net;
-use roce_emu::wire::{Psn, RocePacket, RoceRepr};
+use roce_emu::wire::{icrc, BthRepr, Opcode, Psn, RocePacket, RoceRepr, ROCE_UDP_PORT};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 pub const BUF: u64 = 1024 * 1024;
-
-/// One side: its node, QP and a registered buffer.
-pub struct Side {
-    pub node: usize,
-    pub pd: Pd,
-    pub cq: u32,
-    pub qpn: u32,
-    pub mr: Arc<MemoryRegion>,
-}
-
-impl Side {
-    pub fn iova(&self) -> u64 {
-        self.mr.iova()
-    }
-    pub fn lkey(&self) -> Lkey {
-        self.mr.lkey()
-    }
-    pub fn rkey(&self) -> Rkey {
-        self.mr.rkey()
-    }
-    /// One SGE over `len` bytes at `off` in the buffer.
-    pub fn sge(&self, off: u64, len: u32) -> Sge {
-        Sge {
-            addr: self.iova() + off,
-            length: len,
-            lkey: self.lkey(),
-        }
-    }
-    pub fn remote(&self, off: u64) -> Remote {
-        Remote {
-            va: self.iova() + off,
-            rkey: self.rkey().0,
-        }
-    }
-}
 
 /// Knobs for `Pair::new`.
 #[derive(Clone, Copy)]
@@ -71,10 +39,10 @@ impl Default for Opts {
             mtu: Mtu::M1024,
             psn_a: 0x100,
             psn_b: 0x9000,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
+            timeout: DEFAULT_TIMEOUT,
+            retry_cnt: MAX_RETRY_CNT,
+            rnr_retry: RNR_RETRY_INFINITE,
+            min_rnr_timer: DEFAULT_MIN_RNR_TIMER,
             max_rd_atomic: 4,
             depth: 256,
             cq_depth: 1024,
@@ -90,86 +58,59 @@ impl Default for Opts {
 
 pub struct Pair {
     pub net: Net,
-    pub a: Side,
-    pub b: Side,
+    pub a: RcEnd,
+    pub b: RcEnd,
 }
 
-fn side(net: &mut Net, node: usize, o: &Opts) -> Side {
-    let e = &mut net.nodes[node].engine;
-    let mem = e.mem().clone();
-    let pd = mem.alloc_pd();
-    let iova = 0x1000_0000 * (node as u64 + 1);
-    let mr = mem
-        .reg_mr(pd, iova, BUF, o.access.union(Access::LOCAL_WRITE))
-        .unwrap();
-    let cq = e.create_cq(o.cq_depth).unwrap();
-    let qpn = e
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
-                max_send_wr: o.depth,
-                max_recv_wr: o.depth,
-                max_send_sge: 4,
-                max_recv_sge: 4,
-                max_inline_data: 64,
-            },
-            sq_sig_all: false,
-        })
-        .unwrap();
-    Side {
-        node,
-        pd,
-        cq,
-        qpn,
-        mr,
-    }
+/// Node `node`'s end: the simulator's bring-up with the test's queue depths and rights.
+fn end(net: &mut Net, node: usize, o: &Opts) -> RcEnd {
+    let cap = QpCap {
+        max_send_wr: o.depth,
+        max_recv_wr: o.depth,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+    };
+    let eo = RcEndOpts {
+        mr_access: o.access.union(Access::LOCAL_WRITE),
+        cq_depth: o.cq_depth,
+        ..RcEndOpts::new(0x1000_0000 * (node as u64 + 1), BUF, cap)
+    };
+    rc_end_with(&mut net.nodes[node].engine, &eo).unwrap()
 }
 
-fn connect(net: &mut Net, me: &Side, peer: &Side, o: &Opts, my_psn: u32, peer_psn: u32) {
-    let peer_ip = net.nodes[peer.node].ip;
-    let e = &mut net.nodes[me.node].engine;
+/// Node `me`'s QP to RTS toward node `peer`'s.
+fn connect(net: &mut Net, me: usize, peer: usize, q: (u32, u32), o: &Opts, psns: (u32, u32)) {
     let remote_rights = Access::REMOTE_WRITE
         .union(Access::REMOTE_READ)
         .union(Access::REMOTE_ATOMIC);
-    e.modify_qp(
-        me.qpn,
-        &QpAttr::init(o.qp_access.unwrap_or(o.access & remote_rights)),
-    )
-    .unwrap();
-    let rtr = QpAttr::rtr(
-        peer_ip,
-        o.mtu,
-        peer.qpn,
-        Psn::new(peer_psn),
-        o.max_rd_atomic,
-        o.min_rnr_timer,
-    );
-    e.modify_qp(me.qpn, &rtr).unwrap();
-    let rts = QpAttr::rts(
-        Psn::new(my_psn),
-        o.timeout,
-        o.retry_cnt,
-        o.rnr_retry,
-        o.max_rd_atomic,
-    );
-    e.modify_qp(me.qpn, &rts).unwrap();
+    let p = RcParams {
+        mtu: o.mtu,
+        timeout: o.timeout,
+        retry_cnt: o.retry_cnt,
+        rnr_retry: o.rnr_retry,
+        min_rnr_timer: o.min_rnr_timer,
+        max_rd_atomic: o.max_rd_atomic,
+        access: o.qp_access.unwrap_or(o.access & remote_rights),
+    };
+    let peer_ip = net.nodes[peer].ip;
+    let (my_psn, peer_psn) = (Psn::new(psns.0), Psn::new(psns.1));
+    let e = &mut net.nodes[me].engine;
+    direct::connect(e, q.0, peer_ip, q.1, my_psn, peer_psn, &p).unwrap();
 }
 
 impl Pair {
     pub fn new(o: Opts) -> Pair {
         let mut net = Net::with_config(2, |c| c.retry_cnt_7_infinite = o.retry7_forever);
-        let a = side(&mut net, 0, &o);
-        let b = side(&mut net, 1, &o);
-        connect(&mut net, &a, &b, &o, o.psn_a, o.psn_b);
-        connect(&mut net, &b, &a, &o, o.psn_b, o.psn_a);
+        let a = end(&mut net, 0, &o);
+        let b = end(&mut net, 1, &o);
+        connect(&mut net, 0, 1, (a.qpn, b.qpn), &o, (o.psn_a, o.psn_b));
+        connect(&mut net, 1, 0, (b.qpn, a.qpn), &o, (o.psn_b, o.psn_a));
         net.trace = Some(Vec::new());
         Pair { net, a, b }
     }
 
-    pub fn side(&self, which: usize) -> &Side {
+    pub fn end(&self, which: usize) -> &RcEnd {
         if which == 0 {
             &self.a
         } else {
@@ -182,12 +123,12 @@ impl Pair {
     }
 
     pub fn post_send(&mut self, which: usize, wr: &SendWr<'_>) {
-        let qpn = self.side(which).qpn;
+        let qpn = self.end(which).qpn;
         self.engine(which).post_send(qpn, wr).unwrap();
     }
 
     pub fn post_recv(&mut self, which: usize, wr_id: u64, off: u64, len: u32) {
-        let s = self.side(which);
+        let s = self.end(which);
         let (qpn, sge) = (s.qpn, s.sge(off, len));
         self.engine(which)
             .post_recv(
@@ -209,28 +150,79 @@ impl Pair {
         off: u64,
         len: u32,
     ) -> (SendOp, Sge, u64) {
-        (op, self.side(which).sge(off, len), wr_id)
+        (op, self.end(which).sge(off, len), wr_id)
     }
 
+    /// A signaled send WR over one SGE of our buffer.
     pub fn send(&mut self, which: usize, wr_id: u64, op: SendOp, off: u64, len: u32) {
-        let sge = self.side(which).sge(off, len);
-        self.post_send(
-            which,
-            &SendWr {
-                wr_id,
-                op,
-                local: Local::Sges(&[sge]),
-                flags: SendFlags {
-                    signaled: true,
-                    ..Default::default()
-                },
-            },
-        );
+        self.send_flags(which, wr_id, op, off, len, signaled());
     }
 
-    /// All completions now on a side's CQ.
+    /// A signaled send WR over these SGEs (any keys, any addresses).
+    pub fn post_sges(&mut self, which: usize, wr_id: u64, op: SendOp, sges: &[Sge]) {
+        let wr = SendWr {
+            wr_id,
+            op,
+            local: Local::Sges(sges),
+            flags: signaled(),
+        };
+        self.post_send(which, &wr);
+    }
+
+    /// A request from A's QP to B's QP with `opcode` at `psn`, built by hand: the BTH of
+    /// a well-behaved requester; the caller adds extension headers and payload length.
+    pub fn request(&self, opcode: Opcode, psn: u32, pad: u8) -> RoceRepr {
+        RoceRepr::new(BthRepr {
+            opcode,
+            solicited: false,
+            migreq: false,
+            pad,
+            tver: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dqpn: self.b.qpn,
+            ack_req: true,
+            psn: Psn::new(psn),
+        })
+    }
+
+    /// Delivers a hand-built packet from A to B's engine now (ICRC filled in), past the
+    /// simulated network.
+    pub fn inject(&mut self, r: &RoceRepr, payload: &[u8]) {
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf, payload).unwrap();
+        let src = SocketAddr::new(self.net.nodes[0].ip, 49441);
+        let dst = SocketAddr::new(self.net.nodes[1].ip, ROCE_UDP_PORT);
+        let ph = icrc::PseudoHeaders::new(src, dst, 0, buf.len());
+        icrc::fill(ph.ip(), ph.udp(), &mut buf).unwrap();
+        let now = self.net.now;
+        let d = Datagram {
+            src,
+            dst,
+            ipv4_id: Some(0),
+            data: &buf,
+        };
+        self.engine(1).handle_datagram(now, d);
+    }
+
+    /// The next packet `which`'s engine sends now, parsed, taken off the simulated
+    /// network's path.
+    pub fn transmit(&mut self, which: usize) -> Option<RoceRepr> {
+        let now = self.net.now;
+        let mut buf = vec![0u8; roce_emu::sim::MAX_PACKET];
+        let t = self.engine(which).poll_transmit(now, &mut buf)?;
+        Some(parse_pkt(&buf[..t.len]))
+    }
+
+    /// Every packet `which`'s engine sends now, parsed.
+    pub fn drain(&mut self, which: usize) -> Vec<RoceRepr> {
+        std::iter::from_fn(|| self.transmit(which)).collect()
+    }
+
+    /// All completions now on an end's CQ.
     pub fn completions(&mut self, which: usize) -> Vec<Completion> {
-        let cq = self.side(which).cq;
+        let cq = self.end(which).cq;
         let mut out = Vec::new();
         let mut buf = [Completion::default(); 64];
         loop {
@@ -248,12 +240,12 @@ impl Pair {
     }
 
     pub fn write_mem(&self, which: usize, off: u64, data: &[u8]) {
-        let s = self.side(which);
+        let s = self.end(which);
         s.mr.write(s.iova() + off, data).unwrap();
     }
 
     pub fn read_mem(&self, which: usize, off: u64, len: usize) -> Vec<u8> {
-        let s = self.side(which);
+        let s = self.end(which);
         let mut v = vec![0; len];
         s.mr.read(s.iova() + off, &mut v).unwrap();
         v
@@ -264,7 +256,7 @@ impl Pair {
     }
 
     pub fn state(&self, which: usize) -> QpState {
-        let s = self.side(which);
+        let s = self.end(which);
         self.net.nodes[which].engine.qp(s.qpn).unwrap().state
     }
 
@@ -310,6 +302,19 @@ impl Pair {
         for l in self.trace_lines() {
             eprintln!("{l}");
         }
+    }
+}
+
+/// (wr_id, status) of each completion, in order.
+pub fn statuses(c: &[Completion]) -> Vec<(u64, WcStatus)> {
+    c.iter().map(|c| (c.wr_id, c.status)).collect()
+}
+
+/// The flags of a WR that completes (`signaled`), nothing else.
+pub fn signaled() -> SendFlags {
+    SendFlags {
+        signaled: true,
+        ..Default::default()
     }
 }
 
@@ -493,7 +498,7 @@ impl Pair {
         self.packets().iter().map(Pkt::flow).collect()
     }
 
-    /// Prints the trace with header details and the non-zero counters of both sides.
+    /// Prints the trace with header details and the non-zero counters of both ends.
     pub fn print_packets(&self) {
         for p in self.packets() {
             eprintln!("{}", p.line());
@@ -504,7 +509,7 @@ impl Pair {
     }
 
     pub fn try_post_send(&mut self, which: usize, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let qpn = self.side(which).qpn;
+        let qpn = self.end(which).qpn;
         self.engine(which).post_send(qpn, wr)
     }
 
@@ -518,7 +523,7 @@ impl Pair {
         len: u32,
         flags: SendFlags,
     ) -> Result<(), VerbsError> {
-        let sge = self.side(which).sge(off, len);
+        let sge = self.end(which).sge(off, len);
         self.try_post_send(
             which,
             &SendWr {
@@ -549,27 +554,27 @@ impl Pair {
         wr_id: u64,
         sges: &[Sge],
     ) -> Result<(), VerbsError> {
-        let qpn = self.side(which).qpn;
+        let qpn = self.end(which).qpn;
         self.engine(which).post_recv(qpn, &RecvWr { wr_id, sges })
     }
 
     pub fn modify(&mut self, which: usize, attr: &QpAttr) -> Result<(), VerbsError> {
-        let qpn = self.side(which).qpn;
+        let qpn = self.end(which).qpn;
         self.engine(which).modify_qp(qpn, attr)
     }
 
-    /// Every asynchronous event a side has raised since the last call.
+    /// Every asynchronous event an end has raised since the last call.
     pub fn events(&mut self, which: usize) -> Vec<AsyncEvent> {
         let e = self.engine(which);
         std::iter::from_fn(|| e.poll_event()).collect()
     }
 
-    /// Registers another region in the side's PD.
+    /// Registers another region in the end's PD.
     pub fn reg_mr(&self, which: usize, iova: u64, len: u64, access: Access) -> Arc<MemoryRegion> {
         self.net.nodes[which]
             .engine
             .mem()
-            .reg_mr(self.side(which).pd, iova, len, access)
+            .reg_mr(self.end(which).pd, iova, len, access)
             .unwrap()
     }
 

@@ -2,40 +2,14 @@
 //! (IBA 10.3.1 and 11.2.5.2 "Modify QP"; the RC rows of the kernel's `qp_state_table` that
 //! `ibv_modify_qp` is checked against).
 
+use crate::engine::config::EngineConfig;
+use crate::engine::error::VerbsError;
+pub use crate::engine::state::QpState;
+use crate::engine::time::{MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
 use crate::mem::Access;
+use crate::wire::bth::QPN_MASK;
 use crate::wire::Psn;
-use core::fmt;
 use std::net::IpAddr;
-
-/// QP states (IBA 10.3.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum QpState {
-    Reset,
-    Init,
-    /// Ready to receive: the responder runs.
-    Rtr,
-    /// Ready to send: requester and completer run too.
-    Rts,
-    /// Send queue drain: no new WR is started; the current message finishes.
-    Sqd,
-    /// Send queue error (UC/UD only).
-    Sqe,
-    Err,
-}
-
-impl fmt::Display for QpState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            QpState::Reset => "RESET",
-            QpState::Init => "INIT",
-            QpState::Rtr => "RTR",
-            QpState::Rts => "RTS",
-            QpState::Sqd => "SQD",
-            QpState::Sqe => "SQE",
-            QpState::Err => "ERR",
-        })
-    }
-}
 
 /// Path MTU (ibv_mtu): the largest payload of one packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -82,77 +56,192 @@ pub struct AddressVector {
     pub dest_ip: IpAddr,
 }
 
-/// Attributes for `modify_qp`. `None` = not given. `state: None` keeps the current state
-/// (e.g. RTS -> RTS to change the RNR timer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct QpAttr {
-    pub state: Option<QpState>,
-    /// Remote operations the responder allows: REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC.
-    pub access: Option<Access>,
-    pub pkey_index: Option<u16>,
-    pub port: Option<u8>,
-    pub path_mtu: Option<Mtu>,
-    pub av: Option<AddressVector>,
-    pub dest_qpn: Option<u32>,
-    /// Expected PSN of the first request the responder receives.
-    pub rq_psn: Option<Psn>,
-    /// PSN of the first request the requester sends.
-    pub sq_psn: Option<Psn>,
-    /// Incoming READ/atomic requests the responder keeps in flight (its replay ring).
-    pub max_dest_rd_atomic: Option<u8>,
-    /// Outgoing READ/atomic requests the requester keeps in flight.
-    pub max_rd_atomic: Option<u8>,
-    /// 5-bit RNR NAK timer code the responder sends (IBA Table 45).
-    pub min_rnr_timer: Option<u8>,
-    /// Local ACK timeout code: 4.096 µs * 2^timeout, 0 = infinite.
-    pub timeout: Option<u8>,
-    /// Transport retries, 0..=7.
-    pub retry_cnt: Option<u8>,
-    /// RNR retries, 0..=7; 7 means retry forever (IBA 9.7.5.2.8).
-    pub rnr_retry: Option<u8>,
-    /// Raise `SqDrained` when SQD is reached with the send queue empty.
-    pub sq_draining_notify: Option<bool>,
+/// RNR retry count meaning "retry forever" (IBA 9.7.5.2.8).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+/// Largest transport retry count: like the RNR retry count, the attribute is 3 bits
+/// (IBA 9.7.6.1.3 counts these retries; rxe treats this value as "forever", see
+/// `EngineConfig::retry_cnt_7_infinite`).
+pub const MAX_RETRY_CNT: u8 = 7;
+/// The default P_Key (full membership, default partition, IBA 10.9): the one entry of the
+/// P_Key table, at index 0.
+pub const DEFAULT_PKEY: u16 = crate::wire::bth::DEFAULT_PKEY;
+/// The Local ACK Timeout code ibv_rc_pingpong and perftest connect with: 4.096 µs * 2^14,
+/// about 67 ms (IBA 9.7.6.1.3).
+pub const DEFAULT_TIMEOUT: u8 = 14;
+/// The minimum RNR NAK timer code ibv_rc_pingpong connects with: 0.64 ms (IBA Table 45).
+pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
+
+/// The access flags that apply to a QP (`IBV_QP_ACCESS_FLAGS`): LOCAL_WRITE and the remote
+/// rights; the rest are MR-only.
+const QP_ACCESS: Access = Access::REMOTE_WRITE
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC)
+    .union(Access::LOCAL_WRITE);
+
+/// `Err(why)` if `v` is above `max`.
+fn at_most<T: PartialOrd>(v: T, max: T, why: &'static str) -> Result<(), &'static str> {
+    if v > max {
+        Err(why)
+    } else {
+        Ok(())
+    }
 }
 
-/// Attribute names, as ibverbs' IBV_QP_* mask bits call them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attr {
-    AccessFlags,
-    PkeyIndex,
-    Port,
-    PathMtu,
-    Av,
-    DestQpn,
-    RqPsn,
-    SqPsn,
-    MaxDestRdAtomic,
-    MaxQpRdAtomic,
-    MinRnrTimer,
-    Timeout,
-    RetryCnt,
-    RnrRetry,
-    EnSqdAsyncNotify,
+/// An attribute value as `VerbsError::InvalidAttr` reports it.
+trait Raw {
+    fn raw(self) -> u64;
+}
+macro_rules! raw_from {
+    ($($t:ty),*) => { $(impl Raw for $t { fn raw(self) -> u64 { self.into() } })* };
+}
+raw_from!(u8, u16, u32);
+impl Raw for Access {
+    fn raw(self) -> u64 {
+        self.bits().into()
+    }
 }
 
-impl Attr {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Attr::AccessFlags => "IBV_QP_ACCESS_FLAGS",
-            Attr::PkeyIndex => "IBV_QP_PKEY_INDEX",
-            Attr::Port => "IBV_QP_PORT",
-            Attr::PathMtu => "IBV_QP_PATH_MTU",
-            Attr::Av => "IBV_QP_AV",
-            Attr::DestQpn => "IBV_QP_DEST_QPN",
-            Attr::RqPsn => "IBV_QP_RQ_PSN",
-            Attr::SqPsn => "IBV_QP_SQ_PSN",
-            Attr::MaxDestRdAtomic => "IBV_QP_MAX_DEST_RD_ATOMIC",
-            Attr::MaxQpRdAtomic => "IBV_QP_MAX_QP_RD_ATOMIC",
-            Attr::MinRnrTimer => "IBV_QP_MIN_RNR_TIMER",
-            Attr::Timeout => "IBV_QP_TIMEOUT",
-            Attr::RetryCnt => "IBV_QP_RETRY_CNT",
-            Attr::RnrRetry => "IBV_QP_RNR_RETRY",
-            Attr::EnSqdAsyncNotify => "IBV_QP_EN_SQD_ASYNC_NOTIFY",
+/// The QP attributes, one row each, so adding one is one row: the row makes its field of
+/// [`QpAttr`] (given or not), its [`Attr`] name (the ibverbs mask bit, for the transition
+/// errors), its place in [`QpAttr::given`], its field of [`Attrs`] (the value in force, with
+/// its value before any modify; rows without one act on other QP state, in `Qp::modify`),
+/// and its range check (`VerbsError::InvalidAttr`, named by the field).
+///
+/// The rows are in the order `given` lists attributes and `validate` checks them.
+macro_rules! qp_attributes {
+    ($(
+        $(#[$doc:meta])*
+        $field:ident: $ty:ty => $variant:ident($ibv:literal)
+            $(, kept $kty:ty = $init:expr)?
+            $(, check |$v:ident, $cfg:ident| $check:expr)?;
+    )*) => {
+        /// Attributes for `modify_qp`. `None` = not given. `state: None` keeps the current
+        /// state (e.g. RTS -> RTS to change the RNR timer).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+        pub struct QpAttr {
+            pub state: Option<QpState>,
+            $($(#[$doc])* pub $field: Option<$ty>,)*
         }
+
+        /// Attribute names, as ibverbs' IBV_QP_* mask bits call them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Attr {
+            $($variant,)*
+        }
+
+        impl Attr {
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Attr::$variant => $ibv,)*
+                }
+            }
+        }
+
+        /// Attributes in force (set by `modify`).
+        #[derive(Debug, Clone, Copy)]
+        pub struct Attrs {
+            $($(pub $field: $kty,)?)*
+        }
+
+        impl Default for Attrs {
+            /// A new QP's, before its first modify.
+            fn default() -> Attrs {
+                Attrs {
+                    $($($field: $init,)?)*
+                }
+            }
+        }
+
+        impl Attrs {
+            /// Keeps every attribute given that is kept here.
+            pub(crate) fn apply(&mut self, a: &QpAttr) {
+                $($(
+                    if let Some(v) = a.$field {
+                        let v: $kty = v.into();
+                        self.$field = v;
+                    }
+                )?)*
+            }
+        }
+
+        impl QpAttr {
+            /// The attributes given, in a fixed order.
+            pub fn given(&self) -> impl Iterator<Item = Attr> + '_ {
+                [$((self.$field.is_some(), Attr::$variant)),*]
+                    .into_iter()
+                    .filter_map(|(on, a)| on.then_some(a))
+            }
+
+            /// Range checks of the values given, against the NIC's limits.
+            pub(crate) fn validate(&self, cfg: &EngineConfig) -> Result<(), VerbsError> {
+                $($(
+                    if let Some($v) = self.$field {
+                        let $cfg = cfg;
+                        let checked: Result<(), &'static str> = $check;
+                        if let Err(why) = checked {
+                            return Err(VerbsError::InvalidAttr {
+                                attr: stringify!($field),
+                                value: $v.raw(),
+                                why,
+                            });
+                        }
+                    }
+                )?)*
+                Ok(())
+            }
+        }
+    };
+}
+
+qp_attributes! {
+    /// Remote operations the responder allows: REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC.
+    access: Access => AccessFlags("IBV_QP_ACCESS_FLAGS"), kept Access = Access::empty(),
+        check |v, _cfg| if QP_ACCESS.contains(v) {
+            Ok(())
+        } else {
+            Err("only LOCAL_WRITE and REMOTE_* apply to a QP")
+        };
+    /// Index into the P_Key table, which has one entry ([`DEFAULT_PKEY`]).
+    pkey_index: u16 => PkeyIndex("IBV_QP_PKEY_INDEX"), kept u16 = 0,
+        check |v, _cfg| at_most(v, 0, "only P_Key index 0 exists");
+    /// Port number: the NIC has one, number 1.
+    port: u8 => Port("IBV_QP_PORT"), kept u8 = 1,
+        check |v, _cfg| if v == 1 { Ok(()) } else { Err("the NIC has one port, number 1") };
+    path_mtu: Mtu => PathMtu("IBV_QP_PATH_MTU"), kept Mtu = Mtu::M1024;
+    av: AddressVector => Av("IBV_QP_AV"), kept Option<AddressVector> = None;
+    dest_qpn: u32 => DestQpn("IBV_QP_DEST_QPN"), kept u32 = 0,
+        check |v, _cfg| at_most(v, QPN_MASK, "QPNs are 24 bits");
+    /// Expected PSN of the first request the responder receives.
+    rq_psn: Psn => RqPsn("IBV_QP_RQ_PSN");
+    /// PSN of the first request the requester sends.
+    sq_psn: Psn => SqPsn("IBV_QP_SQ_PSN");
+    /// Incoming READ/atomic requests the responder keeps in flight (its replay ring).
+    max_dest_rd_atomic: u8 => MaxDestRdAtomic("IBV_QP_MAX_DEST_RD_ATOMIC"), kept u8 = 0,
+        check |v, cfg| at_most(v, cfg.max_rd_atomic, "above the NIC's max_qp_rd_atom");
+    /// Outgoing READ/atomic requests the requester keeps in flight.
+    max_rd_atomic: u8 => MaxQpRdAtomic("IBV_QP_MAX_QP_RD_ATOMIC"), kept u8 = 0,
+        check |v, cfg| at_most(v, cfg.max_rd_atomic, "above the NIC's max_qp_rd_atom");
+    /// 5-bit RNR NAK timer code the responder sends (IBA Table 45).
+    min_rnr_timer: u8 => MinRnrTimer("IBV_QP_MIN_RNR_TIMER"), kept u8 = 0,
+        check |v, _cfg| at_most(v, MAX_RNR_TIMER, "5-bit code 0..=31");
+    /// Local ACK timeout code: 4.096 µs * 2^timeout, 0 = infinite.
+    timeout: u8 => Timeout("IBV_QP_TIMEOUT"), kept u8 = 0,
+        check |v, _cfg| at_most(v, MAX_ACK_TIMEOUT, "5-bit code 0..=31");
+    /// Transport retries, 0..=7.
+    retry_cnt: u8 => RetryCnt("IBV_QP_RETRY_CNT"), kept u8 = 0,
+        check |v, _cfg| at_most(v, MAX_RETRY_CNT, "3-bit count 0..=7");
+    /// RNR retries, 0..=7; 7 means retry forever (IBA 9.7.5.2.8).
+    rnr_retry: u8 => RnrRetry("IBV_QP_RNR_RETRY"), kept u8 = 0,
+        check |v, _cfg| at_most(v, RNR_RETRY_INFINITE, "3-bit count 0..=7 (7 = infinite)");
+    /// Raise `SqDrained` when SQD is reached with the send queue empty.
+    sq_draining_notify: bool => EnSqdAsyncNotify("IBV_QP_EN_SQD_ASYNC_NOTIFY"),
+        kept bool = false;
+}
+
+impl Attrs {
+    /// The P_Key in force: the table's one entry (`pkey_index` can only be 0).
+    pub fn pkey(&self) -> u16 {
+        DEFAULT_PKEY
     }
 }
 
@@ -207,29 +296,6 @@ impl QpAttr {
             max_rd_atomic: Some(max_rd_atomic),
             ..Default::default()
         }
-    }
-
-    /// The attributes given, in a fixed order.
-    pub fn given(&self) -> impl Iterator<Item = Attr> + '_ {
-        [
-            (self.access.is_some(), Attr::AccessFlags),
-            (self.pkey_index.is_some(), Attr::PkeyIndex),
-            (self.port.is_some(), Attr::Port),
-            (self.path_mtu.is_some(), Attr::PathMtu),
-            (self.av.is_some(), Attr::Av),
-            (self.dest_qpn.is_some(), Attr::DestQpn),
-            (self.rq_psn.is_some(), Attr::RqPsn),
-            (self.sq_psn.is_some(), Attr::SqPsn),
-            (self.max_dest_rd_atomic.is_some(), Attr::MaxDestRdAtomic),
-            (self.max_rd_atomic.is_some(), Attr::MaxQpRdAtomic),
-            (self.min_rnr_timer.is_some(), Attr::MinRnrTimer),
-            (self.timeout.is_some(), Attr::Timeout),
-            (self.retry_cnt.is_some(), Attr::RetryCnt),
-            (self.rnr_retry.is_some(), Attr::RnrRetry),
-            (self.sq_draining_notify.is_some(), Attr::EnSqdAsyncNotify),
-        ]
-        .into_iter()
-        .filter_map(|(on, a)| on.then_some(a))
     }
 }
 
@@ -286,6 +352,38 @@ mod test {
         assert_eq!(Mtu::from_ibv(6), None);
     }
 
+    /// The table's rows: what a new QP starts with, what a modify keeps, what it refuses.
+    #[test]
+    fn attribute_rows() {
+        let mut t = Attrs::default();
+        assert_eq!((t.path_mtu, t.av, t.port), (Mtu::M1024, None, 1));
+        assert_eq!((t.pkey_index, t.pkey()), (0, DEFAULT_PKEY));
+        t.apply(&QpAttr::rts(
+            Psn::new(5),
+            DEFAULT_TIMEOUT,
+            MAX_RETRY_CNT,
+            RNR_RETRY_INFINITE,
+            4,
+        ));
+        assert_eq!((t.timeout, t.retry_cnt, t.rnr_retry), (14, 7, 7));
+        assert_eq!(t.max_rd_atomic, 4);
+        let cfg = EngineConfig::new(IpAddr::from([127, 0, 0, 1]));
+        assert_eq!(QpAttr::rts(Psn::new(5), 31, 7, 7, 4).validate(&cfg), Ok(()));
+        let bad = QpAttr {
+            timeout: Some(MAX_ACK_TIMEOUT + 1),
+            ..Default::default()
+        };
+        assert_eq!(
+            bad.validate(&cfg),
+            Err(VerbsError::InvalidAttr {
+                attr: "timeout",
+                value: 32,
+                why: "5-bit code 0..=31"
+            })
+        );
+        assert_eq!(Attr::EnSqdAsyncNotify.name(), "IBV_QP_EN_SQD_ASYNC_NOTIFY");
+    }
+
     #[test]
     fn transition_table() {
         use QpState::*;
@@ -298,7 +396,7 @@ mod test {
         assert!(req.contains(&Attr::RqPsn) && req.contains(&Attr::DestQpn));
         let a = QpAttr {
             sq_psn: Some(Psn::new(1)),
-            timeout: Some(14),
+            timeout: Some(DEFAULT_TIMEOUT),
             ..Default::default()
         };
         assert_eq!(

@@ -13,7 +13,8 @@
 //!   is flushed.
 
 use super::timers::QpTimer;
-use super::{Attrs, Ctx, Qp, RNR_RETRY_INFINITE};
+use super::wqe::SendWqe;
+use super::{Attrs, Ctx, Qp, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use crate::engine::stats::Counter;
 use crate::engine::time::{ack_timeout, rnr_timer};
 use crate::engine::wr::{SendOp, WcStatus};
@@ -180,11 +181,10 @@ impl Qp {
         }
         if self.comp.retry_left == 0 {
             ctx.stats.inc(Counter::RetryExceededErr);
-            self.complete_front(ctx, WcStatus::RetryExcErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::RetryExcErr);
             return;
         }
-        if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == 7) {
+        if !(ctx.cfg.retry_cnt_7_infinite && self.attrs.retry_cnt == MAX_RETRY_CNT) {
             self.comp.retry_left -= 1;
         }
         self.comp.retrying_from = Some(p);
@@ -252,30 +252,41 @@ impl Qp {
         self.advance(ctx, psn.add(1), progress);
     }
 
-    fn on_seq_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
-        ctx.stats.inc(Counter::RcvdSeqErr);
+    /// The WQE at the head completes with error `status` and the QP goes to ERR on its
+    /// own (an asynchronous event): flushing the rest (IBA 10.8.3.1, completion errors).
+    fn fail_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        self.complete_front(ctx, status);
+        self.enter_error(ctx, true);
+    }
+
+    /// What every NAK does first: it acknowledges everything before its PSN (IBA
+    /// 9.7.5.1.3). False, and counted, if it is older than what is already acknowledged
+    /// (a duplicate or reordered NAK), which then does nothing more.
+    fn nak_acks_before(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> bool {
         if psn.diff(self.comp.psn) < 0 {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
+            return false;
         }
-        // The NAK acknowledges everything before its PSN (IBA 9.7.5.1.3).
         let (progress, _) = self.ack_before(ctx, psn);
         self.advance(ctx, psn, progress);
-        self.retry(ctx, Trigger::Packet);
+        true
+    }
+
+    fn on_seq_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        ctx.stats.inc(Counter::RcvdSeqErr);
+        if self.nak_acks_before(ctx, psn) {
+            self.retry(ctx, Trigger::Packet);
+        }
     }
 
     fn on_rnr_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, timer: u8) {
         ctx.stats.inc(Counter::RcvdRnrErr);
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        if !self.nak_acks_before(ctx, psn) {
             return;
         }
-        let (progress, _) = self.ack_before(ctx, psn);
-        self.advance(ctx, psn, progress);
         if self.comp.rnr_left == 0 {
             ctx.stats.inc(Counter::RetryRnrExceededErr);
-            self.complete_front(ctx, WcStatus::RnrRetryExcErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::RnrRetryExcErr);
             return;
         }
         if self.comp.rnr_left != RNR_RETRY_INFINITE {
@@ -289,12 +300,9 @@ impl Qp {
     }
 
     fn on_fatal_nak(&mut self, ctx: &mut Ctx<'_>, psn: Psn, code: NakCode) {
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        if !self.nak_acks_before(ctx, psn) {
             return;
         }
-        let (progress, _) = self.ack_before(ctx, psn);
-        self.advance(ctx, psn, progress);
         // The NAK fails only the WQE whose PSN it names. A READ or atomic still at the
         // head with PSNs before the NAK's was executed by the responder (responses leave
         // in PSN order) and its response was lost: retry it, never fail it with the
@@ -322,29 +330,43 @@ impl Qp {
         self.enter_error(ctx, true);
     }
 
-    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
-        let psn = r.bth.psn;
+    /// What a READ response or an atomic ACK does first: a stale one is dropped; a current
+    /// one acknowledges every request before it and is for the WQE then at the head of the
+    /// send queue, returned (none: unexpected, dropped).
+    fn response_head(&mut self, ctx: &mut Ctx<'_>, psn: Psn) -> Option<SendWqe> {
         if psn.diff(self.comp.psn) < 0 {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
+            return None;
         }
-        // A READ response acknowledges every request before it.
         let (progress, _) = self.ack_before(ctx, psn);
         if progress {
             self.advance(ctx, self.comp.psn, true);
         }
-        let mtu = self.mtu();
-        let Some(&w) = self.sq.front() else {
+        let head = self.sq.front().copied();
+        if head.is_none() {
             ctx.stats.inc(Counter::DropUnexpectedResponse);
+        }
+        head
+    }
+
+    /// A response that does not answer the head WQE `w`: past a started READ/atomic, the
+    /// head's own responses were lost (go back to it); anything else is unexpected.
+    fn not_for_head(&mut self, ctx: &mut Ctx<'_>, w: &SendWqe, psn: Psn) {
+        if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
+            self.retry(ctx, Trigger::Packet);
+        } else {
+            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        }
+    }
+
+    fn on_read_response(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
+        let psn = r.bth.psn;
+        let mtu = self.mtu();
+        let Some(w) = self.response_head(ctx, psn) else {
             return;
         };
         if !matches!(w.op, SendOp::Read { .. }) || !w.contains(psn) {
-            if w.op.is_read_or_atomic() && w.started && psn.diff(w.last_psn) > 0 {
-                // Responses for a later READ: this one's were lost.
-                self.retry(ctx, Trigger::Packet);
-            } else {
-                ctx.stats.inc(Counter::DropUnexpectedResponse);
-            }
+            self.not_for_head(ctx, &w, psn);
             return;
         }
         let expected = w.first_psn.add(w.read_done / mtu);
@@ -374,8 +396,7 @@ impl Qp {
             payload.len() as u32 == mtu
         };
         if info.is(Flags::END) != want_last || !len_ok {
-            self.complete_front(ctx, WcStatus::BadRespErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::BadRespErr);
             return;
         }
         if !payload.is_empty()
@@ -383,8 +404,7 @@ impl Qp {
                 .scatter(ctx.mem, self.pd, u64::from(w.read_done), payload)
                 .is_err()
         {
-            self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }
         self.sq[0].read_done += payload.len() as u32;
@@ -395,24 +415,11 @@ impl Qp {
     }
 
     fn on_atomic_ack(&mut self, ctx: &mut Ctx<'_>, psn: Psn, orig: u64) {
-        if psn.diff(self.comp.psn) < 0 {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
-            return;
-        }
-        let (progress, _) = self.ack_before(ctx, psn);
-        if progress {
-            self.advance(ctx, self.comp.psn, true);
-        }
-        let Some(&w) = self.sq.front() else {
-            ctx.stats.inc(Counter::DropUnexpectedResponse);
+        let Some(w) = self.response_head(ctx, psn) else {
             return;
         };
         if !w.op.is_atomic() || w.first_psn != psn || !w.started {
-            if w.started && w.op.is_read_or_atomic() && psn.diff(w.last_psn) > 0 {
-                self.retry(ctx, Trigger::Packet);
-            } else {
-                ctx.stats.inc(Counter::DropUnexpectedResponse);
-            }
+            self.not_for_head(ctx, &w, psn);
             return;
         }
         // The original value, as the 8 bytes of a u64 in host order (x86: little-endian).
@@ -420,8 +427,7 @@ impl Qp {
             .scatter(ctx.mem, self.pd, 0, &orig.to_ne_bytes())
             .is_err()
         {
-            self.complete_front(ctx, WcStatus::LocProtErr);
-            self.enter_error(ctx, true);
+            self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }
         self.complete_front(ctx, WcStatus::Success);

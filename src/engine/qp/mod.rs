@@ -14,7 +14,10 @@ mod responder;
 pub mod timers;
 pub mod wqe;
 
-pub use attr::{AddressVector, Attr, Mtu, QpAttr, QpState};
+pub use attr::{
+    AddressVector, Attr, Attrs, Mtu, QpAttr, QpState, DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY,
+    DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+};
 
 use super::cq::Cq;
 use super::error::VerbsError;
@@ -23,7 +26,7 @@ use super::stats::{Counter, Counters};
 use super::time::Instant;
 use super::wr::{Completion, WcOpcode, WcStatus};
 use super::EngineConfig;
-use crate::mem::{Access, MrTable, Pd};
+use crate::mem::{MrTable, Pd};
 use crate::wire::Psn;
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -72,6 +75,21 @@ pub struct QpInit {
     pub sq_sig_all: bool,
 }
 
+impl QpInit {
+    /// An RC QP whose send and receive queues complete on the same CQ, and whose send
+    /// WRs complete only when signaled (`sq_sig_all` false): the usual connected QP.
+    pub fn rc(pd: Pd, cq: u32, cap: QpCap) -> QpInit {
+        QpInit {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+}
+
 /// Everything a role needs from the engine for one call.
 pub(crate) struct Ctx<'a> {
     pub now: Instant,
@@ -113,28 +131,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Attributes in force (set by `modify`).
-#[derive(Debug, Clone, Copy)]
-pub struct Attrs {
-    pub access: Access,
-    pub pkey: u16,
-    pub mtu: Mtu,
-    pub av: Option<AddressVector>,
-    pub dest_qpn: u32,
-    pub max_dest_rd_atomic: u8,
-    pub max_rd_atomic: u8,
-    pub min_rnr_timer: u8,
-    pub timeout: u8,
-    pub retry_cnt: u8,
-    pub rnr_retry: u8,
-    pub sq_draining_notify: bool,
-}
-
-/// RNR retry count meaning "retry forever" (IBA 9.7.5.2.8).
-pub const RNR_RETRY_INFINITE: u8 = 7;
-/// The default P_Key (full membership, default partition): pkey_index 0.
-pub const DEFAULT_PKEY: u16 = 0xffff;
-
 #[derive(Debug)]
 pub struct Qp {
     pub qpn: u32,
@@ -167,20 +163,7 @@ impl Qp {
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
             state: QpState::Reset,
-            attrs: Attrs {
-                access: Access::empty(),
-                pkey: DEFAULT_PKEY,
-                mtu: Mtu::M1024,
-                av: None,
-                dest_qpn: 0,
-                max_dest_rd_atomic: 0,
-                max_rd_atomic: 0,
-                min_rnr_timer: 0,
-                timeout: 0,
-                retry_cnt: 0,
-                rnr_retry: 0,
-                sq_draining_notify: false,
-            },
+            attrs: Attrs::default(),
             src_port: udp_sport(qpn, 0),
             sq: VecDeque::with_capacity(init.cap.max_send_wr),
             rq: VecDeque::with_capacity(init.cap.max_recv_wr),
@@ -219,49 +202,13 @@ impl Qp {
                 attr: bad.name(),
             });
         }
-        validate(a, ctx.cfg)?;
+        a.validate(ctx.cfg)?;
 
-        // Apply.
-        let t = &mut self.attrs;
-        if let Some(v) = a.access {
-            t.access = v;
-        }
-        if let Some(v) = a.pkey_index {
-            // One partition: index 0 is the default P_Key.
-            let _ = v;
-            t.pkey = DEFAULT_PKEY;
-        }
-        if let Some(v) = a.path_mtu {
-            t.mtu = v;
-        }
-        if let Some(v) = a.av {
-            t.av = Some(v);
-        }
+        // Apply: the values kept, then what they set in motion.
+        self.attrs.apply(a);
         if let Some(v) = a.dest_qpn {
-            t.dest_qpn = v;
             // rxe: rdma_get_udp_sport(0, qpn, dest_qpn), chosen when the peer is known.
             self.src_port = udp_sport(qpn, v);
-        }
-        if let Some(v) = a.max_dest_rd_atomic {
-            t.max_dest_rd_atomic = v;
-        }
-        if let Some(v) = a.max_rd_atomic {
-            t.max_rd_atomic = v;
-        }
-        if let Some(v) = a.min_rnr_timer {
-            t.min_rnr_timer = v;
-        }
-        if let Some(v) = a.timeout {
-            t.timeout = v;
-        }
-        if let Some(v) = a.retry_cnt {
-            t.retry_cnt = v;
-        }
-        if let Some(v) = a.rnr_retry {
-            t.rnr_retry = v;
-        }
-        if let Some(v) = a.sq_draining_notify {
-            t.sq_draining_notify = v;
         }
         if let Some(psn) = a.rq_psn {
             self.resp
@@ -400,7 +347,7 @@ impl Qp {
 
     /// The MTU in bytes.
     pub fn mtu(&self) -> u32 {
-        self.attrs.mtu.bytes()
+        self.attrs.path_mtu.bytes()
     }
 
     /// Whether the requester side runs.
@@ -428,69 +375,6 @@ impl Qp {
     pub fn rq_psn(&self) -> Psn {
         self.resp.epsn
     }
-}
-
-fn validate(a: &QpAttr, cfg: &EngineConfig) -> Result<(), VerbsError> {
-    let bad = |attr, value: u64, why| Err(VerbsError::InvalidAttr { attr, value, why });
-    if let Some(v) = a.timeout {
-        if v > 31 {
-            return bad("timeout", v.into(), "5-bit code 0..=31");
-        }
-    }
-    if let Some(v) = a.retry_cnt {
-        if v > 7 {
-            return bad("retry_cnt", v.into(), "3-bit count 0..=7");
-        }
-    }
-    if let Some(v) = a.rnr_retry {
-        if v > 7 {
-            return bad("rnr_retry", v.into(), "3-bit count 0..=7 (7 = infinite)");
-        }
-    }
-    if let Some(v) = a.min_rnr_timer {
-        if v > 31 {
-            return bad("min_rnr_timer", v.into(), "5-bit code 0..=31");
-        }
-    }
-    if let Some(v) = a.dest_qpn {
-        if v > crate::wire::bth::QPN_MASK {
-            return bad("dest_qpn", v.into(), "QPNs are 24 bits");
-        }
-    }
-    if let Some(v) = a.pkey_index {
-        if v != 0 {
-            return bad("pkey_index", v.into(), "only P_Key index 0 exists");
-        }
-    }
-    if let Some(v) = a.port {
-        if v != 1 {
-            return bad("port", v.into(), "the NIC has one port, number 1");
-        }
-    }
-    for (attr, v) in [
-        ("max_rd_atomic", a.max_rd_atomic),
-        ("max_dest_rd_atomic", a.max_dest_rd_atomic),
-    ] {
-        if let Some(v) = v {
-            if v > cfg.max_rd_atomic {
-                return bad(attr, v.into(), "above the NIC's max_qp_rd_atom");
-            }
-        }
-    }
-    if let Some(acc) = a.access {
-        let remote = Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC
-            | Access::LOCAL_WRITE;
-        if !remote.contains(acc) {
-            return bad(
-                "access",
-                acc.bits().into(),
-                "only LOCAL_WRITE and REMOTE_* apply to a QP",
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Whether a packet's P_Key matches the QP's (IBA 10.9, partitioning; rxe `pkey_match`):

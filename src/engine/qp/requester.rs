@@ -75,7 +75,7 @@ impl Qp {
             migreq: false,
             pad,
             tver: 0,
-            pkey: self.attrs.pkey,
+            pkey: self.attrs.pkey(),
             fecn: false,
             becn: false,
             dqpn: self.attrs.dest_qpn,

@@ -764,10 +764,10 @@ impl Qp {
 mod tests {
     use crate::engine::Mtu;
     use crate::engine::{
-        Completion, Counter, Local, QpAttr, QpCap, QpInit, QpType, Remote, SendFlags, SendOp,
-        SendWr, WcStatus,
+        Completion, Counter, Local, QpCap, Remote, SendFlags, SendOp, SendWr, WcStatus,
     };
-    use crate::mem::{Access, MemoryRegion, Sge};
+    use crate::mem::{MemoryRegion, Sge};
+    use crate::sim::direct::{connect, rc_end_with, RcEndOpts, RcParams};
     use crate::sim::rule::DropNth;
     use crate::sim::Net;
     use crate::wire::Psn;
@@ -776,37 +776,26 @@ mod tests {
     /// Two connected RC QPs (A = node 0, B = node 1), first PSNs 0x100 both ways.
     fn pair() -> (Net, [(Arc<MemoryRegion>, u32, u32); 2]) {
         let mut net = Net::new(2);
-        let side = |net: &mut Net, n: usize| {
-            let e = &mut net.nodes[n].engine;
-            let mem = e.mem().clone();
-            let pd = mem.alloc_pd();
-            let mr = mem
-                .reg_mr(pd, 0x1000_0000 * (n as u64 + 1), 4096, Access::ALL)
-                .unwrap();
-            let cq = e.create_cq(64).unwrap();
-            let qpn = e
-                .create_qp(&QpInit {
-                    qp_type: QpType::Rc,
-                    pd,
-                    send_cq: cq,
-                    recv_cq: cq,
-                    cap: QpCap::default(),
-                    sq_sig_all: true,
-                })
-                .unwrap();
-            (mr, cq, qpn)
+        let end = |net: &mut Net, n: usize| {
+            let o = RcEndOpts {
+                cq_depth: 64,
+                sq_sig_all: true,
+                ..RcEndOpts::new(0x1000_0000 * (n as u64 + 1), 4096, QpCap::default())
+            };
+            let e = rc_end_with(&mut net.nodes[n].engine, &o).unwrap();
+            (e.mr, e.cq, e.qpn)
         };
-        let s = [side(&mut net, 0), side(&mut net, 1)];
+        let s = [end(&mut net, 0), end(&mut net, 1)];
+        let p = RcParams {
+            mtu: Mtu::M1024,
+            timeout: 8,
+            max_rd_atomic: 4,
+            ..RcParams::default()
+        };
         for (me, peer) in [(0, 1), (1, 0)] {
             let ip = net.nodes[peer].ip;
-            let e = &mut net.nodes[me].engine;
-            let q = s[me].2;
-            let rights = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-            e.modify_qp(q, &QpAttr::init(rights)).unwrap();
-            let rtr = QpAttr::rtr(ip, Mtu::M1024, s[peer].2, Psn::new(0x100), 4, 12);
-            e.modify_qp(q, &rtr).unwrap();
-            let rts = QpAttr::rts(Psn::new(0x100), 8, 7, 7, 4);
-            e.modify_qp(q, &rts).unwrap();
+            let (q, psn) = (s[me].2, Psn::new(0x100));
+            connect(&mut net.nodes[me].engine, q, ip, s[peer].2, psn, psn, &p).unwrap();
         }
         (net, s)
     }
