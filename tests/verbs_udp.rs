@@ -5,11 +5,12 @@
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use roce_emu::engine::{
-    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpType, RecvWr, Remote, SendFlags,
-    SendOp, SendWr, WcOpcode, WcStatus,
+    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp,
+    SendWr, WcOpcode, WcStatus,
 };
 use roce_emu::mem::{Access, Backing, MemoryRegion, Pd, Sge};
 use roce_emu::verbs::{self, CompChannel, Context, Device, Event};
+use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use roce_emu::wire::Psn;
 use std::net::IpAddr;
 use std::os::fd::BorrowedFd;
@@ -48,18 +49,18 @@ fn end(ip: &str, channel: bool) -> (End, Option<CompChannel>) {
     let cq = ctx.create_cq(64, ch.as_ref()).unwrap();
     let qpn = ctx
         .create_qp(&QpInit {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
-                max_send_wr: 16,
-                max_recv_wr: 16,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 64,
-            },
             sq_sig_all: true,
+            ..QpInit::rc(
+                pd,
+                cq,
+                QpCap {
+                    max_send_wr: 16,
+                    max_recv_wr: 16,
+                    max_send_sge: 1,
+                    max_recv_sge: 1,
+                    max_inline_data: 64,
+                },
+            )
         })
         .unwrap();
     (
@@ -78,8 +79,21 @@ fn end(ip: &str, channel: bool) -> (End, Option<CompChannel>) {
 fn connect(a: &End, b: &End) {
     let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     for (me, peer, my_psn, peer_psn) in [(a, b, 100, 200), (b, a, 200, 100)] {
-        let rtr = QpAttr::rtr(peer.ip, Mtu::M1024, peer.qpn, Psn::new(peer_psn), 4, 12);
-        let rts = QpAttr::rts(Psn::new(my_psn), 14, 7, 7, 4);
+        let rtr = QpAttr::rtr(
+            peer.ip,
+            Mtu::M1024,
+            peer.qpn,
+            Psn::new(peer_psn),
+            4,
+            DEFAULT_MIN_RNR_TIMER,
+        );
+        let rts = QpAttr::rts(
+            Psn::new(my_psn),
+            DEFAULT_TIMEOUT,
+            MAX_RETRY_CNT,
+            RNR_RETRY_INFINITE,
+            4,
+        );
         verbs::connect_rc(&me.ctx, me.qpn, remote, &rtr, &rts).unwrap();
     }
 }

@@ -150,20 +150,17 @@ fn nic(args: &Args, ip: IpAddr, iova: u64, seed: u64) -> Result<Nic, String> {
         .map_err(|e| e.to_string())?;
     let cq = ctx.create_cq(128, None).map_err(|e| e.to_string())?;
     let qpn = ctx
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
+        .create_qp(&QpInit::rc(
             pd,
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
+            cq,
+            QpCap {
                 max_send_wr: 64,
                 max_recv_wr: 64,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
-        })
+        ))
         .map_err(|e| e.to_string())?;
     Ok(Nic {
         ctx,
@@ -503,7 +500,13 @@ fn run_inner(args: &Args, stop: &AtomicBool) -> Result<Outcome, String> {
     )?;
     let (pa, pb) = (Psn::new(0xfff000), Psn::new(0x123456));
     // timeout 10: 4.2 ms; loopback round trips are tens of microseconds.
-    let (timeout, retry, rnr_retry, min_rnr, rd_atomic) = (10, 7, 7, 12, 16);
+    let (timeout, retry, rnr_retry, min_rnr, rd_atomic) = (
+        10,
+        MAX_RETRY_CNT,
+        RNR_RETRY_INFINITE,
+        DEFAULT_MIN_RNR_TIMER,
+        16,
+    );
     let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     for (n, peer, peer_qpn, my, theirs) in
         [(&a, args.b, b.qpn, pa, pb), (&b, args.a, a.qpn, pb, pa)]

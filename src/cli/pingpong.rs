@@ -36,9 +36,10 @@ use crate::verbs::Spin;
 use crate::verbs::{self, Context, Event};
 use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::verbs::{
-    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, SendFlags,
-    SendOp, SendWr, WcStatus,
+    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, RecvWr, SendFlags, SendOp,
+    SendWr, WcStatus,
 };
+use crate::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use crate::wire::Psn;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
@@ -763,20 +764,17 @@ impl Pingpong {
             .create_cq(args.rx_depth as usize + 1, None)
             .map_err(verbs("creating the CQ (-r too large?)"))?;
         let qpn = ctx
-            .create_qp(&QpInit {
-                qp_type: QpType::Rc,
+            .create_qp(&QpInit::rc(
                 pd,
-                send_cq: cq,
-                recv_cq: cq,
-                cap: QpCap {
+                cq,
+                QpCap {
                     max_send_wr: 1,
                     max_recv_wr: args.rx_depth as usize,
                     max_send_sge: 1,
                     max_recv_sge: 1,
                     max_inline_data: 0,
                 },
-                sq_sig_all: false,
-            })
+            ))
             .map_err(verbs("creating the QP (-r too large?)"))?;
         ctx.modify_qp(qpn, &QpAttr::init(Access::empty()))
             .map_err(verbs("moving the QP to INIT"))?;
@@ -818,12 +816,28 @@ impl Pingpong {
             mtu = self.mtu.bytes(),
             "moving the QP to RTR and RTS"
         );
-        let rtr = QpAttr::rtr(peer, self.mtu, rem.qpn, Psn::new(rem.psn), 1, 12);
+        let rtr = QpAttr::rtr(
+            peer,
+            self.mtu,
+            rem.qpn,
+            Psn::new(rem.psn),
+            1,
+            DEFAULT_MIN_RNR_TIMER,
+        );
         self.ctx
             .modify_qp(self.qpn, &rtr)
             .map_err(verbs("moving the QP to RTR"))?;
         self.ctx
-            .modify_qp(self.qpn, &QpAttr::rts(Psn::new(my.psn), 14, 7, 7, 1))
+            .modify_qp(
+                self.qpn,
+                &QpAttr::rts(
+                    Psn::new(my.psn),
+                    DEFAULT_TIMEOUT,
+                    MAX_RETRY_CNT,
+                    RNR_RETRY_INFINITE,
+                    1,
+                ),
+            )
             .map_err(verbs("moving the QP to RTS"))
     }
 

@@ -38,10 +38,11 @@ use crate::verbs::{self, Context, Event};
 use crate::verbs::{link_mtu, wait_readable};
 use crate::verbs::{Access, MemoryRegion, Sge};
 use crate::verbs::{
-    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote,
-    SendFlags, SendOp, SendWr, WcStatus,
+    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, QpState, RecvWr, Remote, SendFlags,
+    SendOp, SendWr, WcStatus,
 };
-use crate::wire::Psn;
+use crate::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
+use crate::wire::{layout, Psn, ICRC_LEN};
 use exchange::*;
 use lat::*;
 use nic::*;
@@ -341,7 +342,8 @@ fn verbs<E: Into<verbs::Error>>(what: &'static str) -> impl FnOnce(E) -> PerfErr
 /// UDP, BTH, RETH, payload, ICRC) fit the link; 1024 when the link is unknown.
 pub(super) fn port_mtu(bind: IpAddr) -> Mtu {
     let ip = if bind.is_ipv4() { 20 } else { 40 };
-    let overhead = ip + 8 + 12 + 16 + 4;
+    const UDP_LEN: u32 = 8;
+    let overhead = ip + UDP_LEN + (layout::BTH_LEN + layout::RETH_LEN + ICRC_LEN) as u32;
     let Some(link) = link_mtu(bind) else {
         return Mtu::M1024;
     };
@@ -596,20 +598,17 @@ fn run_inner(args: &Args) -> Result<()> {
         .create_cq(depth, None)
         .map_err(verbs("creating the CQ (-t or -r too large?)"))?;
     let qpn = ctx
-        .create_qp(&QpInit {
-            qp_type: QpType::Rc,
+        .create_qp(&QpInit::rc(
             pd,
-            send_cq: cq,
-            recv_cq: cq,
-            cap: QpCap {
+            cq,
+            QpCap {
                 max_send_wr: args.tx_depth as usize,
                 max_recv_wr: args.rx_depth as usize,
                 max_send_sge: 1,
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            sq_sig_all: false,
-        })
+        ))
         .map_err(verbs("creating the QP (-t or -r too large?)"))?;
     ctx.modify_qp(
         qpn,
@@ -674,13 +673,22 @@ fn run_inner(args: &Args) -> Result<()> {
         rem.qpn,
         Psn::new(rem.psn),
         me.out_reads as u8,
-        12,
+        DEFAULT_MIN_RNR_TIMER,
     );
     e.modify_qp(qpn, &rtr)
         .map_err(verbs("moving the QP to RTR"))?;
     let rd_atomic = rem.out_reads.clamp(1, u16::from(max_rd)) as u8;
-    e.modify_qp(qpn, &QpAttr::rts(Psn::new(me.psn), 14, 7, 7, rd_atomic))
-        .map_err(verbs("moving the QP to RTS"))?;
+    e.modify_qp(
+        qpn,
+        &QpAttr::rts(
+            Psn::new(me.psn),
+            DEFAULT_TIMEOUT,
+            MAX_RETRY_CNT,
+            RNR_RETRY_INFINITE,
+            rd_atomic,
+        ),
+    )
+    .map_err(verbs("moving the QP to RTS"))?;
 
     if !args.json {
         print_banner(test, args, size, path_mtu, client);
