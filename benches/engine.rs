@@ -68,11 +68,13 @@ fn setup() -> Setup {
 impl Setup {
     /// Posts BATCH WRITEs (the last signaled), moves every packet, reaps the completion.
     fn batch(&mut self) -> usize {
+        let now = Instant::from_nanos(self.t);
         let sges = [self.sge];
         for i in 0..BATCH {
             self.d
                 .a
                 .post_send(
+                    now,
                     self.qpn,
                     &SendWr {
                         wr_id: i as u64,
@@ -188,6 +190,7 @@ impl Scale {
     /// Reposts SCALE_BATCH receives, posts as many SENDs (the last signaled), moves every
     /// packet and reaps all completions: the steady state of a message stream.
     fn batch(&mut self) -> usize {
+        let now = Instant::from_nanos(self.t);
         let recv = [self.recv];
         let send = [self.send];
         for i in 0..SCALE_BATCH {
@@ -195,7 +198,7 @@ impl Scale {
                 wr_id: i as u64,
                 sges: &recv,
             };
-            self.d.b.post_recv(self.qb, &wr).unwrap();
+            self.d.b.post_recv(now, self.qb, &wr).unwrap();
         }
         for i in 0..SCALE_BATCH {
             let wr = SendWr {
@@ -207,7 +210,7 @@ impl Scale {
                     ..Default::default()
                 },
             };
-            self.d.a.post_send(self.qa, &wr).unwrap();
+            self.d.a.post_send(now, self.qa, &wr).unwrap();
         }
         self.t += 1000;
         let n = self.d.pump(Instant::from_nanos(self.t));

@@ -81,6 +81,7 @@ fn pair() -> Pair {
 }
 
 fn round(p: &mut Pair, op: u32, wcs: &mut [Completion]) -> usize {
+    let now = Instant::from_nanos(u64::from(op) * 1000);
     let sge = |e: &RcEnd, off: u64| Sge {
         addr: IOVA + off,
         length: LEN,
@@ -99,6 +100,7 @@ fn round(p: &mut Pair, op: u32, wcs: &mut [Completion]) -> usize {
         let sges = [sge(&p.b, 0x4_0000)];
         p.d.b
             .post_recv(
+                now,
                 p.b.qpn,
                 &RecvWr {
                     wr_id: 9,
@@ -110,6 +112,7 @@ fn round(p: &mut Pair, op: u32, wcs: &mut [Completion]) -> usize {
     let sges = [sge(&p.a, 0)];
     p.d.a
         .post_send(
+            now,
             p.a.qpn,
             &SendWr {
                 wr_id: u64::from(op),
@@ -122,7 +125,7 @@ fn round(p: &mut Pair, op: u32, wcs: &mut [Completion]) -> usize {
             },
         )
         .unwrap();
-    let n = p.d.pump(Instant::from_nanos(u64::from(op) * 1000));
+    let n = p.d.pump(now);
     let done = p.d.a.poll_cq(p.a.cq, wcs).unwrap();
     assert_eq!(done, 1, "one completion per WR");
     assert_eq!(wcs[0].status, WcStatus::Success);

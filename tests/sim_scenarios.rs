@@ -237,8 +237,10 @@ fn receive_wqe_with_a_bad_lkey_is_a_remote_operational_error() {
         length: 64,
         lkey: Lkey(p.end(B).lkey().0 ^ 0x55),
     };
+    let now = p.net.now;
     p.engine(B)
         .post_recv(
+            now,
             qpn,
             &RecvWr {
                 wr_id: 7,
@@ -275,8 +277,10 @@ fn entering_err_flushes_everything_in_order_and_later_posts_too() {
     p.post_recv(B, 7, 0, 64);
     p.post_recv(B, 8, 64, 64);
     let qpn = p.b.qpn;
+    let now = p.net.now;
     p.engine(B)
         .modify_qp(
+            now,
             qpn,
             &QpAttr {
                 state: Some(QpState::Err),
@@ -427,6 +431,7 @@ fn api_misuse_is_a_typed_error() {
         local: Local::Sges(std::slice::from_ref(&sge)),
         flags: SendFlags::default(),
     };
+    let now = p.net.now;
     let e = p.engine(A);
     let bad_va = SendWr {
         op: SendOp::FetchAdd {
@@ -439,17 +444,18 @@ fn api_misuse_is_a_typed_error() {
         ..wr
     };
     assert!(matches!(
-        e.post_send(qpn, &bad_va),
+        e.post_send(now, qpn, &bad_va),
         Err(VerbsError::AtomicAlignment { va: 0x1003 })
     ));
-    e.post_send(qpn, &wr).unwrap();
-    e.post_send(qpn, &wr).unwrap();
+    e.post_send(now, qpn, &wr).unwrap();
+    e.post_send(now, qpn, &wr).unwrap();
     assert!(matches!(
-        e.post_send(qpn, &wr),
+        e.post_send(now, qpn, &wr),
         Err(VerbsError::QueueFull { depth: 2, .. })
     ));
     assert!(matches!(
         e.modify_qp(
+            now,
             qpn,
             &QpAttr {
                 state: Some(QpState::Rtr),
@@ -460,6 +466,7 @@ fn api_misuse_is_a_typed_error() {
     ));
     assert!(matches!(
         e.modify_qp(
+            now,
             qpn,
             &QpAttr {
                 retry_cnt: Some(8),
@@ -469,7 +476,7 @@ fn api_misuse_is_a_typed_error() {
         Err(VerbsError::UnexpectedAttr { .. })
     ));
     assert!(matches!(
-        e.post_send(0x999, &wr),
+        e.post_send(now, 0x999, &wr),
         Err(VerbsError::NoSuchQp(0x999))
     ));
 }
@@ -668,8 +675,10 @@ fn inline_and_unsignaled_sends() {
     p.post_recv(B, 7, 0, 64);
     p.post_recv(B, 8, 64, 64);
     let qpn = p.a.qpn;
+    let now = p.net.now;
     let e = p.engine(A);
     e.post_send(
+        now,
         qpn,
         &SendWr {
             wr_id: 1,
@@ -680,6 +689,7 @@ fn inline_and_unsignaled_sends() {
     )
     .unwrap();
     e.post_send(
+        now,
         qpn,
         &SendWr {
             wr_id: 2,
@@ -798,8 +808,10 @@ fn sqd_finishes_what_started_starts_nothing_new_and_reports_drained() {
     let now = p.net.now;
     let _ = p.engine(A).poll_transmit(now, &mut buf).unwrap();
     let qpn = p.a.qpn;
+    let now = p.net.now;
     p.engine(A)
         .modify_qp(
+            now,
             qpn,
             &QpAttr {
                 state: Some(QpState::Sqd),
@@ -821,8 +833,10 @@ fn sqd_finishes_what_started_starts_nothing_new_and_reports_drained() {
     let ev: Vec<AsyncEvent> = std::iter::from_fn(|| p.engine(A).poll_event()).collect();
     assert!(ev.contains(&AsyncEvent::SqDrained { qpn }), "{ev:?}");
     // Back to RTS: the second WR goes.
+    let now = p.net.now;
     p.engine(A)
         .modify_qp(
+            now,
             qpn,
             &QpAttr {
                 state: Some(QpState::Rts),

@@ -57,6 +57,7 @@ fuzz_target!(|data: &[u8]| {
             lkey: eb.mr.lkey(),
         };
         let _ = b.post_recv(
+            Instant::ZERO,
             eb.qpn,
             &RecvWr {
                 wr_id: i,
@@ -84,6 +85,7 @@ fuzz_target!(|data: &[u8]| {
     .enumerate()
     {
         let _ = d.a.post_send(
+            Instant::ZERO,
             ea.qpn,
             &SendWr {
                 wr_id: i as u64,

@@ -2,8 +2,10 @@
 //!
 //! It performs no I/O and reads no clock (quinn-proto's shape). The caller:
 //!
-//! - **commands** it: `create_cq`, `create_qp`, `modify_qp`, `post_send`, `post_recv`,
-//!   `destroy_*`, and reads `poll_cq`;
+//! - **commands** it: `create_cq`, `create_qp`, `modify_qp(now, ..)`, `post_send(now, ..)`,
+//!   `post_recv(now, ..)`, `destroy_*`, `req_notify_cq`, and reads `poll_cq` and
+//!   `poll_cq_event`; every command whose work can complete or flush a WR takes `now`
+//!   (a WR posted to a QP in ERR completes at once; a CQ overrun moves QPs to ERR);
 //! - **feeds** it: `handle_datagram(now, ..)` for every received RoCEv2 datagram and
 //!   `handle_timeout(now)` when `poll_timeout()` has passed;
 //! - **drains** it: `poll_transmit(now, buf)` until it returns `None` after every input
@@ -350,17 +352,17 @@ impl Engine {
             .ok_or(VerbsError::NoSuchQp(qpn))
     }
 
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
+    pub fn modify_qp(&mut self, now: Instant, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
         let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
-        let mut ctx = ctx!(self, Instant::ZERO);
+        let mut ctx = ctx!(self, now);
         let r = qp.modify(attr, &mut ctx);
         self.touch(qpn);
-        self.after_call();
+        self.after_call(now);
         r
     }
 
     /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
-    pub fn post_send(&mut self, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+    pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
@@ -444,10 +446,10 @@ impl Engine {
         };
         qp.sq.push_back(wqe);
         if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, Instant::ZERO);
+            let mut ctx = ctx!(self, now);
             qp.flush_now(&mut ctx);
             self.touch(qpn);
-            self.after_call();
+            self.after_call(now);
         } else {
             self.touch(qpn);
         }
@@ -455,7 +457,7 @@ impl Engine {
     }
 
     /// `ibv_post_recv`. Allowed from INIT on; in ERR the WR is flushed at once.
-    pub fn post_recv(&mut self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
+    pub fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
         if qp.state == QpState::Reset {
             return Err(VerbsError::InvalidState {
@@ -487,10 +489,10 @@ impl Engine {
             len,
         });
         if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, Instant::ZERO);
+            let mut ctx = ctx!(self, now);
             qp.flush_now(&mut ctx);
             self.touch(qpn);
-            self.after_call();
+            self.after_call(now);
         }
         Ok(())
     }
@@ -561,7 +563,7 @@ impl Engine {
             qp.on_response(&mut ctx, &repr, payload);
         }
         self.touch(qpn);
-        self.after_call();
+        self.after_call(now);
     }
 
     /// Whether the datagram's ICRC is acceptable (checked, or uncheckable and accepted).
@@ -630,7 +632,7 @@ impl Engine {
         }
         due.clear();
         self.due = due;
-        self.after_call();
+        self.after_call(now);
         // The walk above stopped at the first entry not due, which may be dead.
         self.prune_timers();
     }
@@ -696,7 +698,7 @@ impl Engine {
                 break;
             }
         }
-        self.after_call();
+        self.after_call(now);
         let (qpn, len) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
         let qp = &self.qps[&qpn].qp;
@@ -720,7 +722,7 @@ impl Engine {
     }
 
     /// CQ overruns found during a call move every QP on the CQ to ERR.
-    fn after_call(&mut self) {
+    fn after_call(&mut self, now: Instant) {
         if !self.notified_now.is_empty() {
             self.notified.extend(self.notified_now.drain(..));
         }
@@ -732,7 +734,7 @@ impl Engine {
                 .unwrap_or_default();
             for qpn in qpns {
                 let qp = &mut self.qps.get_mut(&qpn).expect("listed").qp;
-                let mut ctx = ctx!(self, Instant::ZERO);
+                let mut ctx = ctx!(self, now);
                 qp.enter_error(&mut ctx, true);
                 self.touch(qpn);
             }

@@ -51,7 +51,8 @@ fn qpn_wrap_never_replaces_a_live_qp_nor_hands_out_0_or_1() {
     let (mut e, pd, cq) = bare();
     let a = e.create_qp(&init(pd, cq)).unwrap();
     assert_eq!(a, FIRST_QPN);
-    e.modify_qp(a, &QpAttr::init(Access::REMOTE_WRITE)).unwrap();
+    e.modify_qp(Instant::ZERO, a, &QpAttr::init(Access::REMOTE_WRITE))
+        .unwrap();
     // The counter at the top of the 24-bit space: the next ones wrap past 0 and 1.
     e.qpns.next = QPN_MASK;
     let b = e.create_qp(&init(pd, cq)).unwrap();
@@ -171,7 +172,7 @@ fn write(e: &mut Engine, end: &RcEnd, peer: &RcEnd, wr_id: u64) {
         local: Local::Sges(&sge),
         flags: SendFlags::default(),
     };
-    e.post_send(end.qpn, &wr).unwrap();
+    e.post_send(Instant::ZERO, end.qpn, &wr).unwrap();
 }
 
 /// The destination QPN of a packet `poll_transmit` wrote.
@@ -277,7 +278,7 @@ fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
             ..Default::default()
         },
     };
-    d.a.post_send(ea.qpn, &send).unwrap();
+    d.a.post_send(Instant::ZERO, ea.qpn, &send).unwrap();
     // No receive at B: RNR NAK, and A waits before it resends.
     d.pump(Instant::from_nanos(1000));
     assert_eq!(d.a.counters().get(Counter::RcvdRnrErr), 1);
@@ -291,7 +292,8 @@ fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
         wr_id: 8,
         sges: &rsge,
     };
-    d.b.post_recv(eb.qpn, &recv).unwrap();
+    d.b.post_recv(Instant::from_nanos(1000), eb.qpn, &recv)
+        .unwrap();
     d.a.handle_timeout(wait);
     assert!(d.a.may_transmit());
     assert_eq!(d.pump(wait), 2, "the SEND again, and its ACK");

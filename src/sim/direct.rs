@@ -124,7 +124,8 @@ pub fn rc_end_with(e: &mut Engine, o: &RcEndOpts) -> Result<RcEnd, VerbsError> {
     Ok(RcEnd { pd, cq, qpn, mr })
 }
 
-/// RESET -> INIT -> RTR -> RTS toward a peer QP.
+/// RESET -> INIT -> RTR -> RTS toward a peer QP, at engine time zero: a set-up step before
+/// any traffic (nothing it does depends on the time).
 pub fn connect(
     e: &mut Engine,
     qpn: u32,
@@ -134,8 +135,9 @@ pub fn connect(
     peer_psn: Psn,
     p: &RcParams,
 ) -> Result<(), VerbsError> {
-    e.modify_qp(qpn, &QpAttr::init(p.access))?;
+    e.modify_qp(Instant::ZERO, qpn, &QpAttr::init(p.access))?;
     e.modify_qp(
+        Instant::ZERO,
         qpn,
         &QpAttr::rtr(
             peer,
@@ -147,6 +149,7 @@ pub fn connect(
         ),
     )?;
     e.modify_qp(
+        Instant::ZERO,
         qpn,
         &QpAttr::rts(my_psn, p.timeout, p.retry_cnt, p.rnr_retry, p.max_rd_atomic),
     )

@@ -309,7 +309,8 @@ impl Context {
 
     pub fn modify_qp(&self, qpn: u32, attr: &QpAttr) -> Result<(), Error> {
         let mut nic = self.shared.lock();
-        nic.driver.engine.modify_qp(qpn, attr)?;
+        let now = nic.driver.clock.now();
+        nic.driver.engine.modify_qp(now, qpn, attr)?;
         nic.after_post(&self.shared)
     }
 
@@ -321,13 +322,15 @@ impl Context {
     /// (then its next `poll_cq` sends the whole batch in one system call).
     pub fn post_send(&self, qpn: u32, wr: &SendWr<'_>) -> Result<(), Error> {
         let mut nic = self.shared.lock();
-        nic.driver.engine.post_send(qpn, wr)?;
+        let now = nic.driver.recent_now();
+        nic.driver.engine.post_send(now, qpn, wr)?;
         nic.after_post(&self.shared)
     }
 
     pub fn post_recv(&self, qpn: u32, wr: &RecvWr<'_>) -> Result<(), Error> {
         let mut nic = self.shared.lock();
-        nic.driver.engine.post_recv(qpn, wr)?;
+        let now = nic.driver.recent_now();
+        nic.driver.engine.post_recv(now, qpn, wr)?;
         nic.after_post(&self.shared)
     }
 

@@ -124,14 +124,17 @@ impl Pair {
 
     pub fn post_send(&mut self, which: usize, wr: &SendWr<'_>) {
         let qpn = self.end(which).qpn;
-        self.engine(which).post_send(qpn, wr).unwrap();
+        let now = self.net.now;
+        self.engine(which).post_send(now, qpn, wr).unwrap();
     }
 
     pub fn post_recv(&mut self, which: usize, wr_id: u64, off: u64, len: u32) {
         let s = self.end(which);
         let (qpn, sge) = (s.qpn, s.sge(off, len));
+        let now = self.net.now;
         self.engine(which)
             .post_recv(
+                now,
                 qpn,
                 &RecvWr {
                     wr_id,
@@ -510,7 +513,8 @@ impl Pair {
 
     pub fn try_post_send(&mut self, which: usize, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         let qpn = self.end(which).qpn;
-        self.engine(which).post_send(qpn, wr)
+        let now = self.net.now;
+        self.engine(which).post_send(now, qpn, wr)
     }
 
     /// One SGE over our buffer, with these flags.
@@ -555,12 +559,15 @@ impl Pair {
         sges: &[Sge],
     ) -> Result<(), VerbsError> {
         let qpn = self.end(which).qpn;
-        self.engine(which).post_recv(qpn, &RecvWr { wr_id, sges })
+        let now = self.net.now;
+        self.engine(which)
+            .post_recv(now, qpn, &RecvWr { wr_id, sges })
     }
 
     pub fn modify(&mut self, which: usize, attr: &QpAttr) -> Result<(), VerbsError> {
         let qpn = self.end(which).qpn;
-        self.engine(which).modify_qp(qpn, attr)
+        let now = self.net.now;
+        self.engine(which).modify_qp(now, qpn, attr)
     }
 
     /// Every asynchronous event an end has raised since the last call.

@@ -821,7 +821,8 @@ mod tests {
                 ..Default::default()
             },
         };
-        net.nodes[0].engine.post_send(a.2, &wr).unwrap();
+        let now = net.now;
+        net.nodes[0].engine.post_send(now, a.2, &wr).unwrap();
     }
 
     fn word(mr: &MemoryRegion, off: u64) -> u64 {
