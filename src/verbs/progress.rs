@@ -20,6 +20,12 @@ use std::time::Duration;
 /// Long against a polling loop's period (a microsecond or so), short against the ACK
 /// timeouts programs choose (67 ms at rc_pingpong's and perftest's timeout 14).
 const HANDOFF: Duration = Duration::from_millis(2);
+/// While the program keeps polling, the thread looks again after `HANDOFF`, then after
+/// twice that, up to this: each look wakes a thread on a CPU that a polling program (and on
+/// two cores, its peer) is using. It bounds how late the thread takes over from a program
+/// that stops polling without arming a CQ (8 ms against ACK timeouts of 67 ms at
+/// rc_pingpong's and perftest's timeout 14).
+const MAX_RECHECK: Duration = Duration::from_millis(8);
 /// Longest sleep of the progress thread with no deadline armed (it then re-checks
 /// whether the program still polls).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
@@ -241,16 +247,20 @@ impl Shared {
     /// One turn of the progress thread: drives the NIC if the program does not; returns
     /// how long to sleep and whether the port fd is worth watching. `seen`: the program's
     /// poll count at the previous turn.
-    fn turn(&self, seen: &mut u64) -> (Duration, bool) {
+    fn turn(&self, seen: &mut u64, recheck: &mut Duration) -> (Duration, bool) {
         if self.driving.load(Ordering::Relaxed) {
             let polls = self.polls.load(Ordering::Relaxed);
             let now = self.clock.now().as_nanos();
             let until = self.waiting_until.load(Ordering::Relaxed);
             if polls != *seen {
-                // It polled since the last look: look again a HANDOFF later.
+                // It polled since the last look: look again later, a little later each
+                // time it still does.
                 *seen = polls;
-                return (HANDOFF, false);
+                let wait = *recheck;
+                *recheck = (*recheck * 2).min(MAX_RECHECK);
+                return (wait, false);
             }
+            *recheck = HANDOFF;
             if now < until {
                 return (Duration::from_nanos(until - now).min(MAX_SLEEP), false);
             }
@@ -283,8 +293,9 @@ impl Shared {
 
     fn run(&self) {
         let mut seen = self.polls.load(Ordering::Relaxed);
+        let mut recheck = HANDOFF;
         while !self.stop.load(Ordering::Relaxed) {
-            let (w, watch_port) = self.turn(&mut seen);
+            let (w, watch_port) = self.turn(&mut seen, &mut recheck);
             if w.is_zero() {
                 continue;
             }
