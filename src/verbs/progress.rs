@@ -22,9 +22,10 @@ use std::time::Duration;
 const HANDOFF: Duration = Duration::from_millis(2);
 /// While the program keeps polling, the thread looks again after `HANDOFF`, then after
 /// twice that, up to this: each look wakes a thread on a CPU that a polling program (and on
-/// two cores, its peer) is using. It bounds how late the thread takes over from a program
-/// that stops polling without arming a CQ (8 ms against ACK timeouts of 67 ms at
-/// rc_pingpong's and perftest's timeout 14).
+/// two cores, its peer) is using. Twice this bounds how late the thread takes over from a
+/// program that stops polling without arming a CQ (16 ms, against ACK timeouts of 67 ms
+/// at rc_pingpong's and perftest's timeout 14; a late takeover costs a retransmission at
+/// worst, never a lost message).
 const MAX_RECHECK: Duration = Duration::from_millis(8);
 /// Longest sleep of the progress thread with no deadline armed (it then re-checks
 /// whether the program still polls).
