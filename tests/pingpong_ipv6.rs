@@ -15,55 +15,33 @@
 
 mod common;
 
+use common::netns::Netns;
 use common::proc::{finish, text};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 fn skip(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}: CI must run this test");
-    }
-    eprintln!("\n*** SKIPPED pingpong_ipv6: {why} ***\n");
+    common::netns::skip("pingpong_ipv6", why);
 }
 
-/// A network namespace this test made, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("roceemu-v6-{}", std::process::id());
-        let ip = |args: &[&str]| {
-            let ok = Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip {}", args.join(" "));
-        };
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        for a in ["fd00::1/128", "fd00::2/128"] {
-            ip(&["-n", &ns.0, "-6", "addr", "add", a, "dev", "lo", "nodad"]);
-        }
-        ns
+/// The namespace with fd00::1 and fd00::2 on its `lo`.
+fn v6_netns() -> Netns {
+    let ns = Netns::new("v6");
+    for a in ["fd00::1/128", "fd00::2/128"] {
+        ns.ip(&["-6", "addr", "add", a, "dev", "lo", "nodad"]);
     }
-
-    /// `roce-emu pingpong ARGS` started inside the namespace.
-    fn pingpong(&self, args: &[&str]) -> std::process::Child {
-        Command::new("ip")
-            .args(["netns", "exec", &self.0, common::proc::BIN, "pingpong"])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ip netns exec roce-emu")
-    }
+    ns
 }
 
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// `roce-emu pingpong ARGS` started inside the namespace.
+fn pingpong(ns: &Netns, args: &[&str]) -> std::process::Child {
+    ns.cmd(common::proc::BIN)
+        .arg("pingpong")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ip netns exec roce-emu")
 }
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -74,11 +52,11 @@ fn pair(ns: &Netns, server: &[&str], client: &[&str]) -> (Output, Output) {
     let mut s = common.to_vec();
     s.extend(["--wait", "10"]);
     s.extend(server);
-    let server = ns.pingpong(&s);
+    let server = pingpong(ns, &s);
     let mut c = common.to_vec();
     c.extend(["--wait", "5"]);
     c.extend(client);
-    let client = ns.pingpong(&c);
+    let client = pingpong(ns, &c);
     let client = finish(client, LIMIT, "client");
     let server = finish(server, LIMIT, "server");
     (server, client)
@@ -117,7 +95,7 @@ fn pingpong_over_ipv6_loopback() {
     if Command::new("ip").arg("-V").output().is_err() {
         return skip("ip (iproute2) is not installed");
     }
-    let ns = Netns::new();
+    let ns = v6_netns();
 
     // The server on ::1 (TCP on [::]), the client on the second address.
     let (server, client) = pair(&ns, &["--bind", "::1"], &["--bind", "fd00::2", "::1"]);
@@ -130,9 +108,9 @@ fn pingpong_over_ipv6_loopback() {
     assert_ran("client ::1", &client, "::1", "fd00::1");
 
     // Both on ::1: the client cannot have it, and says what to do.
-    let server = ns.pingpong(&["-p", "18701", "--bind", "::1", "--wait", "3"]);
+    let server = pingpong(&ns, &["-p", "18701", "--bind", "::1", "--wait", "3"]);
     std::thread::sleep(Duration::from_millis(300));
-    let client = ns.pingpong(&["-p", "18701", "--wait", "2", "::1"]);
+    let client = pingpong(&ns, &["-p", "18701", "--wait", "2", "::1"]);
     let client = finish(client, LIMIT, "client ::1 beside a server on ::1");
     let server = finish(server, LIMIT, "server --bind ::1 (no client)");
     let (_, stderr) = text(&client);

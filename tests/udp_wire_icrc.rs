@@ -11,54 +11,28 @@
 //! packets a peer receives. Needs root, `ip`, `ethtool` and tcpdump: SKIPPED loudly
 //! otherwise, and a failure under CI.
 
+mod common;
+
+use common::netns::Netns;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 fn skip(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}: CI must run this test");
-    }
-    eprintln!("\n*** SKIPPED udp_wire_icrc: {why} ***\n");
+    common::netns::skip("udp_wire_icrc", why);
 }
 
-/// A network namespace this test made, deleted when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Netns {
-        let name = format!("roceemu-wire-{}", std::process::id());
-        let ip = |args: &[&str]| {
-            let ok = Command::new("ip")
-                .args(args)
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(ok, "ip {}", args.join(" "));
-        };
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&["-n", &ns.0, "link", "set", "lo", "up"]);
-        let ok = ns
-            .cmd("ethtool")
-            .args(["-K", "lo", "tx-udp-segmentation", "off"])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "ethtool -K lo tx-udp-segmentation off");
-        ns
-    }
-
-    /// `program` run inside the namespace.
-    fn cmd(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0, program]);
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// A namespace whose `lo` cuts GSO sends into datagrams before tcpdump sees them, as a
+/// tap or a bridge does.
+fn wire_netns() -> Netns {
+    let ns = Netns::new("wire");
+    let ok = ns
+        .cmd("ethtool")
+        .args(["-K", "lo", "tx-udp-segmentation", "off"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "ethtool -K lo tx-udp-segmentation off");
+    ns
 }
 
 /// IPv4 identifications of the Ethernet/IPv4 frames of a classic pcap file.
@@ -88,7 +62,7 @@ fn demo_packets_on_the_wire_carry_valid_icrcs() {
             return skip(&format!("{tool} is not installed"));
         }
     }
-    let ns = Netns::new();
+    let ns = wire_netns();
     let dir = std::env::temp_dir().join(format!("roce-emu-wire-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("demo.pcap");
