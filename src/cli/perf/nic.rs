@@ -62,24 +62,26 @@ impl Nic {
         self.ctx.progress().map_err(verbs("running the NIC"))
     }
 
-    /// After a poll of the CQ that found nothing (`busy`: the caller has work of its own):
-    /// runs the NIC once more; when neither it nor the caller had anything to do, polls
-    /// on while `spin` allows and then sleeps until a datagram or the next timer; an error
-    /// once nothing has progressed for the plan's timeout since `progress` (`done` of its
-    /// messages complete).
+    /// After a poll of the CQ (which ran the NIC): `active`, the caller got completions or
+    /// still has work of its own. Otherwise polls on while `spin` allows and then sleeps
+    /// until a datagram or the next timer; an error once nothing has progressed for the
+    /// plan's timeout since `progress` (`done` of its messages complete). It does not run
+    /// the NIC again: the poll just did, and a second run was a second receive system call
+    /// on every idle turn.
     pub(super) fn step(
         &mut self,
         spin: &mut Spin,
-        busy: bool,
+        active: bool,
         progress: Instant,
         p: &Plan,
         done: u64,
     ) -> Result<()> {
-        if self.service()? {
+        self.check_events()?;
+        if active {
             spin.active();
             return Ok(());
         }
-        if busy || spin.keep_polling() {
+        if spin.keep_polling() {
             return Ok(());
         }
         if progress.elapsed() > p.timeout {

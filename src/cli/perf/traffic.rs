@@ -166,6 +166,7 @@ pub(super) fn client_traffic(nic: &mut Nic, p: &Plan, rem: &Record) -> Result<Re
             }
             meter.marks.push((done, now));
             progress = now;
+            spin.active();
             continue;
         }
         nic.step(&mut spin, false, progress, p, done)?;
@@ -380,6 +381,7 @@ pub(super) fn server_send_traffic(nic: &mut Nic, p: &Plan, r: &mut RecvState) ->
                 meter.marks.push((done, now));
             }
             progress = now;
+            spin.active();
             continue;
         }
         // Held receives: keep polling (no sleep on the socket) until they are posted.
