@@ -128,6 +128,9 @@ pub enum Event {
 /// share between threads (`&Context` is `Sync`); dropping it stops the thread.
 pub struct Context {
     shared: Arc<Shared>,
+    /// The engine's memory table (shared with it; its own locks): registering needs no NIC
+    /// lock.
+    mem: Arc<MrTable>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -148,7 +151,8 @@ impl Context {
                 backend = Box::new(Lossy::new(backend, p, seed));
             }
         }
-        let engine = Engine::new(dev.engine.clone(), Arc::new(MrTable::new()));
+        let mem = Arc::new(MrTable::new());
+        let engine = Engine::new(dev.engine.clone(), Arc::clone(&mem));
         let clock = Clock::default();
         let nic = Nic::new(Driver::new(engine, backend, clock));
         let shared = Arc::new(Shared::new(nic, clock).map_err(Error::EventFd)?);
@@ -157,7 +161,11 @@ impl Context {
         } else {
             None
         };
-        Ok(Context { shared, thread })
+        Ok(Context {
+            shared,
+            mem,
+            thread,
+        })
     }
 
     /// The port's address (the GID in RoCEv2).
@@ -166,14 +174,14 @@ impl Context {
     }
 
     /// The registered-memory table (regions' bytes, for the application side).
-    pub fn mem(&self) -> Arc<MrTable> {
-        self.shared.lock().driver.engine.mem().clone()
+    pub fn mem(&self) -> &Arc<MrTable> {
+        &self.mem
     }
 
     // ---- protection domains and memory ----------------------------------------------
 
     pub fn alloc_pd(&self) -> Pd {
-        self.shared.lock().driver.engine.mem().alloc_pd()
+        self.mem.alloc_pd()
     }
 
     /// `ibv_dealloc_pd`: refused while a QP or a region still uses the PD.
@@ -193,8 +201,7 @@ impl Context {
         length: u64,
         access: Access,
     ) -> Result<Arc<MemoryRegion>, Error> {
-        let mem = self.mem();
-        Ok(mem.reg_mr(pd, iova, length, access)?)
+        Ok(self.mem.reg_mr(pd, iova, length, access)?)
     }
 
     /// `ibv_reg_mr` over memory described by `backing` (owned, or the caller's own
@@ -206,7 +213,7 @@ impl Context {
         backing: Backing,
         access: Access,
     ) -> Result<Arc<MemoryRegion>, Error> {
-        Ok(self.mem().reg_mr_backing(pd, iova, backing, access)?)
+        Ok(self.mem.reg_mr_backing(pd, iova, backing, access)?)
     }
 
     /// `ibv_dereg_mr`. Under the NIC's lock: no engine operation is using the region when
