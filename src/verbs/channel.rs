@@ -22,11 +22,13 @@ pub(crate) struct EventQueue<T> {
 
 impl<T> EventQueue<T> {
     pub(crate) fn new() -> std::io::Result<EventQueue<T>> {
-        // Non-blocking and semaphore-like: each read takes one event, and a read with none
-        // waiting says EAGAIN instead of blocking the progress thread's peer.
-        let fd = EventFd::from_flags(
-            EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_SEMAPHORE | EfdFlags::EFD_CLOEXEC,
-        )?;
+        // Semaphore-like: each read takes one count, one per event. Blocking (no
+        // EFD_NONBLOCK), because the fd is the program's too (`ibv_comp_channel::fd`,
+        // `ibv_context::async_fd`): `ibv_get_cq_event` blocks unless the program set
+        // O_NONBLOCK on it, which the C ABI can only tell if we did not. Our own reads
+        // never wait: `try_pop` reads only after taking an event, whose count `push`
+        // writes right after queueing it (at worst that read waits for that write).
+        let fd = EventFd::from_flags(EfdFlags::EFD_SEMAPHORE | EfdFlags::EFD_CLOEXEC)?;
         Ok(EventQueue {
             fd,
             q: Mutex::new(VecDeque::new()),

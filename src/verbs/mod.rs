@@ -26,6 +26,7 @@
 //! CQ overrun, port errors) go to [`Context::async_fd`]'s queue the same way.
 
 mod channel;
+pub mod discover;
 mod progress;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
@@ -33,6 +34,7 @@ pub use crate::backend::BackendError;
 pub use crate::driver::{Spin, DEFAULT_SPIN_US};
 pub use channel::CompChannel;
 // The types of the verbs calls, so a program (the tools, the C ABI) needs nothing else.
+pub use crate::engine::qp::attr::{AddressVector, Attrs};
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
     RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
@@ -113,6 +115,19 @@ pub enum Error {
     PdInUse { pd: Pd, qpn: u32 },
     #[error("no loss rate {0}: give a share from 0.0 to 1.0")]
     BadLoss(f64),
+}
+
+/// What `Context::query_qp` reports.
+#[derive(Debug, Clone, Copy)]
+pub struct QpInfo {
+    pub state: QpState,
+    pub attrs: Attrs,
+    pub cap: QpCap,
+    /// The next PSN the requester sends.
+    pub sq_psn: u32,
+    /// The next PSN the responder expects.
+    pub rq_psn: u32,
+    pub sq_sig_all: bool,
 }
 
 /// An asynchronous event (`ibv_get_async_event`).
@@ -323,6 +338,20 @@ impl Context {
 
     pub fn qp_state(&self, qpn: u32) -> Result<QpState, Error> {
         Ok(self.shared.lock().driver.engine.qp(qpn)?.state)
+    }
+
+    /// `ibv_query_qp`: the QP's state, the attributes in force and its capacities.
+    pub fn query_qp(&self, qpn: u32) -> Result<QpInfo, Error> {
+        let nic = self.shared.lock();
+        let qp = nic.driver.engine.qp(qpn)?;
+        Ok(QpInfo {
+            state: qp.state,
+            attrs: qp.attrs,
+            cap: qp.cap,
+            sq_psn: qp.sq_psn().value(),
+            rq_psn: qp.rq_psn().value(),
+            sq_sig_all: qp.sq_sig_all,
+        })
     }
 
     /// `ibv_post_send`. What is posted leaves at once, unless the program is polling

@@ -1,0 +1,194 @@
+//! Contexts: `ibv_open_device` gives a `verbs_context` (whose last field is the
+//! `ibv_context` programs hold) at the front of our `Ctx`, over one `verbs::Context`: an
+//! engine, a port, a progress thread. The ops tables are filled here; what is absent (SRQ,
+//! MW, XRC, flows, DM, ...) stays NULL, and rdma-core's inline wrappers then fail with
+//! EOPNOTSUPP/ENOSYS as they do for a provider without it.
+
+use crate::device::{self, Dev};
+use crate::errno::set_errno;
+use crate::ffi;
+use crate::{cq, qp, wr};
+use libc::c_int;
+use roce_emu::verbs::{self, AsyncEvent, Event};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// `__VERBS_ABI_IS_EXTENDED`: `ibv_context::abi_compat` of a context with a
+/// `verbs_context` in front.
+const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
+
+/// After `ibv_close_device`, how long the NIC keeps answering (the peer may still need the
+/// ACK of the last message it sent): until quiet this long, at most `LINGER_MAX`.
+const LINGER_QUIET: Duration = Duration::from_millis(50);
+const LINGER_MAX: Duration = Duration::from_secs(1);
+
+#[repr(C)]
+pub struct Ctx {
+    pub v: ffi::verbs_context,
+    pub nic: verbs::Context,
+    pub dev: &'static Dev,
+    /// Our objects by engine handle, for events that name a handle (async events).
+    pub qps: Mutex<HashMap<u32, usize>>,
+    pub cqs: Mutex<HashMap<u32, usize>>,
+}
+
+impl Ctx {
+    /// Ours, from a context we opened.
+    pub unsafe fn of<'a>(c: *mut ffi::ibv_context) -> &'a Ctx {
+        let off = std::mem::offset_of!(ffi::verbs_context, context);
+        // SAFETY: every ibv_context we hand out is `Ctx::v.context`; `v` is the first field
+        // of the #[repr(C)] Ctx, so the Ctx starts `off` bytes before it.
+        unsafe { &*((c as *mut u8).sub(off) as *const Ctx) }
+    }
+
+    pub fn ibv(&self) -> *mut ffi::ibv_context {
+        &self.v.context as *const _ as *mut _
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::ibv_context {
+    let Some(dev) = (unsafe { device::dev(d) }) else {
+        set_errno(libc::ENODEV);
+        return std::ptr::null_mut();
+    };
+    // SAFETY: `dev` came from our list, which lives as long as the process.
+    let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
+    let nic = match verbs::Device::new(dev.port.ip).open() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!(
+                "roce-emu: cannot open {} on {}: {e}",
+                dev.port.name, dev.port.ip
+            );
+            set_errno(crate::errno::of(&e));
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: plain C data (function pointers as Option, pointers, ints, a pthread mutex
+    // whose all-zero value is PTHREAD_MUTEX_INITIALIZER in glibc).
+    let mut v: ffi::verbs_context = unsafe { std::mem::zeroed() };
+    v.query_port = Some(device::query_port);
+    v.query_device_ex = Some(device::query_device_ex);
+    v.create_cq_ex = Some(cq::create_cq_ex);
+    v.create_qp_ex = Some(qp::create_qp_ex);
+    v.sz = std::mem::size_of::<ffi::verbs_context>();
+    let c = &mut v.context;
+    c.device = d;
+    c.cmd_fd = -1;
+    c.async_fd = nic.async_fd().as_raw_fd();
+    c.num_comp_vectors = 1;
+    c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
+    let ops = &mut c.ops;
+    ops.poll_cq = Some(cq::poll_cq);
+    ops.req_notify_cq = Some(cq::req_notify_cq);
+    ops.post_send = Some(wr::post_send);
+    ops.post_recv = Some(wr::post_recv);
+    ops.post_srq_recv = Some(wr::post_srq_recv);
+    ops.alloc_mw = Some(crate::mr::alloc_mw);
+    ops.bind_mw = Some(crate::mr::bind_mw);
+    ops.dealloc_mw = Some(crate::mr::dealloc_mw);
+    ops._compat_query_port = Some(device::ibv_query_port);
+    let ctx = Box::new(Ctx {
+        v,
+        nic,
+        dev,
+        qps: Mutex::new(HashMap::new()),
+        cqs: Mutex::new(HashMap::new()),
+    });
+    tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
+    Box::leak(ctx).ibv()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_close_device(c: *mut ffi::ibv_context) -> c_int {
+    if c.is_null() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a context we opened with Box::leak; the program stops using it now.
+    let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
+    ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
+    drop(ctx);
+    0
+}
+
+/// Fills an `ibv_async_event` from ours; `None` when its object is already gone.
+fn to_ibv(ctx: &Ctx, ev: &Event) -> Option<ffi::ibv_async_event> {
+    use ffi::ibv_event_type as t;
+    // SAFETY: plain C data.
+    let mut out: ffi::ibv_async_event = unsafe { std::mem::zeroed() };
+    let qp = |qpn: u32| ctx.qps.lock().unwrap().get(&qpn).copied();
+    match *ev {
+        Event::Engine(AsyncEvent::QpFatal { qpn }) => {
+            out.element.qp = qp(qpn)? as *mut _;
+            out.event_type = t::IBV_EVENT_QP_FATAL;
+        }
+        Event::Engine(AsyncEvent::QpRequestError { qpn }) => {
+            out.element.qp = qp(qpn)? as *mut _;
+            out.event_type = t::IBV_EVENT_QP_REQ_ERR;
+        }
+        Event::Engine(AsyncEvent::QpAccessError { qpn }) => {
+            out.element.qp = qp(qpn)? as *mut _;
+            out.event_type = t::IBV_EVENT_QP_ACCESS_ERR;
+        }
+        Event::Engine(AsyncEvent::SqDrained { qpn }) => {
+            out.element.qp = qp(qpn)? as *mut _;
+            out.event_type = t::IBV_EVENT_SQ_DRAINED;
+        }
+        Event::Engine(AsyncEvent::CqError { cq, .. }) => {
+            out.element.cq = *ctx.cqs.lock().unwrap().get(&cq)? as *mut _;
+            out.event_type = t::IBV_EVENT_CQ_ERR;
+        }
+        Event::PortError(_) => {
+            out.element.port_num = 1;
+            out.event_type = t::IBV_EVENT_PORT_ERR;
+        }
+    }
+    Some(out)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_async_event(
+    c: *mut ffi::ibv_context,
+    event: *mut ffi::ibv_async_event,
+) -> c_int {
+    // SAFETY: a context we opened; `event` is the program's out-parameter.
+    let ctx = unsafe { Ctx::of(c) };
+    let nonblocking = fd_nonblocking(ctx.v.context.async_fd);
+    loop {
+        let ev = if nonblocking {
+            match ctx.nic.poll_async_event() {
+                Some(ev) => ev,
+                None => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+            }
+        } else {
+            match ctx.nic.get_async_event(Duration::from_secs(3600)) {
+                Some(ev) => ev,
+                None => continue,
+            }
+        };
+        if let Some(out) = to_ibv(ctx, &ev) {
+            unsafe { event.write(out) };
+            return 0;
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ffi::ibv_async_event) {
+    // Nothing waits on acknowledgements here: a destroy never blocks on unacknowledged
+    // events (rdma-core's would wait; ours has nothing to wait for).
+}
+
+/// Whether the program made `fd` non-blocking (O_NONBLOCK): our event reads then return
+/// EAGAIN instead of waiting, as a read(2) of the kernel's fd would.
+pub fn fd_nonblocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL on an fd reads its flags; a bad fd gives -1.
+    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    fl >= 0 && fl & libc::O_NONBLOCK != 0
+}

@@ -1,0 +1,463 @@
+//! Completion queues and channels. Every CQ is an `ibv_cq_ex` (its first part is the
+//! `ibv_cq` layout, so `ibv_create_cq` and `ibv_create_cq_ex` give the same object), with
+//! the extended polling functions (`ibv_start_poll`, `ibv_next_poll`, `ibv_wc_read_*`)
+//! filled in. A completion channel is the verbs layer's: a real fd, readable while an
+//! event waits, honouring O_NONBLOCK set by the program.
+
+use crate::context::{fd_nonblocking, Ctx};
+use crate::errno::{refused, set_errno};
+use crate::ffi;
+use libc::{c_int, c_uint, c_void};
+use roce_emu::verbs::{CompChannel, Completion, WcOpcode, WcStatus};
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Completions taken from the engine at a time by the extended polling API (one engine
+/// poll serves up to this many `ibv_next_poll` calls).
+const BATCH: usize = 16;
+
+#[repr(C)]
+pub struct Chan {
+    pub ch: ffi::ibv_comp_channel,
+    pub q: CompChannel,
+    /// Our CQs on this channel, by engine handle (the event names the handle).
+    pub cqs: Mutex<HashMap<u32, usize>>,
+}
+
+#[repr(C)]
+pub struct Cq {
+    pub ex: ffi::ibv_cq_ex,
+    pub id: u32,
+    pub chan: *mut Chan,
+    /// Completions taken from the engine and not yet handed out (extended polling).
+    buf: [Completion; BATCH],
+    head: usize,
+    len: usize,
+}
+
+impl Cq {
+    pub unsafe fn of<'a>(cq: *mut ffi::ibv_cq) -> &'a mut Cq {
+        // SAFETY: every CQ we hand out is the first field of a #[repr(C)] Cq; the verbs API
+        // gives one thread at a time a CQ to poll (the program serialises polls of one CQ).
+        unsafe { &mut *(cq as *mut Cq) }
+    }
+
+    fn ctx(&self) -> &Ctx {
+        // SAFETY: the context outlives its CQs (ibv_close_device after destroying them).
+        unsafe { Ctx::of(self.ex.context) }
+    }
+
+    /// Up to `out.len()` completions: what the extended API buffered first, then the engine.
+    fn take(&mut self, out: &mut [Completion]) -> Result<usize, c_int> {
+        let mut n = 0;
+        while n < out.len() && self.len > 0 {
+            out[n] = self.buf[self.head];
+            self.head += 1;
+            self.len -= 1;
+            n += 1;
+        }
+        if n == out.len() {
+            return Ok(n);
+        }
+        match self.ctx().nic.poll_cq(self.id, &mut out[n..]) {
+            Ok(m) => Ok(n + m),
+            Err(e) if n > 0 => {
+                tracing::debug!("poll_cq: {e}");
+                Ok(n)
+            }
+            Err(e) => Err(refused("ibv_poll_cq", &e)),
+        }
+    }
+
+    /// The next completion for the extended API, from the buffer or a new engine poll.
+    fn next(&mut self) -> Result<Option<Completion>, c_int> {
+        if self.len == 0 {
+            let mut buf = [Completion::default(); BATCH];
+            let n = match self.ctx().nic.poll_cq(self.id, &mut buf) {
+                Ok(n) => n,
+                Err(e) => return Err(refused("ibv_start_poll", &e)),
+            };
+            self.buf = buf;
+            self.head = 0;
+            self.len = n;
+        }
+        if self.len == 0 {
+            return Ok(None);
+        }
+        let c = self.buf[self.head];
+        self.head += 1;
+        self.len -= 1;
+        Ok(Some(c))
+    }
+
+    /// The completion being read by `ibv_wc_read_*`.
+    fn cur(&self) -> &Completion {
+        &self.buf[self.head.saturating_sub(1)]
+    }
+}
+
+pub fn status(s: WcStatus) -> ffi::ibv_wc_status::Type {
+    use ffi::ibv_wc_status as t;
+    match s {
+        WcStatus::Success => t::IBV_WC_SUCCESS,
+        WcStatus::LocLenErr => t::IBV_WC_LOC_LEN_ERR,
+        WcStatus::LocQpOpErr => t::IBV_WC_LOC_QP_OP_ERR,
+        WcStatus::LocProtErr => t::IBV_WC_LOC_PROT_ERR,
+        WcStatus::WrFlushErr => t::IBV_WC_WR_FLUSH_ERR,
+        WcStatus::BadRespErr => t::IBV_WC_BAD_RESP_ERR,
+        WcStatus::RemInvReqErr => t::IBV_WC_REM_INV_REQ_ERR,
+        WcStatus::RemAccessErr => t::IBV_WC_REM_ACCESS_ERR,
+        WcStatus::RemOpErr => t::IBV_WC_REM_OP_ERR,
+        WcStatus::RetryExcErr => t::IBV_WC_RETRY_EXC_ERR,
+        WcStatus::RnrRetryExcErr => t::IBV_WC_RNR_RETRY_EXC_ERR,
+    }
+}
+
+fn opcode(o: WcOpcode) -> ffi::ibv_wc_opcode::Type {
+    use ffi::ibv_wc_opcode as t;
+    match o {
+        WcOpcode::Send => t::IBV_WC_SEND,
+        WcOpcode::RdmaWrite => t::IBV_WC_RDMA_WRITE,
+        WcOpcode::RdmaRead => t::IBV_WC_RDMA_READ,
+        WcOpcode::CompSwap => t::IBV_WC_COMP_SWAP,
+        WcOpcode::FetchAdd => t::IBV_WC_FETCH_ADD,
+        WcOpcode::Recv => t::IBV_WC_RECV,
+        WcOpcode::RecvRdmaWithImm => t::IBV_WC_RECV_RDMA_WITH_IMM,
+    }
+}
+
+fn wc_flags(c: &Completion) -> c_uint {
+    let mut f = 0;
+    if c.imm.is_some() {
+        f |= ffi::ibv_wc_flags::IBV_WC_WITH_IMM;
+    }
+    if c.invalidated_rkey.is_some() {
+        f |= ffi::ibv_wc_flags::IBV_WC_WITH_INV;
+    }
+    f
+}
+
+fn to_wc(c: &Completion) -> ffi::ibv_wc {
+    // SAFETY: plain C data.
+    let mut wc: ffi::ibv_wc = unsafe { std::mem::zeroed() };
+    wc.wr_id = c.wr_id;
+    wc.status = status(c.status);
+    wc.opcode = opcode(c.opcode);
+    wc.byte_len = c.byte_len;
+    // The immediate travels in network order, as the bytes on the wire (__be32).
+    if let Some(imm) = c.imm {
+        wc.__bindgen_anon_1.imm_data = imm.to_be();
+    } else if let Some(rkey) = c.invalidated_rkey {
+        wc.__bindgen_anon_1.invalidated_rkey = rkey;
+    }
+    wc.qp_num = c.qpn;
+    wc.src_qp = c.src_qp;
+    wc.wc_flags = wc_flags(c);
+    wc
+}
+
+// ---- completion channels ------------------------------------------------------------
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    c: *mut ffi::ibv_context,
+) -> *mut ffi::ibv_comp_channel {
+    // SAFETY: a context we opened.
+    let ctx = unsafe { Ctx::of(c) };
+    match ctx.nic.create_comp_channel() {
+        Ok(q) => {
+            let ch = ffi::ibv_comp_channel {
+                context: c,
+                fd: q.fd().as_raw_fd(),
+                refcnt: 0,
+            };
+            let obj = Box::new(Chan {
+                ch,
+                q,
+                cqs: Mutex::new(HashMap::new()),
+            });
+            Box::into_raw(obj) as *mut ffi::ibv_comp_channel
+        }
+        Err(e) => {
+            set_errno(refused("ibv_create_comp_channel", &e));
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ffi::ibv_comp_channel) -> c_int {
+    // SAFETY: a channel we created.
+    let obj = unsafe { &*(ch as *const Chan) };
+    if obj.ch.refcnt > 0 {
+        set_errno(libc::EBUSY);
+        return -1;
+    }
+    // SAFETY: allocated by Box in ibv_create_comp_channel; no CQ uses it.
+    drop(unsafe { Box::from_raw(ch as *mut Chan) });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_cq_event(
+    ch: *mut ffi::ibv_comp_channel,
+    cq: *mut *mut ffi::ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
+    let obj = unsafe { &*(ch as *const Chan) };
+    let nonblocking = fd_nonblocking(obj.ch.fd);
+    loop {
+        let id = if nonblocking {
+            match obj.q.try_get_event() {
+                Some(id) => id,
+                None => {
+                    set_errno(libc::EAGAIN);
+                    return -1;
+                }
+            }
+        } else {
+            match obj.q.get_event(Duration::from_secs(3600)) {
+                Some(id) => id,
+                None => continue,
+            }
+        };
+        // An event of a CQ destroyed since is dropped, as the kernel drops it.
+        let Some(&p) = obj.cqs.lock().unwrap().get(&id) else {
+            continue;
+        };
+        let ours = p as *mut Cq;
+        unsafe {
+            *cq = ours as *mut ffi::ibv_cq;
+            *cq_context = (*ours).ex.cq_context;
+        }
+        return 0;
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ffi::ibv_cq, nevents: c_uint) {
+    // SAFETY: a CQ we created; the counter is a u32 the program only reads.
+    let counter = unsafe { AtomicU32::from_ptr(&mut (*cq).comp_events_completed) };
+    counter.fetch_add(nevents, Ordering::AcqRel);
+}
+
+// ---- CQs ----------------------------------------------------------------------------
+
+unsafe fn create(
+    c: *mut ffi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ffi::ibv_comp_channel,
+) -> *mut Cq {
+    // SAFETY: a context we opened, a channel we created (or NULL).
+    let ctx = unsafe { Ctx::of(c) };
+    let chan = channel as *mut Chan;
+    if cqe < 1 || cqe > 16_384 {
+        set_errno(libc::EINVAL);
+        return null_mut();
+    }
+    let q = (!chan.is_null()).then(|| unsafe { &(*chan).q });
+    let id = match ctx.nic.create_cq(cqe as usize, q) {
+        Ok(id) => id,
+        Err(e) => {
+            set_errno(refused("ibv_create_cq", &e));
+            return null_mut();
+        }
+    };
+    // SAFETY: plain C data, pthread objects whose zero value is their initialiser (glibc).
+    let mut ex: ffi::ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.context = c;
+    ex.channel = channel;
+    ex.cq_context = cq_context;
+    ex.handle = id;
+    ex.cqe = cqe;
+    ex.start_poll = Some(start_poll);
+    ex.next_poll = Some(next_poll);
+    ex.end_poll = Some(end_poll);
+    ex.read_opcode = Some(read_opcode);
+    ex.read_vendor_err = Some(read_zero_u32);
+    ex.read_byte_len = Some(read_byte_len);
+    ex.read_imm_data = Some(read_imm_data);
+    ex.read_qp_num = Some(read_qp_num);
+    ex.read_src_qp = Some(read_src_qp);
+    ex.read_wc_flags = Some(read_wc_flags);
+    ex.read_slid = Some(read_zero_u32);
+    ex.read_sl = Some(read_zero_u8);
+    ex.read_dlid_path_bits = Some(read_zero_u8);
+    let obj = Box::into_raw(Box::new(Cq {
+        ex,
+        id,
+        chan,
+        buf: [Completion::default(); BATCH],
+        head: 0,
+        len: 0,
+    }));
+    ctx.cqs.lock().unwrap().insert(id, obj as usize);
+    if !chan.is_null() {
+        unsafe {
+            (*chan).ch.refcnt += 1;
+            (*chan).cqs.lock().unwrap().insert(id, obj as usize);
+        }
+    }
+    obj
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_cq(
+    c: *mut ffi::ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ffi::ibv_comp_channel,
+    _comp_vector: c_int,
+) -> *mut ffi::ibv_cq {
+    unsafe { create(c, cqe, cq_context, channel) as *mut ffi::ibv_cq }
+}
+
+/// `verbs_context::create_cq_ex`. Completion timestamps, VLAN, flow tags and tag matching
+/// are not reported by this NIC: asking for them is EOPNOTSUPP, as on rxe.
+pub unsafe extern "C" fn create_cq_ex(
+    c: *mut ffi::ibv_context,
+    attr: *mut ffi::ibv_cq_init_attr_ex,
+) -> *mut ffi::ibv_cq_ex {
+    // SAFETY: the program's attributes.
+    let a = unsafe { &*attr };
+    if a.wc_flags & !u64::from(ffi::IBV_WC_STANDARD_FLAGS) != 0 {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    // Flags (single-threaded, ignore overrun) and parent domains: not yet.
+    if a.comp_mask != 0 {
+        set_errno(libc::EOPNOTSUPP);
+        return null_mut();
+    }
+    let cqe = a.cqe.min(i32::MAX as u32) as c_int;
+    unsafe { create(c, cqe, a.cq_context, a.channel) as *mut ffi::ibv_cq_ex }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
+    // SAFETY: a CQ we created.
+    let obj = unsafe { Cq::of(cq) };
+    let ctx = obj.ctx();
+    if let Err(e) = ctx.nic.destroy_cq(obj.id) {
+        return refused("ibv_destroy_cq", &e);
+    }
+    ctx.cqs.lock().unwrap().remove(&obj.id);
+    if !obj.chan.is_null() {
+        unsafe {
+            (*obj.chan).cqs.lock().unwrap().remove(&obj.id);
+            (*obj.chan).ch.refcnt -= 1;
+        }
+    }
+    // SAFETY: allocated by Box in create; the program stops using it.
+    drop(unsafe { Box::from_raw(obj as *mut Cq) });
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ffi::ibv_cq, _cqe: c_int) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+/// `ibv_context_ops::poll_cq`.
+pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::ibv_wc) -> c_int {
+    // SAFETY: a CQ we created; `wc` has room for `n` entries.
+    let obj = unsafe { Cq::of(cq) };
+    let want = n.max(0) as usize;
+    let mut got = 0usize;
+    let mut buf = [Completion::default(); 32];
+    while got < want {
+        let chunk = (want - got).min(buf.len());
+        let m = match obj.take(&mut buf[..chunk]) {
+            Ok(m) => m,
+            Err(e) if got == 0 => return -e,
+            Err(_) => break,
+        };
+        for (i, c) in buf[..m].iter().enumerate() {
+            unsafe { wc.add(got + i).write(to_wc(c)) };
+        }
+        got += m;
+        if m < chunk {
+            break;
+        }
+    }
+    got as c_int
+}
+
+/// `ibv_context_ops::req_notify_cq`.
+pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_int) -> c_int {
+    // SAFETY: a CQ we created.
+    let obj = unsafe { Cq::of(cq) };
+    match obj.ctx().nic.req_notify_cq(obj.id, solicited_only != 0) {
+        Ok(()) => 0,
+        Err(e) => refused("ibv_req_notify_cq", &e),
+    }
+}
+
+// ---- extended polling (ibv_cq_ex) -----------------------------------------------------
+
+unsafe fn step(cq: *mut ffi::ibv_cq_ex) -> c_int {
+    // SAFETY: a CQ we created (ibv_cq_ex is the first field of Cq).
+    let obj = unsafe { Cq::of(cq as *mut ffi::ibv_cq) };
+    match obj.next() {
+        Ok(Some(c)) => {
+            obj.ex.status = status(c.status);
+            obj.ex.wr_id = c.wr_id;
+            0
+        }
+        Ok(None) => libc::ENOENT,
+        Err(e) => e,
+    }
+}
+
+unsafe extern "C" fn start_poll(
+    cq: *mut ffi::ibv_cq_ex,
+    attr: *mut ffi::ibv_poll_cq_attr,
+) -> c_int {
+    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+        return libc::EINVAL;
+    }
+    unsafe { step(cq) }
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
+    unsafe { step(cq) }
+}
+
+unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {}
+
+unsafe fn cur<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Completion {
+    // SAFETY: a CQ we created, read between start_poll and end_poll.
+    unsafe { Cq::of(cq as *mut ffi::ibv_cq) }.cur()
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode::Type {
+    opcode(unsafe { cur(cq) }.opcode)
+}
+unsafe extern "C" fn read_byte_len(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    unsafe { cur(cq) }.byte_len
+}
+unsafe extern "C" fn read_imm_data(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    let c = unsafe { cur(cq) };
+    c.imm.map(u32::to_be).or(c.invalidated_rkey).unwrap_or(0)
+}
+unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    unsafe { cur(cq) }.qpn
+}
+unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    unsafe { cur(cq) }.src_qp
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
+    wc_flags(unsafe { cur(cq) })
+}
+unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_zero_u8(_cq: *mut ffi::ibv_cq_ex) -> u8 {
+    0
+}

@@ -1,0 +1,437 @@
+//! Devices: the list (`ibv_get_device_list`), names, GUIDs, and what a device and its one
+//! port say about themselves (`ibv_query_device`, `ibv_query_port`, the GID and P_Key
+//! tables), as rxe says it: Ethernet link layer, RoCEv2 GIDs, P_Key 0xffff, rxe's vendor id
+//! (so perftest takes rxe's defaults), the active MTU from the interface's MTU.
+
+use crate::context::Ctx;
+use crate::errno::set_errno;
+use crate::ffi;
+use libc::{c_char, c_int, c_void};
+use roce_emu::verbs::discover::{self, PortConfig};
+use roce_emu::verbs::{Mtu, MAX_MSG};
+use std::sync::OnceLock;
+
+/// rxe's vendor id (`RXE_VENDOR_ID`): perftest and pyverbs take rxe's defaults for it.
+const VENDOR_ID: u32 = 0xff_ffff;
+/// Queue and table limits, reported as the engine enforces them.
+const MAX_QP: c_int = 0x10000;
+const MAX_WR: c_int = 16_384;
+const MAX_SGE: c_int = 8;
+const MAX_CQ: c_int = 0x4000;
+const MAX_MR: c_int = 0x4_0000;
+const MAX_PD: c_int = 0x7ffc;
+const MAX_RD_ATOMIC: c_int = 128;
+/// One GID per port: the address it serves.
+pub const GID_TBL_LEN: u32 = 1;
+/// `IBV_GID_TYPE_ROCE_V2` in `ibv_gid_entry::gid_type`.
+const GID_TYPE_ROCE_V2: u32 = 2;
+
+/// A device: rdma-core's `ibv_device`, then where a `verbs_device` has its ops pointer
+/// (NULL: Debian's libmlx5 and libefa decide "not one of ours" from it), then ours.
+#[repr(C)]
+pub struct Dev {
+    pub dev: ffi::ibv_device,
+    verbs_device_tail: [usize; 8],
+    pub port: PortConfig,
+    pub index: c_int,
+    pub ifindex: u32,
+}
+
+// SAFETY: the raw pointers inside `ibv_device` are NULL (`_ops`); the rest is plain data,
+// never written after the list is built.
+unsafe impl Send for Dev {}
+unsafe impl Sync for Dev {}
+
+fn copy_cstr(dst: &mut [c_char], s: &str) {
+    let room = dst.len() - 1;
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as c_char;
+    }
+}
+
+/// Every device, built once per process (the configuration is read once, as rdma-core
+/// reads sysfs once).
+pub fn devices() -> Result<&'static [Dev], &'static str> {
+    static DEVS: OnceLock<Result<Vec<Dev>, String>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        crate::init_logging();
+        let ports = discover::devices().map_err(|e| e.to_string())?;
+        Ok(ports
+            .into_iter()
+            .enumerate()
+            .map(|(i, port)| {
+                // SAFETY: ibv_device is plain C data; all zeroes is its empty value.
+                let mut dev: ffi::ibv_device = unsafe { std::mem::zeroed() };
+                dev.node_type = ffi::ibv_node_type::IBV_NODE_CA;
+                dev.transport_type = ffi::ibv_transport_type::IBV_TRANSPORT_IB;
+                copy_cstr(&mut dev.name, &port.name);
+                copy_cstr(&mut dev.dev_name, &format!("uverbs{i}"));
+                copy_cstr(
+                    &mut dev.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                );
+                copy_cstr(
+                    &mut dev.ibdev_path,
+                    &format!("/sys/class/infiniband/{}", port.name),
+                );
+                let ifindex = port
+                    .ifname
+                    .as_deref()
+                    .and_then(|n| nix::net::if_::if_nametoindex(n).ok())
+                    .unwrap_or(0);
+                Dev {
+                    dev,
+                    verbs_device_tail: [0; 8],
+                    port,
+                    index: i as c_int,
+                    ifindex,
+                }
+            })
+            .collect())
+    })
+    .as_ref()
+    .map(Vec::as_slice)
+    .map_err(String::as_str)
+}
+
+/// Ours, from a device pointer we handed out.
+pub unsafe fn dev<'a>(d: *mut ffi::ibv_device) -> Option<&'a Dev> {
+    // SAFETY: `ibv_device` is the first field of the `#[repr(C)]` Dev; the program passes
+    // back a pointer from our list (devices live as long as the process).
+    unsafe { (d as *const Dev).as_ref() }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ffi::ibv_device {
+    let devs = match devices() {
+        Ok(d) => d,
+        Err(e) => {
+            // The program sees only "no devices"; the reason is the user's to fix.
+            eprintln!("roce-emu: no RDMA devices: {e}");
+            set_errno(libc::EINVAL);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: calloc'd so that the program's `ibv_free_device_list` (our free) frees it.
+    let list = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<usize>()) }
+        as *mut *mut ffi::ibv_device;
+    if list.is_null() {
+        set_errno(libc::ENOMEM);
+        return list;
+    }
+    for (i, d) in devs.iter().enumerate() {
+        // SAFETY: `list` has room for len + 1 pointers.
+        unsafe { *list.add(i) = &d.dev as *const _ as *mut _ };
+    }
+    if !num.is_null() {
+        // SAFETY: the program's out-parameter.
+        unsafe { *num = devs.len() as c_int };
+    }
+    list
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ffi::ibv_device) {
+    // SAFETY: allocated by calloc in ibv_get_device_list.
+    unsafe { libc::free(list as *mut c_void) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_name(d: *mut ffi::ibv_device) -> *const c_char {
+    // SAFETY: a device from our list.
+    match unsafe { dev(d) } {
+        Some(d) => d.dev.name.as_ptr(),
+        None => std::ptr::null(),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_guid(d: *mut ffi::ibv_device) -> u64 {
+    // SAFETY: a device from our list.
+    unsafe { dev(d) }.map_or(0, |d| d.port.node_guid().to_be())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_device_index(d: *mut ffi::ibv_device) -> c_int {
+    // SAFETY: a device from our list.
+    unsafe { dev(d) }.map_or(-1, |d| d.index)
+}
+
+pub fn mtu_enum(m: Mtu) -> ffi::ibv_mtu::Type {
+    m as ffi::ibv_mtu::Type
+}
+
+fn device_attr(d: &Dev) -> ffi::ibv_device_attr {
+    use ffi::ibv_device_cap_flags as f;
+    // SAFETY: plain C data; all zeroes is "none" for every field.
+    let mut a: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+    copy_cstr(&mut a.fw_ver, env!("CARGO_PKG_VERSION"));
+    a.node_guid = d.port.node_guid().to_be();
+    a.sys_image_guid = a.node_guid;
+    a.max_mr_size = u64::MAX;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = VENDOR_ID;
+    a.max_qp = MAX_QP;
+    a.max_qp_wr = MAX_WR;
+    a.device_cap_flags = f::IBV_DEVICE_BAD_PKEY_CNTR
+        | f::IBV_DEVICE_SYS_IMAGE_GUID
+        | f::IBV_DEVICE_RC_RNR_NAK_GEN
+        | f::IBV_DEVICE_PORT_ACTIVE_EVENT;
+    a.max_sge = MAX_SGE;
+    a.max_sge_rd = MAX_SGE;
+    a.max_cq = MAX_CQ;
+    a.max_cqe = MAX_WR;
+    a.max_mr = MAX_MR;
+    a.max_pd = MAX_PD;
+    a.max_qp_rd_atom = MAX_RD_ATOMIC;
+    a.max_res_rd_atom = MAX_RD_ATOMIC * MAX_QP / 64;
+    a.max_qp_init_rd_atom = MAX_RD_ATOMIC;
+    a.atomic_cap = ffi::ibv_atomic_cap::IBV_ATOMIC_HCA;
+    a.max_pkeys = 1;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = 1;
+    a
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_device(
+    c: *mut ffi::ibv_context,
+    attr: *mut ffi::ibv_device_attr,
+) -> c_int {
+    // SAFETY: a context we opened; `attr` is the program's out-parameter.
+    let ctx = unsafe { Ctx::of(c) };
+    unsafe { attr.write(device_attr(ctx.dev)) };
+    0
+}
+
+/// `verbs_context::query_device_ex`: the basic attributes and no extended capability
+/// (no ODP, TSO, RSS, timestamps, tag matching, device memory), zeroed up to the size the
+/// program knows.
+pub unsafe extern "C" fn query_device_ex(
+    c: *mut ffi::ibv_context,
+    input: *const ffi::ibv_query_device_ex_input,
+    attr: *mut ffi::ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    // SAFETY: pointers from the program per the verbs API.
+    let ctx = unsafe { Ctx::of(c) };
+    if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+        return libc::EINVAL;
+    }
+    let base = std::mem::size_of::<ffi::ibv_device_attr>() + 8;
+    if attr_size < base {
+        return libc::EINVAL;
+    }
+    // SAFETY: the program gives `attr_size` writable bytes.
+    unsafe { std::ptr::write_bytes(attr as *mut u8, 0, attr_size) };
+    let full = std::mem::size_of::<ffi::ibv_device_attr_ex>();
+    let mut ex: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+    ex.orig_attr = device_attr(ctx.dev);
+    ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
+    ex.phys_port_cnt_ex = 1;
+    // SAFETY: copy what fits of ours into the program's (possibly older, smaller) struct.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            &ex as *const _ as *const u8,
+            attr as *mut u8,
+            attr_size.min(full),
+        )
+    };
+    0
+}
+
+fn port_attr(d: &Dev) -> ffi::ibv_port_attr {
+    // SAFETY: plain C data.
+    let mut a: ffi::ibv_port_attr = unsafe { std::mem::zeroed() };
+    a.state = ffi::ibv_port_state::IBV_PORT_ACTIVE;
+    a.max_mtu = ffi::ibv_mtu::IBV_MTU_4096;
+    a.active_mtu = mtu_enum(d.port.mtu);
+    a.gid_tbl_len = GID_TBL_LEN as c_int;
+    a.port_cap_flags =
+        ffi::ibv_port_cap_flags::IBV_PORT_CM_SUP | ffi::ibv_port_cap_flags::IBV_PORT_IP_BASED_GIDS;
+    a.max_msg_sz = MAX_MSG as u32;
+    a.pkey_tbl_len = 1;
+    a.max_vl_num = 1;
+    a.active_width = 1; // 1X
+    a.active_speed = 1; // SDR: 2.5 Gb/s, as rxe says without a link speed
+    a.phys_state = 5; // LinkUp
+    a.link_layer = ffi::IBV_LINK_LAYER_ETHERNET as u8;
+    a
+}
+
+/// `verbs_context::query_port` (the inline `ibv_query_port` of current headers): writes
+/// at most `len` bytes, the size of the program's `ibv_port_attr`.
+pub unsafe extern "C" fn query_port(
+    c: *mut ffi::ibv_context,
+    port: u8,
+    attr: *mut ffi::ibv_port_attr,
+    len: usize,
+) -> c_int {
+    if port != 1 {
+        return libc::EINVAL;
+    }
+    // SAFETY: a context we opened; `attr` has `len` writable bytes.
+    let ctx = unsafe { Ctx::of(c) };
+    let a = port_attr(ctx.dev);
+    unsafe {
+        std::ptr::write_bytes(attr as *mut u8, 0, len);
+        std::ptr::copy_nonoverlapping(
+            &a as *const _ as *const u8,
+            attr as *mut u8,
+            len.min(std::mem::size_of::<ffi::ibv_port_attr>()),
+        );
+    }
+    0
+}
+
+/// The exported `ibv_query_port@IBVERBS_1.1`: the old 48-byte `_compat_ibv_port_attr`
+/// (binaries built before `port_cap_flags2`, and dlvsym users such as NCCL).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_port(
+    c: *mut ffi::ibv_context,
+    port: u8,
+    attr: *mut ffi::_compat_ibv_port_attr,
+) -> c_int {
+    let len = std::mem::size_of::<ffi::_compat_ibv_port_attr>();
+    // SAFETY: as query_port, with the compat struct's size.
+    unsafe { query_port(c, port, attr as *mut ffi::ibv_port_attr, len) }
+}
+
+fn gid_of(d: &Dev, port: u8, index: u32) -> Result<[u8; 16], c_int> {
+    if port != 1 || index >= GID_TBL_LEN {
+        return Err(libc::EINVAL);
+    }
+    Ok(d.port.gid())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid(
+    c: *mut ffi::ibv_context,
+    port: u8,
+    index: c_int,
+    gid: *mut ffi::ibv_gid,
+) -> c_int {
+    // SAFETY: a context we opened; `gid` is the program's out-parameter.
+    let ctx = unsafe { Ctx::of(c) };
+    match gid_of(ctx.dev, port, index as u32) {
+        Ok(raw) => {
+            unsafe { (*gid).raw = raw };
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn gid_entry(d: &Dev, index: u32) -> ffi::ibv_gid_entry {
+    ffi::ibv_gid_entry {
+        gid: ffi::ibv_gid { raw: d.port.gid() },
+        gid_index: index,
+        port_num: 1,
+        gid_type: GID_TYPE_ROCE_V2,
+        ndev_ifindex: d.ifindex,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    c: *mut ffi::ibv_context,
+    port: u32,
+    index: u32,
+    entry: *mut ffi::ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
+        return libc::EINVAL;
+    }
+    // SAFETY: a context we opened; `entry` has `entry_size` bytes.
+    let ctx = unsafe { Ctx::of(c) };
+    if port != 1 || index >= GID_TBL_LEN {
+        return libc::EINVAL;
+    }
+    unsafe { entry.write(gid_entry(ctx.dev, index)) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    c: *mut ffi::ibv_context,
+    entries: *mut ffi::ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
+        return -(libc::EINVAL as isize);
+    }
+    if max_entries < GID_TBL_LEN as usize {
+        return -(libc::EINVAL as isize);
+    }
+    // SAFETY: a context we opened; `entries` has `max_entries` slots of `entry_size`.
+    let ctx = unsafe { Ctx::of(c) };
+    for i in 0..GID_TBL_LEN {
+        let e = gid_entry(ctx.dev, i);
+        unsafe {
+            let slot = (entries as *mut u8).add(i as usize * entry_size);
+            std::ptr::write_bytes(slot, 0, entry_size);
+            (slot as *mut ffi::ibv_gid_entry).write_unaligned(e);
+        }
+    }
+    GID_TBL_LEN as isize
+}
+
+/// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by ibv_devinfo and pyverbs): every GID
+/// here is RoCE v2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_gid_type(
+    c: *mut ffi::ibv_context,
+    port: u8,
+    index: u32,
+    ty: *mut u32,
+) -> c_int {
+    // SAFETY: a context we opened; `ty` is the program's out-parameter.
+    let ctx = unsafe { Ctx::of(c) };
+    match gid_of(ctx.dev, port, index) {
+        Ok(_) => {
+            unsafe { *ty = 1 };
+            0
+        }
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_pkey(
+    _c: *mut ffi::ibv_context,
+    port: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    if port != 1 || index != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the program's out-parameter (network order, as sysfs gives it).
+    unsafe { *pkey = 0xffffu16.to_be() };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    _c: *mut ffi::ibv_context,
+    port: u8,
+    pkey: u16,
+) -> c_int {
+    // Full and limited membership of the default partition both match entry 0.
+    if port == 1 && (u16::from_be(pkey) & 0x7fff) == 0x7fff {
+        return 0;
+    }
+    set_errno(libc::ENOENT);
+    -1
+}

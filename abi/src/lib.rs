@@ -1,0 +1,54 @@
+//! A drop-in `libibverbs.so.1`: unmodified RDMA programs (ibv_* tools, perftest, pyverbs,
+//! anything linked against rdma-core's libibverbs) on roce-emu, with no kernel module, no
+//! root and no RDMA hardware. `LD_LIBRARY_PATH=<dir of our libibverbs.so.1>` is all it
+//! takes (`roce-emu run -- PROGRAM` sets it).
+//!
+//! The C ABI is rdma-core 44's, byte for byte: the structs are bindgen's, generated from
+//! Debian 12's headers (`ffi`, `tools/dropin/bindgen.sh`); the symbols and their versions
+//! are `libibverbs.map`'s. Programs call `ibv_post_send`, `ibv_poll_cq` and the `ibv_wr_*`
+//! family inline through function pointers in our objects (`ibv_context::ops`,
+//! `verbs_context`, `ibv_qp_ex`, `ibv_cq_ex`), so every object a program sees is a
+//! rdma-core struct at the front of one of ours (`#[repr(C)]`, the C part first), and a
+//! pointer the program hands back is turned into ours by the offset of that part.
+//!
+//! Under the skin is roce-emu's verbs layer: each `ibv_open_device` is a
+//! `verbs::Context` (an engine, a port, a progress thread); memory regions are the
+//! program's own memory (`Backing::foreign`).
+//!
+//! Unsafe: this crate is the C ABI, so raw pointers from the program are its job. Each
+//! `unsafe` block says why it is sound, given what the verbs API promises about the
+//! pointers a program passes (ibv_* man pages); a pointer we did not hand out is the
+//! program's bug, as with rdma-core.
+
+#![allow(clippy::missing_safety_doc)]
+// The C names are the ABI.
+#![allow(non_snake_case)]
+
+mod context;
+mod cq;
+mod device;
+mod errno;
+mod ffi;
+mod fork;
+mod mr;
+mod qp;
+mod strings;
+mod stubs;
+mod sysfs;
+mod wr;
+
+pub use errno::set_errno;
+
+/// Logging for the library: `ROCE_EMU_LOG` (an `EnvFilter` such as `debug` or
+/// `roce_emu=trace`), to stderr; off by default so a program's output is its own.
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("ROCE_EMU_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+    });
+}

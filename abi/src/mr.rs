@@ -1,0 +1,258 @@
+//! Protection domains and memory regions. A region is the program's own memory
+//! (`Backing::foreign`): a WRITE from the network lands at the program's address, a READ
+//! reads there, an atomic is a real 8-byte atomic there.
+
+use crate::context::Ctx;
+use crate::errno::{refused, set_errno};
+use crate::ffi;
+use libc::{c_int, c_uint, c_void};
+use roce_emu::verbs::{Access, Backing, MemoryRegion, Pd};
+use std::ptr::null_mut;
+use std::sync::Arc;
+
+#[repr(C)]
+pub struct PdObj {
+    pub pd: ffi::ibv_pd,
+    pub id: Pd,
+}
+
+impl PdObj {
+    pub unsafe fn of<'a>(pd: *mut ffi::ibv_pd) -> &'a PdObj {
+        // SAFETY: every ibv_pd we hand out is the first field of a #[repr(C)] PdObj.
+        unsafe { &*(pd as *const PdObj) }
+    }
+}
+
+#[repr(C)]
+pub struct MrObj {
+    pub mr: ffi::ibv_mr,
+    pub region: Arc<MemoryRegion>,
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ffi::ibv_context) -> *mut ffi::ibv_pd {
+    // SAFETY: a context we opened.
+    let ctx = unsafe { Ctx::of(c) };
+    let id = ctx.nic.alloc_pd();
+    let obj = Box::new(PdObj {
+        pd: ffi::ibv_pd {
+            context: c,
+            handle: id.raw(),
+        },
+        id,
+    });
+    Box::into_raw(obj) as *mut ffi::ibv_pd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
+    // SAFETY: a PD we allocated.
+    let obj = unsafe { PdObj::of(pd) };
+    let ctx = unsafe { Ctx::of(obj.pd.context) };
+    match ctx.nic.dealloc_pd(obj.id) {
+        Ok(()) => {
+            // SAFETY: allocated by Box in ibv_alloc_pd; the program stops using it.
+            drop(unsafe { Box::from_raw(pd as *mut PdObj) });
+            0
+        }
+        Err(e) => refused("ibv_dealloc_pd", &e),
+    }
+}
+
+/// The access bits the engine knows, or the errno for bits it cannot honour. Optional bits
+/// (`IBV_ACCESS_OPTIONAL_RANGE`, e.g. relaxed ordering) may be ignored, as rdma-core says.
+fn access_of(access: c_uint) -> Result<Access, c_int> {
+    use ffi::ibv_access_flags as f;
+    let known = f::IBV_ACCESS_LOCAL_WRITE
+        | f::IBV_ACCESS_REMOTE_WRITE
+        | f::IBV_ACCESS_REMOTE_READ
+        | f::IBV_ACCESS_REMOTE_ATOMIC;
+    // IBV_ACCESS_OPTIONAL_RANGE (bits 20..29, verbs.h); relaxed ordering is one.
+    let optional = 0x3ff0_0000;
+    let ignored = f::IBV_ACCESS_MW_BIND | f::IBV_ACCESS_HUGETLB | optional;
+    let rest = access & !(known | ignored | f::IBV_ACCESS_ZERO_BASED);
+    if rest & f::IBV_ACCESS_ON_DEMAND != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if rest != 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(Access::from_bits(access & known).unwrap_or(Access::empty()))
+}
+
+/// Whether every page of `[addr, addr + len)` is mapped: the kernel's `ib_umem_get` pins
+/// the pages and fails with EFAULT on a hole; we cannot pin, but a region over a hole is
+/// refused the same way.
+fn mapped(addr: usize, len: usize) -> bool {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let start = addr & !(page - 1);
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
+    // Bounded scratch: 4096 pages per mincore call.
+    let mut vec = [0u8; 4096];
+    let mut at = start;
+    while at < end {
+        let n = (end - at).div_ceil(page).min(vec.len());
+        // SAFETY: mincore only reads the page table for the range; `vec` has `n` bytes.
+        let r = unsafe { libc::mincore(at as *mut c_void, n * page, vec.as_mut_ptr()) };
+        if r != 0 {
+            return false;
+        }
+        at += n * page;
+    }
+    true
+}
+
+unsafe fn reg(
+    pd: *mut ffi::ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ffi::ibv_mr {
+    // SAFETY: a PD we allocated.
+    let obj = unsafe { PdObj::of(pd) };
+    let ctx = unsafe { Ctx::of(obj.pd.context) };
+    let acc = match access_of(access) {
+        Ok(a) => a,
+        Err(e) => {
+            set_errno(e);
+            return null_mut();
+        }
+    };
+    let iova = if access & ffi::ibv_access_flags::IBV_ACCESS_ZERO_BASED != 0 {
+        0
+    } else {
+        iova
+    };
+    if len == 0 || addr.is_null() || !mapped(addr as usize, len) {
+        set_errno(if len == 0 { libc::EINVAL } else { libc::EFAULT });
+        return null_mut();
+    }
+    // SAFETY: the program registers memory it owns and keeps mapped until ibv_dereg_mr
+    // returns (the verbs contract, Backing::foreign's conditions); dereg_mr runs under the
+    // NIC's lock and drops the last engine use before it returns.
+    let backing = match unsafe { Backing::foreign(addr as *mut u8, len) } {
+        Ok(b) => b,
+        Err(e) => {
+            set_errno(refused("ibv_reg_mr", &e.into()));
+            return null_mut();
+        }
+    };
+    match ctx.nic.reg_mr_backing(obj.id, iova, backing, acc) {
+        Ok(region) => {
+            let mr = ffi::ibv_mr {
+                context: obj.pd.context,
+                pd,
+                addr,
+                length: len,
+                handle: region.lkey().0,
+                lkey: region.lkey().0,
+                rkey: region.rkey().0,
+            };
+            Box::into_raw(Box::new(MrObj { mr, region })) as *mut ffi::ibv_mr
+        }
+        Err(e) => {
+            set_errno(refused("ibv_reg_mr", &e));
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ffi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ffi::ibv_mr {
+    unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ffi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ffi::ibv_mr {
+    unsafe { reg(pd, addr, length, iova, access as c_uint) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ffi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ffi::ibv_mr {
+    unsafe { reg(pd, addr, length, iova, access) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
+    // SAFETY: a region we registered.
+    let obj = unsafe { &*(mr as *const MrObj) };
+    let ctx = unsafe { Ctx::of(obj.mr.context) };
+    match ctx.nic.dereg_mr(obj.region.lkey()) {
+        Ok(()) => {
+            // SAFETY: allocated by Box in reg; the engine holds no use of the region now.
+            drop(unsafe { Box::from_raw(mr as *mut MrObj) });
+            0
+        }
+        Err(e) => refused("ibv_dereg_mr", &e),
+    }
+}
+
+/// `ibv_rereg_mr`: not supported yet (rdma-core's `IBV_REREG_MR_ERR_INPUT` family is for
+/// bad input; a device without rereg says EOPNOTSUPP, which pyverbs turns into a skip).
+#[no_mangle]
+pub unsafe extern "C" fn ibv_rereg_mr(
+    _mr: *mut ffi::ibv_mr,
+    _flags: c_int,
+    _pd: *mut ffi::ibv_pd,
+    _addr: *mut c_void,
+    _length: usize,
+    _access: c_int,
+) -> c_int {
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ffi::ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ffi::ibv_mr {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+// Memory windows: not yet (type 1 and 2 MWs come with their own issue).
+pub unsafe extern "C" fn alloc_mw(
+    _pd: *mut ffi::ibv_pd,
+    _ty: ffi::ibv_mw_type::Type,
+) -> *mut ffi::ibv_mw {
+    set_errno(libc::EOPNOTSUPP);
+    null_mut()
+}
+
+pub unsafe extern "C" fn bind_mw(
+    _qp: *mut ffi::ibv_qp,
+    _mw: *mut ffi::ibv_mw,
+    _bind: *mut ffi::ibv_mw_bind,
+) -> c_int {
+    libc::EOPNOTSUPP
+}
+
+pub unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
+    libc::EOPNOTSUPP
+}

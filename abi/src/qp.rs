@@ -1,0 +1,439 @@
+//! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
+//! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
+//! any QP. RC only so far: UC, UD, XRC, raw packet and SRQs are EOPNOTSUPP.
+
+use crate::context::Ctx;
+use crate::cq::Cq;
+use crate::device::GID_TBL_LEN;
+use crate::errno::{refused, set_errno};
+use crate::ffi;
+use crate::mr::PdObj;
+use crate::wr::{self, Batch};
+use libc::c_int;
+use roce_emu::verbs::{Access, AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
+use roce_emu::wire::Psn;
+use std::net::{IpAddr, Ipv6Addr};
+use std::ptr::null_mut;
+
+/// The largest inline payload a QP can be given (the engine's limit).
+const MAX_INLINE: u32 = 256;
+/// Inline room every QP gets, as rxe sizes it: a send WQE holds `max_send_sge` SGEs of 16
+/// bytes, and that room can carry inline data instead (`rxe_qp_init_req`). ibv_rc_pingpong
+/// sends inline when the granted room fits its message.
+const SGE_BYTES: u32 = 16;
+
+#[repr(C)]
+pub struct Qp {
+    pub ex: ffi::ibv_qp_ex,
+    pub qpn: u32,
+    pub max_inline: usize,
+    pub max_send_sge: usize,
+    /// What `ibv_wr_*` calls built since `ibv_wr_start`.
+    pub batch: Batch,
+}
+
+impl Qp {
+    pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a mut Qp {
+        // SAFETY: every QP we hand out is the first field of a #[repr(C)] Qp (ibv_qp is the
+        // first field of ibv_qp_ex); the program serialises calls on one QP's send side.
+        unsafe { &mut *(qp as *mut Qp) }
+    }
+
+    pub fn ctx(&self) -> &Ctx {
+        // SAFETY: the context outlives its QPs.
+        unsafe { Ctx::of(self.ex.qp_base.context) }
+    }
+}
+
+fn state_of(s: ffi::ibv_qp_state::Type) -> Option<QpState> {
+    use ffi::ibv_qp_state as t;
+    Some(match s {
+        t::IBV_QPS_RESET => QpState::Reset,
+        t::IBV_QPS_INIT => QpState::Init,
+        t::IBV_QPS_RTR => QpState::Rtr,
+        t::IBV_QPS_RTS => QpState::Rts,
+        t::IBV_QPS_SQD => QpState::Sqd,
+        t::IBV_QPS_SQE => QpState::Sqe,
+        t::IBV_QPS_ERR => QpState::Err,
+        _ => return None,
+    })
+}
+
+fn state_to(s: QpState) -> ffi::ibv_qp_state::Type {
+    use ffi::ibv_qp_state as t;
+    match s {
+        QpState::Reset => t::IBV_QPS_RESET,
+        QpState::Init => t::IBV_QPS_INIT,
+        QpState::Rtr => t::IBV_QPS_RTR,
+        QpState::Rts => t::IBV_QPS_RTS,
+        QpState::Sqd => t::IBV_QPS_SQD,
+        QpState::Sqe => t::IBV_QPS_SQE,
+        QpState::Err => t::IBV_QPS_ERR,
+    }
+}
+
+unsafe fn create(
+    c: *mut ffi::ibv_context,
+    pd: *mut ffi::ibv_pd,
+    a: &mut ffi::ibv_qp_init_attr_ex,
+) -> Result<*mut ffi::ibv_qp, c_int> {
+    // SAFETY: a context we opened.
+    let ctx = unsafe { Ctx::of(c) };
+    if a.qp_type != ffi::ibv_qp_type::IBV_QPT_RC {
+        tracing::debug!(
+            "ibv_create_qp: QP type {} is not supported yet (RC only)",
+            a.qp_type
+        );
+        return Err(libc::EOPNOTSUPP);
+    }
+    if !a.srq.is_null() {
+        return Err(libc::EOPNOTSUPP);
+    }
+    if pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
+        return Err(libc::EINVAL);
+    }
+    if a.cap.max_inline_data > MAX_INLINE {
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: objects we created.
+    let (pd_obj, scq, rcq) = unsafe { (PdObj::of(pd), Cq::of(a.send_cq), Cq::of(a.recv_cq)) };
+    let inline = a
+        .cap
+        .max_inline_data
+        .max(a.cap.max_send_sge * SGE_BYTES)
+        .min(MAX_INLINE);
+    let cap = QpCap {
+        max_send_wr: a.cap.max_send_wr as usize,
+        max_recv_wr: a.cap.max_recv_wr as usize,
+        max_send_sge: a.cap.max_send_sge as usize,
+        max_recv_sge: a.cap.max_recv_sge as usize,
+        max_inline_data: inline as usize,
+    };
+    let init = QpInit {
+        qp_type: QpType::Rc,
+        pd: pd_obj.id,
+        send_cq: scq.id,
+        recv_cq: rcq.id,
+        cap,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let qpn = ctx
+        .nic
+        .create_qp(&init)
+        .map_err(|e| refused("ibv_create_qp", &e))?;
+    a.cap.max_inline_data = inline;
+    // SAFETY: plain C data (pthread objects zero-initialised as glibc's initialisers).
+    let mut ex: ffi::ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let b = &mut ex.qp_base;
+    b.context = c;
+    b.qp_context = a.qp_context;
+    b.pd = pd;
+    b.send_cq = a.send_cq;
+    b.recv_cq = a.recv_cq;
+    b.handle = qpn;
+    b.qp_num = qpn;
+    b.state = ffi::ibv_qp_state::IBV_QPS_RESET;
+    b.qp_type = a.qp_type;
+    wr::fill_ops(&mut ex);
+    let obj = Box::into_raw(Box::new(Qp {
+        ex,
+        qpn,
+        max_inline: inline as usize,
+        max_send_sge: a.cap.max_send_sge as usize,
+        batch: Batch::default(),
+    }));
+    ctx.qps.lock().unwrap().insert(qpn, obj as usize);
+    Ok(obj as *mut ffi::ibv_qp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ffi::ibv_pd,
+    attr: *mut ffi::ibv_qp_init_attr,
+) -> *mut ffi::ibv_qp {
+    // SAFETY: a PD we allocated; `attr` is the program's (its `cap` is written back).
+    let c = unsafe { PdObj::of(pd) }.pd.context;
+    let a = unsafe { &mut *attr };
+    let mut ex = ffi::ibv_qp_init_attr_ex {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+        comp_mask: ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD,
+        pd,
+        // SAFETY: the rest is plain C data; zero is "not given".
+        ..unsafe { std::mem::zeroed() }
+    };
+    match unsafe { create(c, pd, &mut ex) } {
+        Ok(qp) => {
+            a.cap = ex.cap;
+            qp
+        }
+        Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+/// `verbs_context::create_qp_ex`: the send operations asked for (`send_ops_flags`) must be
+/// ones this NIC has; create flags, TSO, RSS and XRC are not supported yet.
+pub unsafe extern "C" fn create_qp_ex(
+    c: *mut ffi::ibv_context,
+    attr: *mut ffi::ibv_qp_init_attr_ex,
+) -> *mut ffi::ibv_qp {
+    use ffi::ibv_qp_create_send_ops_flags as s;
+    use ffi::ibv_qp_init_attr_mask as m;
+    // SAFETY: the program's attributes.
+    let a = unsafe { &mut *attr };
+    let known = m::IBV_QP_INIT_ATTR_PD
+        | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+        | m::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+    let supported_ops = u64::from(
+        s::IBV_QP_EX_WITH_RDMA_WRITE
+            | s::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+            | s::IBV_QP_EX_WITH_SEND
+            | s::IBV_QP_EX_WITH_SEND_WITH_IMM
+            | s::IBV_QP_EX_WITH_RDMA_READ
+            | s::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+            | s::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+            | s::IBV_QP_EX_WITH_SEND_WITH_INV,
+    );
+    let bad = a.comp_mask & !known != 0
+        || a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0
+        || (a.comp_mask & m::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+        || (a.comp_mask & m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+            && a.send_ops_flags & !supported_ops != 0);
+    if bad {
+        set_errno(if a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0 {
+            libc::EINVAL
+        } else {
+            libc::EOPNOTSUPP
+        });
+        return null_mut();
+    }
+    match unsafe { create(c, a.pd, a) } {
+        Ok(qp) => qp,
+        Err(e) => {
+            set_errno(e);
+            null_mut()
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ffi::ibv_qp) -> *mut ffi::ibv_qp_ex {
+    qp as *mut ffi::ibv_qp_ex
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
+    // SAFETY: a QP we created.
+    let obj = unsafe { Qp::of(qp) };
+    let ctx = obj.ctx();
+    if let Err(e) = ctx.nic.destroy_qp(obj.qpn) {
+        return refused("ibv_destroy_qp", &e);
+    }
+    ctx.qps.lock().unwrap().remove(&obj.qpn);
+    // SAFETY: allocated by Box in create; the program stops using it.
+    drop(unsafe { Box::from_raw(obj as *mut Qp) });
+    0
+}
+
+/// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
+/// address); the source GID index must be one of ours and of the same IP family.
+fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
+    if ah.is_global == 0 {
+        return Err("RoCE needs a GRH (ah_attr.is_global = 1 and the peer's GID)");
+    }
+    if u32::from(ah.grh.sgid_index) >= GID_TBL_LEN {
+        return Err("sgid_index: the device has one GID, index 0");
+    }
+    // SAFETY: a GID is 16 raw bytes, whichever union member was written.
+    let raw = unsafe { ah.grh.dgid.raw };
+    let v6 = Ipv6Addr::from(raw);
+    let dest_ip = match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    };
+    if dest_ip.is_ipv4() != ctx.dev.port.ip.is_ipv4() {
+        return Err("the destination GID's IP family differs from the source GID's");
+    }
+    Ok(AddressVector { dest_ip })
+}
+
+fn attr_of(ctx: &Ctx, a: &ffi::ibv_qp_attr, mask: c_int) -> Result<QpAttr, &'static str> {
+    use ffi::ibv_qp_attr_mask as m;
+    let mask = mask as u32;
+    let has = |bit: u32| mask & bit != 0;
+    let unsupported = m::IBV_QP_ALT_PATH
+        | m::IBV_QP_PATH_MIG_STATE
+        | m::IBV_QP_CAP
+        | m::IBV_QP_RATE_LIMIT
+        | m::IBV_QP_QKEY;
+    if has(unsupported) {
+        return Err("alternate paths, migration, resizing, rate limits and Q_Keys do not apply");
+    }
+    let mut q = QpAttr::default();
+    if has(m::IBV_QP_STATE) {
+        q.state = Some(state_of(a.qp_state).ok_or("qp_state out of range")?);
+    }
+    if has(m::IBV_QP_ACCESS_FLAGS) {
+        q.access =
+            Some(Access::from_bits(a.qp_access_flags).ok_or("qp_access_flags: unknown bits")?);
+    }
+    if has(m::IBV_QP_PKEY_INDEX) {
+        q.pkey_index = Some(a.pkey_index);
+    }
+    if has(m::IBV_QP_PORT) {
+        q.port = Some(a.port_num);
+    }
+    if has(m::IBV_QP_AV) {
+        q.av = Some(av_of(ctx, &a.ah_attr)?);
+    }
+    if has(m::IBV_QP_PATH_MTU) {
+        q.path_mtu = Some(Mtu::from_ibv(a.path_mtu as u8).ok_or("path_mtu out of range")?);
+    }
+    if has(m::IBV_QP_TIMEOUT) {
+        q.timeout = Some(a.timeout);
+    }
+    if has(m::IBV_QP_RETRY_CNT) {
+        q.retry_cnt = Some(a.retry_cnt);
+    }
+    if has(m::IBV_QP_RNR_RETRY) {
+        q.rnr_retry = Some(a.rnr_retry);
+    }
+    if has(m::IBV_QP_RQ_PSN) {
+        q.rq_psn = Some(Psn::new(a.rq_psn));
+    }
+    if has(m::IBV_QP_SQ_PSN) {
+        q.sq_psn = Some(Psn::new(a.sq_psn));
+    }
+    if has(m::IBV_QP_MAX_QP_RD_ATOMIC) {
+        q.max_rd_atomic = Some(a.max_rd_atomic);
+    }
+    if has(m::IBV_QP_MAX_DEST_RD_ATOMIC) {
+        q.max_dest_rd_atomic = Some(a.max_dest_rd_atomic);
+    }
+    if has(m::IBV_QP_MIN_RNR_TIMER) {
+        q.min_rnr_timer = Some(a.min_rnr_timer);
+    }
+    if has(m::IBV_QP_DEST_QPN) {
+        q.dest_qpn = Some(a.dest_qp_num);
+    }
+    if has(m::IBV_QP_EN_SQD_ASYNC_NOTIFY) {
+        q.sq_draining_notify = Some(a.en_sqd_async_notify != 0);
+    }
+    Ok(q)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ffi::ibv_qp,
+    attr: *mut ffi::ibv_qp_attr,
+    mask: c_int,
+) -> c_int {
+    // SAFETY: a QP we created; the program's attributes.
+    let obj = unsafe { Qp::of(qp) };
+    let a = unsafe { &*attr };
+    let ctx = obj.ctx();
+    let q = match attr_of(ctx, a, mask) {
+        Ok(q) => q,
+        Err(why) => {
+            tracing::debug!("ibv_modify_qp {:#x}: {why}", obj.qpn);
+            return libc::EINVAL;
+        }
+    };
+    match ctx.nic.modify_qp(obj.qpn, &q) {
+        Ok(()) => {
+            if let Some(s) = q.state {
+                obj.ex.qp_base.state = state_to(s);
+            }
+            0
+        }
+        Err(e) => refused("ibv_modify_qp", &e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ffi::ibv_qp,
+    attr: *mut ffi::ibv_qp_attr,
+    _mask: c_int,
+    init: *mut ffi::ibv_qp_init_attr,
+) -> c_int {
+    // SAFETY: a QP we created; `attr` and `init` are the program's out-parameters.
+    let obj = unsafe { Qp::of(qp) };
+    let ctx = obj.ctx();
+    let info = match ctx.nic.query_qp(obj.qpn) {
+        Ok(i) => i,
+        Err(e) => return refused("ibv_query_qp", &e),
+    };
+    let cap = ffi::ibv_qp_cap {
+        max_send_wr: info.cap.max_send_wr as u32,
+        max_recv_wr: info.cap.max_recv_wr as u32,
+        max_send_sge: info.cap.max_send_sge as u32,
+        max_recv_sge: info.cap.max_recv_sge as u32,
+        max_inline_data: info.cap.max_inline_data as u32,
+    };
+    // SAFETY: plain C data.
+    let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    let at = &info.attrs;
+    a.qp_state = state_to(info.state);
+    a.cur_qp_state = a.qp_state;
+    a.path_mtu = at.path_mtu as u32;
+    a.rq_psn = info.rq_psn;
+    a.sq_psn = info.sq_psn;
+    a.dest_qp_num = at.dest_qpn;
+    a.qp_access_flags = at.access.bits();
+    a.cap = cap;
+    if let Some(av) = at.av {
+        a.ah_attr.is_global = 1;
+        a.ah_attr.port_num = 1;
+        a.ah_attr.grh.hop_limit = 64;
+        a.ah_attr.grh.dgid.raw = match av.dest_ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+    }
+    a.pkey_index = at.pkey_index;
+    a.en_sqd_async_notify = at.sq_draining_notify as u8;
+    a.sq_draining = (info.state == QpState::Sqd) as u8;
+    a.max_rd_atomic = at.max_rd_atomic;
+    a.max_dest_rd_atomic = at.max_dest_rd_atomic;
+    a.min_rnr_timer = at.min_rnr_timer;
+    a.port_num = at.port;
+    a.timeout = at.timeout;
+    a.retry_cnt = at.retry_cnt;
+    a.rnr_retry = at.rnr_retry;
+    let b = &obj.ex.qp_base;
+    unsafe {
+        attr.write(a);
+        if !init.is_null() {
+            init.write(ffi::ibv_qp_init_attr {
+                qp_context: b.qp_context,
+                send_cq: b.send_cq,
+                recv_cq: b.recv_cq,
+                srq: b.srq,
+                cap,
+                qp_type: b.qp_type,
+                sq_sig_all: info.sq_sig_all as c_int,
+            });
+        }
+    }
+    obj.ex.qp_base.state = a.qp_state;
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn ibv_query_qp_data_in_order(
+    _qp: *mut ffi::ibv_qp,
+    _op: ffi::ibv_wr_opcode::Type,
+    _flags: u32,
+) -> c_int {
+    // Whether data lands in order for this operation: not promised (0), as rxe says.
+    0
+}

@@ -1,0 +1,295 @@
+//! Which devices a program sees, as `ibv_get_device_list` lists them.
+//!
+//! Zero set-up: one device per interface of this machine that is up and has an address, as
+//! rxe would be added on each (`rdma link add rxe0 type rxe netdev eth0`): its GID is the
+//! interface's IPv4 address (or, without one, its first global IPv6 address) and its active
+//! MTU follows the interface's MTU. Interfaces other than loopback come first (`rxe0`,
+//! `rxe1`, ...: the names scripts written for rxe expect); loopback is `rxe_lo`.
+//!
+//! Configuration overrides it: `ROCE_EMU_DEVICES` (or a file named by `ROCE_EMU_CONFIG`,
+//! one entry per line, `#` comments) lists `NAME=[udp:]ADDR[@MTU]` entries separated by
+//! commas, spaces or new lines, e.g. `rxe0=10.0.0.1@4096,rxe_lo=127.0.0.1`.
+
+use crate::engine::Mtu;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+/// Bytes of headers a RoCEv2 packet adds to its payload in the interface's MTU, as rxe
+/// counts them (`RXE_MAX_HDR_LENGTH`, drivers/infiniband/sw/rxe/rxe_param.h): the active
+/// MTU is the largest IB MTU that fits in what remains.
+const RXE_MAX_HDR_LENGTH: u32 = 80;
+
+/// One device: a name, the address its port serves, its MTU and its interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// The device name (`ibv_get_device_name`).
+    pub name: String,
+    /// The port's address: its GID (`::ffff:a.b.c.d` for IPv4).
+    pub ip: IpAddr,
+    /// The active MTU (`ibv_port_attr::active_mtu`).
+    pub mtu: Mtu,
+    /// The interface, when known (zero set-up, or an address found on one).
+    pub ifname: Option<String>,
+    /// The interface's MAC address (the node GUID is its EUI-64, as rxe's).
+    pub mac: [u8; 6],
+}
+
+impl PortConfig {
+    /// The node GUID: the MAC's modified EUI-64 (`addrconf_addr_eui48`, as rxe).
+    pub fn node_guid(&self) -> u64 {
+        let m = self.mac;
+        u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
+    }
+
+    /// The GID: the address, IPv4 as `::ffff:a.b.c.d` (RoCEv2, IBA A17.8).
+    pub fn gid(&self) -> [u8; 16] {
+        match self.ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        }
+    }
+}
+
+/// A configuration entry that cannot be used; names the entry and what to fix.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("device entry {0:?}: write NAME=ADDR or NAME=ADDR@MTU (e.g. rxe0=10.0.0.1@1024)")]
+    Syntax(String),
+    #[error("device entry {entry:?}: {addr:?} is not an IPv4 or IPv6 address")]
+    Addr { entry: String, addr: String },
+    #[error("device entry {entry:?}: MTU {mtu:?} is not 256, 512, 1024, 2048 or 4096")]
+    Mtu { entry: String, mtu: String },
+    #[error("device entry {0:?}: only the udp: port exists so far")]
+    Port(String),
+    #[error("device {0:?} is listed twice")]
+    Duplicate(String),
+    #[error("cannot read {path}: {err}")]
+    File { path: String, err: String },
+}
+
+/// The devices this process sees: the configuration's, or this machine's interfaces.
+pub fn devices() -> Result<Vec<PortConfig>, ConfigError> {
+    if let Ok(v) = std::env::var("ROCE_EMU_DEVICES") {
+        return parse(&v);
+    }
+    if let Ok(path) = std::env::var("ROCE_EMU_CONFIG") {
+        let text = std::fs::read_to_string(&path).map_err(|e| ConfigError::File {
+            path: path.clone(),
+            err: e.to_string(),
+        })?;
+        let lines: Vec<&str> = text
+            .lines()
+            .map(|l| l.split('#').next().unwrap_or(""))
+            .collect();
+        return parse(&lines.join("\n"));
+    }
+    Ok(interfaces())
+}
+
+/// Parses `NAME=[udp:]ADDR[@MTU]` entries.
+pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
+    let mut out: Vec<PortConfig> = Vec::new();
+    for entry in spec.split([',', ' ', '\n', '\t']).filter(|e| !e.is_empty()) {
+        let (name, rest) = entry
+            .split_once('=')
+            .filter(|(n, r)| !n.is_empty() && !r.is_empty())
+            .ok_or_else(|| ConfigError::Syntax(entry.into()))?;
+        let rest = rest.strip_prefix("udp:").unwrap_or(rest);
+        let (addr, mtu) = match rest.split_once('@') {
+            Some((a, m)) => (a, Some(m)),
+            None => (rest, None),
+        };
+        // `tap:`, `afpacket:`, `daemon:`: ports of the coming daemon.
+        if let Some((kind, _)) = addr.split_once(':') {
+            if addr.parse::<IpAddr>().is_err() && kind.len() > 4 || kind == "tap" {
+                return Err(ConfigError::Port(entry.into()));
+            }
+        }
+        let ip: IpAddr = addr.parse().map_err(|_| ConfigError::Addr {
+            entry: entry.into(),
+            addr: addr.into(),
+        })?;
+        let found = interface_of(ip);
+        let mtu = match mtu {
+            Some(m) => {
+                m.parse()
+                    .ok()
+                    .and_then(Mtu::from_bytes)
+                    .ok_or_else(|| ConfigError::Mtu {
+                        entry: entry.into(),
+                        mtu: m.into(),
+                    })?
+            }
+            None => found.as_ref().map_or(Mtu::M1024, |f| active_mtu(f.mtu)),
+        };
+        if out.iter().any(|p| p.name == name) {
+            return Err(ConfigError::Duplicate(name.into()));
+        }
+        out.push(PortConfig {
+            name: name.into(),
+            ip,
+            mtu,
+            ifname: found.as_ref().map(|f| f.name.clone()),
+            mac: found.map_or([0; 6], |f| f.mac),
+        });
+    }
+    Ok(out)
+}
+
+/// rxe's active MTU for an interface MTU (`eth_mtu_int_to_enum`).
+pub fn active_mtu(if_mtu: u32) -> Mtu {
+    let room = if_mtu.saturating_sub(RXE_MAX_HDR_LENGTH);
+    [Mtu::M4096, Mtu::M2048, Mtu::M1024, Mtu::M512]
+        .into_iter()
+        .find(|m| m.bytes() <= room)
+        .unwrap_or(Mtu::M256)
+}
+
+#[derive(Debug, Clone, Default)]
+struct Iface {
+    name: String,
+    up: bool,
+    loopback: bool,
+    v4: Vec<IpAddr>,
+    v6: Vec<IpAddr>,
+    mac: [u8; 6],
+    mtu: u32,
+}
+
+fn scan() -> Vec<Iface> {
+    use nix::net::if_::InterfaceFlags as F;
+    let mut by_name: BTreeMap<String, Iface> = BTreeMap::new();
+    let mut order: Vec<String> = Vec::new();
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    for a in addrs {
+        let i = by_name.entry(a.interface_name.clone()).or_insert_with(|| {
+            order.push(a.interface_name.clone());
+            Iface {
+                name: a.interface_name.clone(),
+                ..Iface::default()
+            }
+        });
+        i.up |= a.flags.contains(F::IFF_UP) && a.flags.contains(F::IFF_RUNNING);
+        i.loopback |= a.flags.contains(F::IFF_LOOPBACK);
+        let Some(addr) = a.address else { continue };
+        if let Some(s) = addr.as_sockaddr_in() {
+            i.v4.push(IpAddr::V4(s.ip()));
+        } else if let Some(s) = addr.as_sockaddr_in6() {
+            let ip = s.ip();
+            // Link-local addresses need a scope: not a GID a peer can reach by address alone.
+            if (ip.segments()[0] & 0xffc0) != 0xfe80 {
+                i.v6.push(IpAddr::V6(ip));
+            }
+        } else if let Some(l) = addr.as_link_addr() {
+            if let Some(mac) = l.addr() {
+                i.mac = mac;
+            }
+        }
+    }
+    order
+        .into_iter()
+        .filter_map(|n| by_name.remove(&n))
+        .map(|mut i| {
+            i.mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.name))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(1500);
+            i
+        })
+        .collect()
+}
+
+fn interface_of(ip: IpAddr) -> Option<Iface> {
+    scan()
+        .into_iter()
+        .find(|i| i.v4.contains(&ip) || i.v6.contains(&ip))
+}
+
+/// This machine's interfaces as devices (zero set-up).
+pub fn interfaces() -> Vec<PortConfig> {
+    let ifs = scan();
+    let mut out = Vec::new();
+    let mut n = 0;
+    let (lo, others): (Vec<_>, Vec<_>) = ifs.into_iter().partition(|i| i.loopback);
+    for i in others.into_iter().chain(lo) {
+        let Some(&ip) = i.v4.first().or(i.v6.first()) else {
+            continue;
+        };
+        if !i.up {
+            continue;
+        }
+        let name = if i.loopback {
+            format!("rxe_{}", i.name)
+        } else {
+            n += 1;
+            format!("rxe{}", n - 1)
+        };
+        out.push(PortConfig {
+            name,
+            ip,
+            mtu: active_mtu(i.mtu),
+            ifname: Some(i.name.clone()),
+            mac: i.mac,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_with_and_without_mtu() {
+        let d = parse("a=127.0.0.1@4096, b=udp:::1\nc=10.1.2.3").unwrap();
+        assert_eq!(d.len(), 3);
+        assert_eq!((d[0].name.as_str(), d[0].mtu), ("a", Mtu::M4096));
+        assert_eq!(d[1].ip, "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(d[2].ip, "10.1.2.3".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            d[2].gid(),
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]
+        );
+    }
+
+    #[test]
+    fn bad_entries_name_what_to_fix() {
+        assert_eq!(parse("rxe0"), Err(ConfigError::Syntax("rxe0".into())));
+        assert!(matches!(parse("x=1.2.3"), Err(ConfigError::Addr { .. })));
+        assert!(matches!(
+            parse("x=1.2.3.4@1500"),
+            Err(ConfigError::Mtu { .. })
+        ));
+        assert_eq!(
+            parse("x=tap:1.2.3.4"),
+            Err(ConfigError::Port("x=tap:1.2.3.4".into()))
+        );
+        assert_eq!(
+            parse("x=1.2.3.4 x=1.2.3.5"),
+            Err(ConfigError::Duplicate("x".into()))
+        );
+    }
+
+    #[test]
+    fn active_mtu_is_rxes() {
+        assert_eq!(active_mtu(1500), Mtu::M1024);
+        assert_eq!(active_mtu(9000), Mtu::M4096);
+        assert_eq!(active_mtu(65536), Mtu::M4096);
+        assert_eq!(active_mtu(2200), Mtu::M2048);
+        assert_eq!(active_mtu(100), Mtu::M256);
+    }
+
+    #[test]
+    fn node_guid_is_the_mac_eui64() {
+        let p = PortConfig {
+            name: "x".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            mtu: Mtu::M1024,
+            ifname: None,
+            mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+        };
+        assert_eq!(p.node_guid(), 0x5054_00ff_fe12_3456);
+    }
+}

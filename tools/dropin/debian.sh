@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Fetches Debian 12's real RDMA user space (the unmodified programs the drop-in
+# libibverbs.so.1 is tested with, and the libibverbs-dev headers its ABI is checked
+# against) with `apt-get download`, and unpacks it into a cache: nothing is installed, nothing
+# lands in the repository. Prints the root of the unpacked tree.
+#
+# Usage: tools/dropin/debian.sh        (cache: $ROCE_DEBIAN_ROOT, default ~/.cache/roce-emu-debian12)
+#
+# In the tree: usr/bin/{ibv_*,ib_*_bw,ib_*_lat,rping,...}, usr/lib/x86_64-linux-gnu/{libmlx5,
+# libefa,librdmacm,libibumad,libpci}.so.*, usr/include/infiniband/*.h, the pyverbs modules
+# under usr/lib/python3/dist-packages/pyverbs and rdma-core's test suite, gunzipped, under
+# tests/ (Debian ships it in /usr/share/doc/rdma-core/tests with most files compressed).
+# The stock libibverbs.so.1 is unpacked too, as usr/lib/.../libibverbs.so.1.stock, so it
+# can never shadow the drop-in on a library path.
+set -euo pipefail
+root=${ROCE_DEBIAN_ROOT:-$HOME/.cache/roce-emu-debian12}
+PKGS="libibverbs1 libibverbs-dev ibverbs-utils ibverbs-providers perftest librdmacm1
+rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200"
+stamp="$root/.stamp"
+want="v2 $PKGS"
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then echo "$root"; exit 0; fi
+mkdir -p "$root/debs"
+cd "$root/debs"
+todo=()
+for p in $PKGS; do compgen -G "${p}_*.deb" >/dev/null || todo+=("$p"); done
+if [ ${#todo[@]} -gt 0 ]; then
+  # apt-get download needs package lists; update them once if the first try fails.
+  if ! apt-get download "${todo[@]}" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ]; then apt-get update -qq; fi
+    apt-get download "${todo[@]}" 2>&1 | grep -v -e unsandboxed -e '^Get:' >&2 || true
+  fi
+  for p in "${todo[@]}"; do
+    compgen -G "${p}_*.deb" >/dev/null || { echo "apt-get download $p failed" >&2; exit 1; }
+  done
+fi
+rm -rf "$root/tree.new" && mkdir "$root/tree.new"
+for d in *.deb; do dpkg-deb -x "$d" "$root/tree.new"; done
+lib="$root/tree.new/usr/lib/x86_64-linux-gnu"
+for f in "$lib"/libibverbs.so*; do
+  [ -L "$f" ] && rm -f "$f" && continue
+  case "$f" in *.stock) ;; *) mv "$f" "$lib/libibverbs.so.1.stock" ;; esac
+done
+# rdma-core's tests, as run_tests.py expects them (plain .py files).
+t="$root/tree.new/usr/share/doc/rdma-core/tests"
+if [ -d "$t" ]; then
+  mkdir -p "$root/tree.new/tests"
+  cp -r "$t"/. "$root/tree.new/tests/"
+  find "$root/tree.new/tests" -name '*.gz' -exec gunzip -f {} +
+fi
+rm -rf "$root/tree" && mv "$root/tree.new" "$root/tree"
+echo "$want" >"$stamp"
+echo "$root"
