@@ -325,8 +325,12 @@ impl Context {
         Ok(self.shared.lock().driver.engine.create_qp(init)?)
     }
 
+    /// `ibv_destroy_qp`. What the QP still owes its peer (the ACK of the last message it
+    /// received, held back while the program polled) leaves first.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), Error> {
-        Ok(self.shared.lock().driver.engine.destroy_qp(qpn)?)
+        let mut nic = self.shared.lock();
+        let _ = nic.flush(&self.shared);
+        Ok(nic.driver.engine.destroy_qp(qpn)?)
     }
 
     pub fn modify_qp(&self, qpn: u32, attr: &QpAttr) -> Result<(), Error> {
