@@ -1,6 +1,7 @@
 //! People-facing tools: `roce-emu <command>`.
 
 pub mod demo;
+pub mod dropin;
 pub mod oob;
 pub mod pcap;
 pub mod perf;
@@ -34,6 +35,13 @@ enum Command {
     /// RC bandwidth test with perftest's exchange and table (ib_write_bw, ib_read_bw,
     /// ib_send_bw, ib_atomic_bw); either side may be the real tool.
     Perf(perf::Args),
+    /// Print the shell lines that make unmodified RDMA programs use roce-emu
+    /// (LD_LIBRARY_PATH to the drop-in libibverbs.so.1).
+    Env(dropin::EnvArgs),
+    /// Run an unmodified RDMA program on roce-emu: `roce-emu run -- ib_write_bw`.
+    Run(dropin::RunArgs),
+    /// List the devices programs see through the drop-in, as ibv_devinfo does.
+    Devinfo(dropin::DevinfoArgs),
 }
 
 /// The options of every command that opens a NIC.
@@ -119,5 +127,8 @@ pub fn main() -> i32 {
         Command::Demo(args) => demo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Env(args) => dropin::env(&args),
+        Command::Run(args) => dropin::run(&args),
+        Command::Devinfo(args) => dropin::devinfo(&args),
     }
 }
