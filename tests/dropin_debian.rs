@@ -1,0 +1,177 @@
+//! Debian 12's unmodified RDMA programs on the drop-in libibverbs.so.1: ibverbs-utils
+//! (ibv_devices, ibv_devinfo, ibv_rc_pingpong) and perftest 4.5, server and client as two
+//! processes on this machine. Addresses 127.0.20.x, TCP ports 18800-18899.
+
+mod common;
+
+use common::dropin::{self, pair, show, stdout};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// `rxe0` on `127.0.20.N`.
+fn dev(n: u8) -> String {
+    format!("rxe0=127.0.20.{n}")
+}
+
+#[test]
+fn ibv_devices_and_devinfo_show_the_device_as_rxe_does() {
+    let Some(env) = dropin::setup("ibv_devices_and_devinfo") else {
+        return;
+    };
+    let out = env.cmd("ibv_devices", &dev(1), &[]).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = stdout(&out);
+    assert!(text.contains("rxe0"), "{text}");
+    // The node GUID is lo's MAC as EUI-64 (all zero MAC: 0200:00ff:fe00:0000).
+    assert!(text.contains("020000fffe000000"), "{text}");
+
+    let out = env.cmd("ibv_devinfo", &dev(1), &["-v"]).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = stdout(&out);
+    for want in [
+        "hca_id:\trxe0",
+        "vendor_id:\t\t\t0xffffff",
+        "PORT_ACTIVE (4)",
+        "link_layer:\t\tEthernet",
+        "GID[  0]:\t\t::ffff:127.0.20.1, RoCE v2",
+        "atomic_cap:\t\t\tATOMIC_HCA (1)",
+    ] {
+        assert!(text.contains(want), "{want:?} missing:\n{text}");
+    }
+}
+
+fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
+    let Some(env) = dropin::setup(tag) else {
+        return;
+    };
+    let p = port.to_string();
+    let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
+    args.extend_from_slice(extra);
+    let mut server = env.cmd("ibv_rc_pingpong", &dev(2), &args);
+    let mut cargs = args.clone();
+    cargs.push("127.0.20.2");
+    let mut client = env.cmd("ibv_rc_pingpong", &dev(3), &cargs);
+    let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
+    for (who, o) in [("server", &s), ("client", &c)] {
+        let text = stdout(o);
+        assert!(text.contains("200 iters in"), "{tag} {who}: {text}");
+    }
+}
+
+#[test]
+fn ibv_rc_pingpong_1_byte_mtu_1024() {
+    rc_pingpong("rc_pingpong_1", 18800, &["-s", "1", "-m", "1024"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_4096_bytes_mtu_1024() {
+    rc_pingpong("rc_pingpong_4096", 18801, &["-s", "4096", "-m", "1024"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_65536_bytes_mtu_4096() {
+    rc_pingpong("rc_pingpong_65536_4096", 18802, &["-s", "65536", "-m", "4096"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_65536_bytes_mtu_1024() {
+    rc_pingpong("rc_pingpong_65536_1024", 18803, &["-s", "65536", "-m", "1024"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_with_completion_events() {
+    rc_pingpong("rc_pingpong_events", 18804, &["-s", "4096", "-e"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_new_send_api() {
+    // -N: ibv_create_qp_ex, ibv_wr_start/ibv_wr_send/ibv_wr_set_sge/ibv_wr_complete.
+    rc_pingpong("rc_pingpong_new_api", 18805, &["-s", "4096", "-N"]);
+}
+
+/// perftest `tool ARGS` between two processes; the client's result table row.
+fn perftest(tag: &str, tool: &str, port: u16, args: &[&str]) -> Option<String> {
+    let env = dropin::setup(tag)?;
+    let p = port.to_string();
+    let mut a = vec!["-d", "rxe0", "-p", &p];
+    a.extend_from_slice(args);
+    let mut server = env.cmd(tool, &dev(4 + (port % 50) as u8 * 2), &a);
+    let server_ip = format!("127.0.20.{}", 4 + (port % 50) * 2);
+    let mut ca = a.clone();
+    ca.push(&server_ip);
+    let mut client = env.cmd(tool, &dev(5 + (port % 50) as u8 * 2), &ca);
+    let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
+    let (stext, ctext) = (stdout(&s), stdout(&c));
+    // The result row: the first number on it is the message size.
+    let row = ctext
+        .lines()
+        .chain(stext.lines())
+        .find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 3 && f[0].parse::<u64>().is_ok() && f[1].parse::<f64>().is_ok()
+        })
+        .unwrap_or_else(|| panic!("{tag}: no result row\n{ctext}\n{stext}"))
+        .to_string();
+    Some(row)
+}
+
+#[test]
+fn perftest_bandwidth_tools_complete() {
+    for (i, (tool, extra)) in [
+        ("ib_write_bw", vec!["-s", "65536", "-n", "300"]),
+        ("ib_read_bw", vec!["-s", "65536", "-n", "300"]),
+        ("ib_send_bw", vec!["-s", "65536", "-n", "300"]),
+        ("ib_atomic_bw", vec!["-A", "CMP_AND_SWAP", "-n", "300"]),
+        ("ib_atomic_bw", vec!["-A", "FETCH_AND_ADD", "-n", "300"]),
+        ("ib_write_bw", vec!["-s", "4096", "-n", "300", "--use_old_post_send"]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tag = format!("{tool} {}", extra.join(" "));
+        let Some(row) = perftest(&tag, tool, 18810 + i as u16, &extra) else {
+            return;
+        };
+        let size: u64 = row.split_whitespace().next().unwrap().parse().unwrap();
+        let expect = if tool == "ib_atomic_bw" { 8 } else if extra.contains(&"4096") { 4096 } else { 65536 };
+        assert_eq!(size, expect, "{tag}: {row}");
+    }
+}
+
+#[test]
+fn perftest_latency_tools_complete() {
+    for (i, tool) in ["ib_write_lat", "ib_send_lat", "ib_read_lat", "ib_atomic_lat"]
+        .into_iter()
+        .enumerate()
+    {
+        let Some(row) = perftest(tool, tool, 18830 + i as u16, &["-n", "200"]) else {
+            return;
+        };
+        let f: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(f[1], "200", "{tool}: {row}");
+    }
+}
+
+#[test]
+fn roce_emu_run_starts_an_unmodified_program() {
+    let Some(env) = dropin::setup("roce_emu_run") else {
+        return;
+    };
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["run", "--devices", "rxe7=127.0.20.99", "--"])
+        .arg(env.bin("ibv_devices"))
+        .env("ROCE_EMU_DROPIN_DIR", &env.lib)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("rxe7"), "{}", show(&out));
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["run", "--devices", "rxe7", "--", "true"])
+        .env("ROCE_EMU_DROPIN_DIR", &env.lib)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2), "{}", show(&bad));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("write NAME=ADDR"));
+}
