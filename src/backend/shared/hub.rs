@@ -345,11 +345,16 @@ fn join(sock: Socket, ctl: &Ctl) {
                     let _ = sock.set_nonblocking(true);
                     let _ = sock.set_send_buffer_size(MEMBER_SNDBUF);
                     let sock = Arc::new(sock);
+                    // Routed before the member hears of its lease: whoever learns one of
+                    // its QPNs from it finds the route in place.
+                    l.members.push((block, Arc::clone(&sock)));
+                    ctl.generation.fetch_add(1, Ordering::Release);
                     let reply = Control::Lease { block }.encode();
                     if sock.send_with_flags(&reply, libc::MSG_NOSIGNAL).is_ok() {
-                        l.members.push((block, sock));
-                        ctl.generation.fetch_add(1, Ordering::Release);
                         ctl.joined.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        l.members.retain(|m| !Arc::ptr_eq(&m.1, &sock));
+                        ctl.generation.fetch_add(1, Ordering::Release);
                     }
                     return;
                 }

@@ -33,6 +33,8 @@
 mod hub;
 mod member;
 pub mod proto;
+#[cfg(test)]
+mod tests;
 
 use super::udp::UdpBackend;
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
@@ -158,8 +160,8 @@ impl SharedBackend {
     fn take_over(&mut self) -> Result<(), BackendError> {
         let ip = self.local.ip();
         let _ = self.epoll.delete(self.role.fd());
-        self.retired.add(&self.role.stats());
         let role = elect(ip, Some(self.block), Instant::now() + TAKEOVER_WAIT)?;
+        self.retired.add(&self.role.stats());
         match role {
             Role::Hub(_) => self.retired.share_takeovers += 1,
             Role::Member(_) => self.retired.share_rejoins += 1,
