@@ -1,8 +1,8 @@
 //! `roce-emu pingpong` over IPv6, end to end, and rc_pingpong's device options.
 //!
-//! IPv6 loopback has one address, ::1, and a NIC holds UDP port 4791 of its address, so
-//! two NICs on one machine need a second IPv6 address; adding one (`ip -6 addr add`) takes
-//! root. The test therefore runs both sides in a network namespace of its own whose `lo`
+//! IPv6 loopback has one address, ::1. NICs on one address share it (the last case
+//! below), but the first two cases need second and third IPv6 addresses; adding them
+//! (`ip -6 addr add`) takes root. The test therefore runs both sides in a network namespace of its own whose `lo`
 //! carries ::1, fd00::1 and fd00::2: SKIPPED loudly when not root or without `ip`, and a
 //! failure under CI.
 //!
@@ -10,8 +10,8 @@
 //!   used to listen on 0.0.0.0 only, refusing the client), both GIDs are IPv6;
 //! - server `--bind fd00::1`, client `::1` without --bind: the client's default address
 //!   for an IPv6 loopback server is ::1 (it used to be 127.0.0.2, an IPv4 GID);
-//! - server `--bind ::1`, client `::1` without --bind: ::1 is taken, a clear error that
-//!   says to give --bind.
+//! - server `--bind ::1`, client `::1` without --bind: both NICs on ::1, sharing it (the
+//!   first receives for both and forwards by QPN; it used to be an error).
 
 mod common;
 
@@ -107,21 +107,11 @@ fn pingpong_over_ipv6_loopback() {
     assert_ran("server --bind fd00::1", &server, "fd00::1", "::1");
     assert_ran("client ::1", &client, "::1", "fd00::1");
 
-    // Both on ::1: the client cannot have it, and says what to do.
-    let server = pingpong(&ns, &["-p", "18701", "--bind", "::1", "--wait", "3"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let client = pingpong(&ns, &["-p", "18701", "--wait", "2", "::1"]);
-    let client = finish(client, LIMIT, "client ::1 beside a server on ::1");
-    let server = finish(server, LIMIT, "server --bind ::1 (no client)");
-    let (_, stderr) = text(&client);
-    eprintln!("client beside a server on ::1: {stderr}");
-    assert_eq!(client.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("[::1]:4791") && stderr.contains("--bind"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(server.status.code(), Some(1), "{}", text(&server).1);
+    // Both on ::1: the second NIC shares the address with the first (`backend::shared`,
+    // the default): it leases QPNs from the first, which forwards it its packets.
+    let (server, client) = pair(&ns, &["--bind", "::1"], &["::1"]);
+    assert_ran("server --bind ::1 (shared)", &server, "::1", "::1");
+    assert_ran("client ::1 beside it", &client, "::1", "::1");
 }
 
 /// `-d DEV` and `-i PORT`, as rc_pingpong scripts pass them, are accepted (and ignored):

@@ -8,6 +8,7 @@
 
 pub mod capture;
 pub mod fault;
+pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
 pub mod udp;
@@ -49,6 +50,78 @@ pub struct PortStats {
     /// (the file could not be written: the capture stops, the traffic does not).
     pub captured: u64,
     pub capture_errors: u64,
+    /// A shared address ([`shared`]), at the hub: packets forwarded to the member NIC that
+    /// owns their BTH DestQP, the Unix messages they went in (one system call sends all of
+    /// a batch's messages to one member), and packets dropped because the member's socket
+    /// was full (a NIC whose queue is full drops; the transport retransmits) or gone.
+    pub share_forwarded: u64,
+    pub share_forward_msgs: u64,
+    pub share_forward_dropped: u64,
+    /// At the hub: packets for a QPN block no NIC on the address holds; its own engine
+    /// gets them and counts them as for an unknown QP.
+    pub share_unleased: u64,
+    /// At a member: packets the hub forwarded to it, and forward messages that did not
+    /// parse (dropped).
+    pub share_received: u64,
+    pub share_malformed: u64,
+    /// At the hub: member NICs that joined and that left (closed, or their process died).
+    pub share_joined: u64,
+    pub share_left: u64,
+    /// Times this NIC became the hub after the hub went away, and times it joined a new
+    /// hub after the old one went away (keeping its QPN block either way).
+    pub share_takeovers: u64,
+    pub share_rejoins: u64,
+}
+
+impl PortStats {
+    /// Adds `o`'s counts: a backend that replaces a part of itself (a shared port's member
+    /// becoming the hub) keeps what the old part counted.
+    pub fn add(&mut self, o: &PortStats) {
+        let PortStats {
+            truncated,
+            no_source,
+            gso_sends,
+            gso_segments,
+            gso_fallbacks,
+            gro_datagrams,
+            gro_segments,
+            tx_stalled,
+            fault_dropped,
+            captured,
+            capture_errors,
+            share_forwarded,
+            share_forward_msgs,
+            share_forward_dropped,
+            share_unleased,
+            share_received,
+            share_malformed,
+            share_joined,
+            share_left,
+            share_takeovers,
+            share_rejoins,
+        } = *o;
+        self.truncated += truncated;
+        self.no_source += no_source;
+        self.gso_sends += gso_sends;
+        self.gso_segments += gso_segments;
+        self.gso_fallbacks += gso_fallbacks;
+        self.gro_datagrams += gro_datagrams;
+        self.gro_segments += gro_segments;
+        self.tx_stalled += tx_stalled;
+        self.fault_dropped += fault_dropped;
+        self.captured += captured;
+        self.capture_errors += capture_errors;
+        self.share_forwarded += share_forwarded;
+        self.share_forward_msgs += share_forward_msgs;
+        self.share_forward_dropped += share_forward_dropped;
+        self.share_unleased += share_unleased;
+        self.share_received += share_received;
+        self.share_malformed += share_malformed;
+        self.share_joined += share_joined;
+        self.share_left += share_left;
+        self.share_takeovers += share_takeovers;
+        self.share_rejoins += share_rejoins;
+    }
 }
 
 /// A link that moves RoCEv2 datagrams (BTH through ICRC) in batches.

@@ -305,6 +305,21 @@ impl<'p> SendBatch<'_, 'p> {
         parts: impl ExactSizeIterator<Item = &'p [u8]>,
         segment: Option<u16>,
     ) -> bool {
+        self.push_to(Some(dst), parts, segment)
+    }
+
+    /// Stages one message on a connected socket (no address): a shared port's hub
+    /// forwarding packets to a member over a Unix socket.
+    pub fn push_connected(&mut self, parts: impl ExactSizeIterator<Item = &'p [u8]>) -> bool {
+        self.push_to(None, parts, None)
+    }
+
+    fn push_to(
+        &mut self,
+        dst: Option<SocketAddr>,
+        parts: impl ExactSizeIterator<Item = &'p [u8]>,
+        segment: Option<u16>,
+    ) -> bool {
         let (i, first) = (self.msgs, self.iovs);
         if i == self.m.b.hdrs.len() || first + parts.len() > self.m.b.iovs.len() {
             return false;
@@ -317,7 +332,7 @@ impl<'p> SendBatch<'_, 'p> {
             };
             self.iovs += 1;
         }
-        let namelen = write_sockaddr(&mut self.m.b.addrs[i], dst);
+        let namelen = dst.map_or(0, |dst| write_sockaddr(&mut self.m.b.addrs[i], dst));
         let controllen = match segment {
             Some(seg) => {
                 // SAFETY: the buffer is CMSG_WORDS u64s (32 bytes), aligned for cmsghdr,
@@ -335,7 +350,11 @@ impl<'p> SendBatch<'_, 'p> {
         };
         let h = &mut self.m.b.hdrs[i];
         h.msg_len = 0;
-        h.msg_hdr.msg_name = (&mut self.m.b.addrs[i] as *mut libc::sockaddr_storage).cast();
+        h.msg_hdr.msg_name = if dst.is_some() {
+            (&mut self.m.b.addrs[i] as *mut libc::sockaddr_storage).cast()
+        } else {
+            std::ptr::null_mut()
+        };
         h.msg_hdr.msg_namelen = namelen;
         h.msg_hdr.msg_iov = &mut self.m.b.iovs[first];
         h.msg_hdr.msg_iovlen = self.iovs - first;
@@ -366,7 +385,9 @@ impl<'p> SendBatch<'_, 'p> {
                 fd.as_raw_fd(),
                 self.m.b.hdrs[from..].as_mut_ptr(),
                 n as libc::c_uint,
-                0,
+                // A Unix socket whose peer died (a shared port's member) must give EPIPE,
+                // not kill the process.
+                libc::MSG_NOSIGNAL,
             )
         };
         if rc < 0 {

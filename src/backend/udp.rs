@@ -131,8 +131,18 @@ fn gso_refused(e: nix::errno::Errno) -> bool {
 impl UdpBackend {
     /// Binds `ip`:4791.
     pub fn bind(ip: IpAddr) -> Result<UdpBackend, BackendError> {
-        let local = SocketAddr::new(ip, ROCE_UDP_PORT);
-        let rx = bind(local)?;
+        UdpBackend::bind_port(SocketAddr::new(ip, ROCE_UDP_PORT))
+    }
+
+    /// Binds `addr`; port 0 takes one the kernel picks (`local` then names it): a NIC
+    /// on a shared address sends from such a socket (`backend::shared`).
+    pub fn bind_port(addr: SocketAddr) -> Result<UdpBackend, BackendError> {
+        let rx = bind(addr)?;
+        let local = rx.local_addr().map_err(|source| BackendError::Bind {
+            addr,
+            source,
+            hint: "",
+        })?;
         // GRO: the kernel may hand several datagrams of one flow over as one, with their
         // size (loopback does this for a GSO sender). Without it (before Linux 5.0) every
         // datagram comes alone.
@@ -167,7 +177,7 @@ impl UdpBackend {
     /// The socket that sends from `src` (created and bound on first use).
     fn tx_socket(&mut self, src: SocketAddr) -> Result<&mut TxSocket, BackendError> {
         if !self.tx.contains_key(&src.port()) {
-            let sock = if src.port() == ROCE_UDP_PORT {
+            let sock = if src.port() == self.local.port() {
                 self.rx.try_clone().map_err(|source| BackendError::Bind {
                     addr: src,
                     source,

@@ -33,6 +33,17 @@ pub struct EngineConfig {
     /// A requester asks for an ACK at least every this many packets of a long message
     /// (rxe: RXE_MAX_PKT_PER_ACK = 64), so retransmission does not wait for the message end.
     pub ack_req_every: u32,
+    /// The QPNs this engine hands out: `qpn_lo..=qpn_hi` (clamped to 2..=2^24-1; 0 and 1
+    /// are the special QPs), the first from `FIRST_QPN` when the range holds it. NICs that
+    /// share one address each own a disjoint block, so a packet's BTH DestQP names the NIC
+    /// it is for (`backend::shared`). Default: the whole space.
+    pub qpn_lo: u32,
+    pub qpn_hi: u32,
+    /// The UDP source port of every packet of every QP. `None` (default): rxe's per-QP port
+    /// (`qp::udp_sport`). A NIC on a shared address sends all its packets from one socket
+    /// bound to a port the kernel picked, and the ICRC covers the port, so the engine must
+    /// know it.
+    pub udp_src_port: Option<u16>,
 }
 
 impl EngineConfig {
@@ -48,6 +59,9 @@ impl EngineConfig {
             max_rd_atomic: 128,
             retry_cnt_7_infinite: false,
             ack_req_every: 64,
+            qpn_lo: 2,
+            qpn_hi: crate::wire::bth::QPN_MASK,
+            udp_src_port: None,
         }
     }
 }

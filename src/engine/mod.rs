@@ -156,17 +156,24 @@ macro_rules! ctx {
 
 impl Engine {
     pub fn new(cfg: EngineConfig, mem: Arc<MrTable>) -> Engine {
+        // 0 and 1 name the special QPs (SMI, GSI); rxe starts at 0x11 too.
+        let lo = cfg.qpn_lo.max(2);
+        let hi = cfg.qpn_hi.min(crate::wire::bth::QPN_MASK).max(lo);
+        let first = if (lo..=hi).contains(&FIRST_QPN) {
+            FIRST_QPN
+        } else {
+            lo
+        };
         Engine {
             cfg,
             mem,
             qps: FxHashMap::default(),
             cqs: FxHashMap::default(),
             cq_qps: FxHashMap::default(),
-            // 0 and 1 name the special QPs (SMI, GSI); rxe starts at 0x11 too.
             qpns: Ids {
-                next: FIRST_QPN,
-                lo: 2,
-                hi: crate::wire::bth::QPN_MASK,
+                next: first,
+                lo,
+                hi,
             },
             // 0 was never a CQ handle; keep it unused.
             cq_ids: Ids {
@@ -308,8 +315,12 @@ impl Engine {
             .qpns
             .alloc(qps.len(), |n| qps.contains_key(&n))
             .ok_or(VerbsError::NoFreeQpn)?;
+        let mut qp = Qp::new(qpn, init);
+        if let Some(port) = self.cfg.udp_src_port {
+            qp.src_port = port;
+        }
         let slot = Slot {
-            qp: Qp::new(qpn, init),
+            qp,
             ready: false,
             timer: None,
         };

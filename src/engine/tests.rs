@@ -95,6 +95,51 @@ fn qpns_run_out_with_an_error_and_come_back() {
 }
 
 #[test]
+fn qpns_stay_inside_the_configured_range() {
+    // A NIC on a shared address owns one block of 2^16 QPNs (backend::shared).
+    let mut cfg = EngineConfig::new(ip(1));
+    cfg.qpn_lo = 0x3_0000;
+    cfg.qpn_hi = 0x3_0002;
+    cfg.udp_src_port = Some(40_000);
+    let mut e = Engine::new(cfg, Arc::new(MrTable::new()));
+    let pd = e.mem().alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    let q: Vec<u32> = (0..3)
+        .map(|_| e.create_qp(&init(pd, cq)).unwrap())
+        .collect();
+    assert_eq!(
+        q,
+        [0x3_0000, 0x3_0001, 0x3_0002],
+        "from the bottom of the block"
+    );
+    assert_eq!(e.create_qp(&init(pd, cq)), Err(VerbsError::NoFreeQpn));
+    e.destroy_qp(0x3_0001).unwrap();
+    assert_eq!(e.create_qp(&init(pd, cq)), Ok(0x3_0001));
+    // Every QP sends from the one configured port, before and after it knows its peer.
+    assert_eq!(e.qp(0x3_0000).unwrap().src_port, 40_000);
+    e.modify_qp(Instant::ZERO, 0x3_0000, &QpAttr::init(Access::REMOTE_WRITE))
+        .unwrap();
+    let rtr = QpAttr::rtr(ip(2), Mtu::M1024, 0x11, Psn::new(0), 1, 12);
+    e.modify_qp(Instant::ZERO, 0x3_0000, &rtr).unwrap();
+    assert_eq!(e.qp(0x3_0000).unwrap().src_port, 40_000);
+    // Block 0 starts at FIRST_QPN as the default space does, and never hands out 0 or 1.
+    let mut cfg = EngineConfig::new(ip(1));
+    cfg.qpn_lo = 0;
+    cfg.qpn_hi = 0xffff;
+    let mut e = Engine::new(cfg, Arc::new(MrTable::new()));
+    let pd = e.mem().alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    assert_eq!(e.create_qp(&init(pd, cq)), Ok(FIRST_QPN));
+    e.qpns.next = 0xffff;
+    assert_eq!(e.create_qp(&init(pd, cq)), Ok(0xffff));
+    assert_eq!(
+        e.create_qp(&init(pd, cq)),
+        Ok(2),
+        "wraps inside the block, past 0 and 1"
+    );
+}
+
+#[test]
 fn cq_handles_wrap_past_live_ones_and_run_out() {
     let (mut e, _pd, first) = bare();
     assert_eq!(first, 1);

@@ -45,6 +45,7 @@ pub use crate::mem::{Backing, MemoryRegion, Sge};
 
 use crate::backend::capture::{Capture, CaptureError};
 use crate::backend::fault::Lossy;
+use crate::backend::shared::SharedBackend;
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, PortStats};
 use crate::driver::{Clock, Driver, IoStats};
@@ -59,8 +60,14 @@ use std::time::Duration;
 /// Which port to open and how.
 #[derive(Debug, Clone)]
 pub struct Device {
-    /// The port's address (its GID): UDP port 4791 on it is bound.
+    /// The port's address (its GID): UDP port 4791 on it receives.
     pub ip: IpAddr,
+    /// Share the address with other NICs, in this process or others (default): the first
+    /// to open it receives for all and forwards by QPN (`backend::shared`); each NIC's QPNs
+    /// come from its own block of 2^16 and it sends from a UDP port the kernel picks. Off:
+    /// this NIC binds 4791 alone (a second one on the address fails) and sends from
+    /// rxe's per-QP source ports.
+    pub share: bool,
     /// The engine's settings (`EngineConfig::new(ip)` unless changed).
     pub engine: EngineConfig,
     /// Equal-length packets to one peer leave as one UDP GSO send (default). Off: one
@@ -80,6 +87,7 @@ impl Device {
         Device {
             ip,
             engine: EngineConfig::new(ip),
+            share: true,
             gso: true,
             pcap: None,
             loss: None,
@@ -151,9 +159,18 @@ pub struct Context {
 
 impl Context {
     fn open(dev: &Device) -> Result<Context, Error> {
-        let mut udp = UdpBackend::bind(dev.ip)?;
-        udp.set_gso(dev.gso);
-        let mut backend: Box<dyn Backend> = Box::new(udp);
+        let mut cfg = dev.engine.clone();
+        let mut backend: Box<dyn Backend> = if dev.share {
+            let mut shared = SharedBackend::open(dev.ip)?;
+            shared.set_gso(dev.gso);
+            (cfg.qpn_lo, cfg.qpn_hi) = shared.qpn_range();
+            cfg.udp_src_port = Some(shared.src_port());
+            Box::new(shared)
+        } else {
+            let mut udp = UdpBackend::bind(dev.ip)?;
+            udp.set_gso(dev.gso);
+            Box::new(udp)
+        };
         if let Some(path) = &dev.pcap {
             // Inside the fault rule: the capture shows what really went on the wire.
             backend = Box::new(Capture::create(backend, path)?);
@@ -167,7 +184,7 @@ impl Context {
             }
         }
         let mem = Arc::new(MrTable::new());
-        let engine = Engine::new(dev.engine.clone(), Arc::clone(&mem));
+        let engine = Engine::new(cfg, Arc::clone(&mem));
         let clock = Clock::default();
         let nic = Nic::new(Driver::new(engine, backend, clock));
         let shared = Arc::new(Shared::new(nic, clock).map_err(Error::EventFd)?);

@@ -207,8 +207,9 @@ impl Qp {
         // Apply: the values kept, then what they set in motion.
         self.attrs.apply(a);
         if let Some(v) = a.dest_qpn {
-            // rxe: rdma_get_udp_sport(0, qpn, dest_qpn), chosen when the peer is known.
-            self.src_port = udp_sport(qpn, v);
+            // rxe: rdma_get_udp_sport(0, qpn, dest_qpn), chosen when the peer is known;
+            // a NIC on a shared address has one port for all (`EngineConfig`).
+            self.src_port = ctx.cfg.udp_src_port.unwrap_or_else(|| udp_sport(qpn, v));
         }
         if let Some(psn) = a.rq_psn {
             self.resp

@@ -1,0 +1,574 @@
+//! NICs sharing one IP address (`backend::shared`): two contexts in one process, two
+//! processes, a peer on another address reaching a member through the hub, and the hub
+//! going away (dropped, or its process killed) while members keep their QPs. Every test
+//! uses its own 127.0.15.x addresses, so they run in parallel with each other and with
+//! the other test files.
+//!
+//! The two-process tests run this test binary again as the other process (`child_entry`,
+//! chosen by `SHARED_PORT_CHILD`), talking over its stdin and stdout.
+
+use roce_emu::engine::{
+    Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr,
+    WcOpcode, WcStatus,
+};
+use roce_emu::mem::{Access, MemoryRegion, Pd, Sge};
+use roce_emu::verbs::{self, Context, Device};
+use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
+use roce_emu::wire::Psn;
+use std::io::{BufRead, Write};
+use std::net::{IpAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const IOVA: u64 = 0x1000_0000;
+const LEN: u64 = 1 << 19;
+const WAIT: Duration = Duration::from_secs(10);
+/// Regions of each NIC's memory the operations use.
+const SEND_SRC: u64 = 0;
+const RECV_DST: u64 = 0x1000;
+const WRITE_SRC: u64 = 0x1_0000;
+const WRITE_DST: u64 = 0x2_0000;
+const READ_SRC: u64 = 0x3_0000;
+const READ_DST: u64 = 0x4_0000;
+/// Sizes: a SEND of a few packets, and a WRITE and READ long enough to leave as GSO
+/// trains and arrive coalesced (GRO) on loopback.
+const SEND_LEN: u32 = 3000;
+const WRITE_LEN: u32 = 40_000;
+const READ_LEN: u32 = 20_000;
+
+struct Nic {
+    ctx: Context,
+    mr: Arc<MemoryRegion>,
+    cq: u32,
+    pd: Pd,
+    ip: IpAddr,
+}
+
+/// One QP of a NIC.
+#[derive(Clone, Copy)]
+struct Ep<'a> {
+    nic: &'a Nic,
+    qpn: u32,
+}
+
+/// What a peer needs to reach a QP (what rc_pingpong exchanges over TCP).
+#[derive(Debug, Clone, Copy)]
+struct Info {
+    ip: IpAddr,
+    qpn: u32,
+    rkey: u32,
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn nic(addr: &str) -> Nic {
+    let ip = ip(addr);
+    let ctx = Device::new(ip).open().expect("open the NIC");
+    let pd = ctx.alloc_pd();
+    let mr = ctx.reg_mr(pd, IOVA, LEN, Access::ALL).unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    Nic {
+        ctx,
+        mr,
+        cq,
+        pd,
+        ip,
+    }
+}
+
+impl Nic {
+    fn qp(&self) -> Ep<'_> {
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let qpn = self
+            .ctx
+            .create_qp(&QpInit {
+                sq_sig_all: true,
+                ..QpInit::rc(self.pd, self.cq, cap)
+            })
+            .unwrap();
+        Ep { nic: self, qpn }
+    }
+
+    fn stats(&self) -> roce_emu::backend::PortStats {
+        self.ctx.port_stats()
+    }
+}
+
+impl Ep<'_> {
+    fn info(&self) -> Info {
+        Info {
+            ip: self.nic.ip,
+            qpn: self.qpn,
+            rkey: self.nic.mr.rkey().0,
+        }
+    }
+
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: IOVA + off,
+            length: len,
+            lkey: self.nic.mr.lkey(),
+        }
+    }
+
+    fn connect(&self, peer: Info) {
+        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        // Both sides start at PSN 0x100: the peer's starting PSN is not exchanged.
+        let rtr = QpAttr::rtr(
+            peer.ip,
+            Mtu::M1024,
+            peer.qpn,
+            Psn::new(0x100),
+            4,
+            DEFAULT_MIN_RNR_TIMER,
+        );
+        let rts = QpAttr::rts(
+            Psn::new(0x100),
+            DEFAULT_TIMEOUT,
+            MAX_RETRY_CNT,
+            RNR_RETRY_INFINITE,
+            4,
+        );
+        verbs::connect_rc(&self.nic.ctx, self.qpn, remote, &rtr, &rts).unwrap();
+    }
+
+    fn post(&self, op: SendOp, off: u64, len: u32) {
+        let sge = [self.sge(off, len)];
+        let wr = SendWr {
+            wr_id: u64::from(self.qpn),
+            op,
+            local: Local::Sges(&sge),
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
+        };
+        self.nic.ctx.post_send(self.qpn, &wr).unwrap();
+    }
+
+    fn post_recv(&self) {
+        let sge = [self.sge(RECV_DST, 4096)];
+        let wr = RecvWr {
+            wr_id: u64::from(self.qpn),
+            sges: &sge,
+        };
+        self.nic.ctx.post_recv(self.qpn, &wr).unwrap();
+    }
+
+    /// The next completion of this NIC (driving it), within `WAIT`.
+    fn poll_one(&self) -> Completion {
+        let deadline = Instant::now() + WAIT;
+        let mut c = [Completion::default()];
+        loop {
+            if self.nic.ctx.poll_cq(self.nic.cq, &mut c).unwrap() == 1 {
+                assert_eq!(c[0].wr_id, u64::from(self.qpn), "{:?}", c[0]);
+                assert_eq!(c[0].status, WcStatus::Success, "{:?}", c[0]);
+                return c[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "QP {:#x} on {}: no completion within {WAIT:?}; port {:?}",
+                self.qpn,
+                self.nic.ip,
+                self.nic.stats()
+            );
+            self.nic.ctx.wait(Duration::from_millis(1)).unwrap();
+        }
+    }
+
+    fn write(&self, peer: Info, data: &[u8]) {
+        self.nic.mr.write(IOVA + WRITE_SRC, data).unwrap();
+        let remote = Remote {
+            va: IOVA + WRITE_DST,
+            rkey: peer.rkey,
+        };
+        self.post(SendOp::Write { remote }, WRITE_SRC, data.len() as u32);
+        assert_eq!(self.poll_one().opcode, WcOpcode::RdmaWrite);
+    }
+
+    /// READs `len` bytes of the peer's `READ_SRC` and returns them.
+    fn read(&self, peer: Info, len: u32) -> Vec<u8> {
+        let remote = Remote {
+            va: IOVA + READ_SRC,
+            rkey: peer.rkey,
+        };
+        self.post(SendOp::Read { remote }, READ_DST, len);
+        assert_eq!(self.poll_one().opcode, WcOpcode::RdmaRead);
+        self.bytes(READ_DST, len)
+    }
+
+    fn send(&self, data: &[u8]) {
+        self.nic.mr.write(IOVA + SEND_SRC, data).unwrap();
+        self.post(SendOp::Send, SEND_SRC, data.len() as u32);
+        assert_eq!(self.poll_one().opcode, WcOpcode::Send);
+    }
+
+    /// Waits for a SEND (a receive posted earlier) and returns its bytes.
+    fn recv(&self) -> Vec<u8> {
+        let c = self.poll_one();
+        assert_eq!(c.opcode, WcOpcode::Recv);
+        self.bytes(RECV_DST, c.byte_len)
+    }
+
+    fn bytes(&self, off: u64, len: u32) -> Vec<u8> {
+        let mut v = vec![0; len as usize];
+        self.nic.mr.read(IOVA + off, &mut v).unwrap();
+        v
+    }
+}
+
+fn pattern(seed: u8, len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 8) as u8)
+        .collect()
+}
+
+fn connect(a: Ep<'_>, b: Ep<'_>) {
+    a.connect(b.info());
+    b.connect(a.info());
+}
+
+/// SEND, WRITE and READ each way between two QPs in this process, every byte checked.
+fn exchange(a: Ep<'_>, b: Ep<'_>, seed: u8) {
+    for (x, y, s) in [(a, b, seed), (b, a, seed.wrapping_add(100))] {
+        y.post_recv();
+        let data = pattern(s, SEND_LEN);
+        x.send(&data);
+        assert_eq!(y.recv(), data, "SEND {:#x} -> {:#x}", x.qpn, y.qpn);
+        let data = pattern(s ^ 0x55, WRITE_LEN);
+        x.write(y.info(), &data);
+        assert_eq!(y.bytes(WRITE_DST, WRITE_LEN), data, "WRITE {:#x}", x.qpn);
+        let data = pattern(s ^ 0xaa, READ_LEN);
+        y.nic.mr.write(IOVA + READ_SRC, &data).unwrap();
+        assert_eq!(x.read(y.info(), READ_LEN), data, "READ {:#x}", x.qpn);
+    }
+}
+
+#[test]
+fn two_contexts_in_one_process_share_an_address() {
+    let a = nic("127.0.15.1");
+    let b = nic("127.0.15.1");
+    let (qa, qb) = (a.qp(), b.qp());
+    // The first holds the port and numbers its QPs as a NIC alone does; the second leased
+    // another block of QPNs.
+    assert_eq!(qa.qpn, 0x11);
+    assert_eq!(qb.qpn >> 16, 1, "{:#x}", qb.qpn);
+    connect(qa, qb);
+    exchange(qa, qb, 1);
+    // Every packet forwarded reaches the member (a last ACK may still be on its way).
+    let deadline = Instant::now() + WAIT;
+    while b.stats().share_received < a.stats().share_forwarded {
+        assert!(Instant::now() < deadline, "{:?} {:?}", a.stats(), b.stats());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!((sa.share_joined, sa.share_left), (1, 0), "{sa:?}");
+    assert!(sa.share_forwarded > 0, "{sa:?}");
+    assert!(sa.share_forward_msgs > 0, "{sa:?}");
+    assert!(sa.share_forward_msgs <= sa.share_forwarded, "{sa:?}");
+    assert_eq!(sa.share_forward_dropped, 0, "{sa:?}");
+    assert_eq!(sb.share_received, sa.share_forwarded, "{sa:?} {sb:?}");
+    assert_eq!(sb.share_malformed, 0, "{sb:?}");
+    // The member goes: the hub sees it leave.
+    drop(b);
+    let deadline = Instant::now() + WAIT;
+    while a.stats().share_left == 0 {
+        assert!(Instant::now() < deadline, "the hub never saw the member go");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A peer on another address reaches a member's QP through the hub, and the hub sorts
+/// what it receives: a packet for a block nobody leased stays with it (counted), one for
+/// the member's block is forwarded.
+#[test]
+fn a_peer_elsewhere_reaches_a_member_through_the_hub() {
+    let hub = nic("127.0.15.2");
+    let member = nic("127.0.15.2");
+    let far = nic("127.0.15.3");
+    let (qm, qf) = (member.qp(), far.qp());
+    assert!(qm.qpn >= 0x1_0000, "{:#x}", qm.qpn);
+    connect(qm, qf);
+    exchange(qm, qf, 7);
+    let s = hub.stats();
+    assert!(s.share_forwarded > 0, "{s:?}");
+    assert_eq!(s.share_unleased, 0, "{s:?}");
+
+    // Raw datagrams with only a BTH: DestQP 0x50_0011 (block 0x50, unleased) and one in
+    // the member's block.
+    let raw = UdpSocket::bind("127.0.15.3:0").unwrap();
+    let forwarded = member.stats().share_received;
+    for dqpn in [0x50_0011u32, qm.qpn] {
+        let mut p = [0u8; 32];
+        p[0] = 0x04; // RC SEND ONLY
+        p[4..8].copy_from_slice(&dqpn.to_be_bytes());
+        raw.send_to(&p, "127.0.15.2:4791").unwrap();
+    }
+    let deadline = Instant::now() + WAIT;
+    while hub.stats().share_unleased < 1 || member.stats().share_received < forwarded + 1 {
+        assert!(
+            Instant::now() < deadline,
+            "{:?} {:?}",
+            hub.stats(),
+            member.stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(hub.stats().share_unleased, 1);
+    // The member's engine dropped it (no valid ICRC); its QP still works.
+    exchange(qm, qf, 9);
+}
+
+/// The hub's context is dropped mid-run: one member becomes the hub, the other joins it,
+/// both keep their QPs (to each other, and to a peer elsewhere), and a third context then
+/// joins the new hub.
+#[test]
+fn members_keep_their_qps_when_the_hub_goes() {
+    let hub = nic("127.0.15.4");
+    let hq = hub.qp();
+    let m1 = nic("127.0.15.4");
+    let m2 = nic("127.0.15.4");
+    let far = nic("127.0.15.5");
+    let (m1_far, m1_m2, m2_m1) = (m1.qp(), m1.qp(), m2.qp());
+    let (far_m1, far_hub) = (far.qp(), far.qp());
+    connect(m1_far, far_m1);
+    connect(m1_m2, m2_m1);
+    connect(hq, far_hub);
+    exchange(m1_far, far_m1, 1);
+    exchange(m1_m2, m2_m1, 2);
+    exchange(hq, far_hub, 3);
+    assert_eq!(hub.stats().share_joined, 2);
+
+    drop(hub);
+    exchange(m1_far, far_m1, 4);
+    exchange(m1_m2, m2_m1, 5);
+    let (s1, s2) = (m1.stats(), m2.stats());
+    assert_eq!(
+        (
+            s1.share_takeovers + s2.share_takeovers,
+            s1.share_rejoins + s2.share_rejoins
+        ),
+        (1, 1),
+        "{s1:?} {s2:?}"
+    );
+
+    let third = nic("127.0.15.4");
+    let (q3, far_3) = (third.qp(), far.qp());
+    let blocks = [m1_far.qpn >> 16, m2_m1.qpn >> 16, q3.qpn >> 16];
+    assert!(
+        blocks[2] != blocks[0] && blocks[2] != blocks[1],
+        "{blocks:x?}"
+    );
+    connect(q3, far_3);
+    exchange(q3, far_3, 6);
+    let new_hub = if s1.share_takeovers == 1 { &m1 } else { &m2 };
+    assert_eq!(
+        new_hub.stats().share_joined,
+        2,
+        "the other member and the third"
+    );
+    exchange(m1_m2, m2_m1, 7);
+}
+
+// ---- two processes -------------------------------------------------------------------
+
+const CHILD_ENV: &str = "SHARED_PORT_CHILD";
+
+/// The other process, started by this binary with `--exact child_entry`.
+struct Peer {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Peer {
+    fn spawn(mode: &str, addr: &str) -> Peer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, format!("{mode} {addr}"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                // libtest may print "test child_entry ... " first on the same line.
+                if let Some(i) = l.find("CHILD ") {
+                    if tx.send(l[i + 6..].to_string()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        Peer { child, lines }
+    }
+
+    fn expect(&mut self, what: &str) -> String {
+        match self.lines.recv_timeout(WAIT) {
+            Ok(l) if l.starts_with(what) => l,
+            other => panic!("the child said {other:?}, not {what}"),
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn finish(mut self) {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                assert!(st.success(), "the child failed: {st}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "the child did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn info_line(i: Info) -> String {
+    format!("INFO {} {} {}", i.ip, i.qpn, i.rkey)
+}
+
+fn parse_info(l: &str) -> Info {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    Info {
+        ip: f[1].parse().unwrap(),
+        qpn: f[2].parse().unwrap(),
+        rkey: f[3].parse().unwrap(),
+    }
+}
+
+/// Two processes open the same address: the second is a member; they SEND, WRITE and
+/// READ to each other.
+#[test]
+fn two_processes_on_one_address_exchange_messages() {
+    let a = nic("127.0.15.6");
+    let qa = a.qp();
+    let mut peer = Peer::spawn("member", "127.0.15.6");
+    let theirs = parse_info(&peer.expect("INFO"));
+    assert!(
+        theirs.qpn >= 0x1_0000,
+        "the child leased a block: {theirs:?}"
+    );
+    qa.connect(theirs);
+    qa.nic
+        .mr
+        .write(IOVA + READ_SRC, &pattern(4, READ_LEN))
+        .unwrap();
+    qa.post_recv();
+    peer.say(&info_line(qa.info()));
+    peer.expect("READY");
+    qa.write(theirs, &pattern(2, WRITE_LEN));
+    // The child answers our SEND with its own: its arrival may beat our SEND's ACK.
+    qa.nic
+        .mr
+        .write(IOVA + SEND_SRC, &pattern(1, SEND_LEN))
+        .unwrap();
+    qa.post(SendOp::Send, SEND_SRC, SEND_LEN);
+    let mut ops = [qa.poll_one(), qa.poll_one()].map(|c| (c.opcode, c.byte_len));
+    ops.sort_by_key(|o| o.0 == WcOpcode::Recv);
+    assert_eq!(
+        ops,
+        [(WcOpcode::Send, SEND_LEN), (WcOpcode::Recv, SEND_LEN)]
+    );
+    assert_eq!(
+        qa.bytes(RECV_DST, SEND_LEN),
+        pattern(3, SEND_LEN),
+        "the child's SEND"
+    );
+    peer.expect("DONE");
+    peer.finish();
+    let s = a.stats();
+    assert!(s.share_forwarded > 0 && s.share_joined == 1, "{s:?}");
+}
+
+/// The hub is another process, killed mid-run: this process's member becomes the hub,
+/// keeps its QP to a peer elsewhere, and a third context joins it.
+#[test]
+fn a_member_outlives_the_hub_process() {
+    let mut hub = Peer::spawn("hub", "127.0.15.7");
+    hub.expect("READY");
+    let m = nic("127.0.15.7");
+    let far = nic("127.0.15.8");
+    let (qm, qf) = (m.qp(), far.qp());
+    assert!(qm.qpn >= 0x1_0000, "a member: {:#x}", qm.qpn);
+    connect(qm, qf);
+    exchange(qm, qf, 1);
+    // SIGKILL: the hub's process gets no say; the kernel closes its sockets.
+    hub.child.kill().unwrap();
+    hub.child.wait().unwrap();
+    exchange(qm, qf, 2);
+    let s = m.stats();
+    assert_eq!(s.share_takeovers, 1, "{s:?}");
+    let third = nic("127.0.15.7");
+    let q3 = third.qp();
+    assert_ne!(q3.qpn >> 16, qm.qpn >> 16);
+    let qm3 = m.qp();
+    connect(q3, qm3);
+    exchange(q3, qm3, 3);
+    assert_eq!(m.stats().share_joined, 1);
+    drop(hub);
+}
+
+/// The other process of the two-process tests (does nothing when run as a test).
+#[test]
+fn child_entry() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (mode, addr) = spec.split_once(' ').unwrap();
+    let mut stdin = std::io::stdin().lock().lines();
+    // Bounded even if the parent hangs: it kills us, or we give up.
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::exit(3);
+    });
+    let n = nic(addr);
+    match mode {
+        "hub" => {
+            let _q = n.qp();
+            println!("CHILD READY");
+            // Until killed (or the parent's end closes).
+            while let Some(Ok(_)) = stdin.next() {}
+        }
+        "member" => {
+            let q = n.qp();
+            n.mr.write(IOVA + WRITE_DST, &[0; WRITE_LEN as usize])
+                .unwrap();
+            println!("CHILD {}", info_line(q.info()));
+            let theirs = parse_info(&stdin.next().unwrap().unwrap());
+            q.connect(theirs);
+            q.post_recv();
+            println!("CHILD READY");
+            assert_eq!(q.recv(), pattern(1, SEND_LEN), "the parent's SEND");
+            // The WRITE went before the SEND on one RC connection: it has landed.
+            assert_eq!(q.bytes(WRITE_DST, WRITE_LEN), pattern(2, WRITE_LEN));
+            q.send(&pattern(3, SEND_LEN));
+            assert_eq!(q.read(theirs, READ_LEN), pattern(4, READ_LEN));
+            println!("CHILD DONE");
+        }
+        _ => panic!("unknown child mode {mode}"),
+    }
+}
