@@ -1,8 +1,6 @@
 //! errno values as rdma-core and rxe return them.
 
-use roce_emu::engine::VerbsError;
-use roce_emu::mem::MemError;
-use roce_emu::verbs::Error;
+use roce_emu::verbs::{Error, MemError, VerbsError};
 
 pub fn set_errno(e: i32) {
     // SAFETY: __errno_location returns this thread's errno slot, always valid.

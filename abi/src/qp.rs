@@ -10,8 +10,7 @@ use crate::ffi;
 use crate::mr::PdObj;
 use crate::wr::{self, Batch};
 use libc::c_int;
-use roce_emu::verbs::{Access, AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
-use roce_emu::wire::Psn;
+use roce_emu::verbs::{Access, AddressVector, Mtu, Psn, QpAttr, QpCap, QpInit, QpState, QpType};
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
 

@@ -5,8 +5,7 @@
 use crate::ffi;
 use crate::qp::Qp;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::mem::Lkey;
-use roce_emu::verbs::{Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
 use std::ops::Range;
 
 /// SGEs a work request may carry (the engine's limit; more is EINVAL).

@@ -35,13 +35,15 @@ pub use crate::driver::{Spin, DEFAULT_SPIN_US};
 pub use channel::CompChannel;
 // The types of the verbs calls, so a program (the tools, the C ABI) needs nothing else.
 pub use crate::engine::qp::attr::{AddressVector, Attrs};
+pub use crate::engine::VerbsError;
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
     RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
     DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use crate::mem::{Access, Pd};
-pub use crate::mem::{Backing, MemoryRegion, Sge};
+pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};
+pub use crate::wire::Psn;
 
 use crate::backend::capture::{Capture, CaptureError};
 use crate::backend::fault::Lossy;
@@ -49,8 +51,8 @@ use crate::backend::shared::SharedBackend;
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, PortStats};
 use crate::driver::{Clock, Driver, IoStats};
-use crate::engine::{Engine, EngineConfig, VerbsError};
-use crate::mem::{Lkey, MemError, MrTable};
+use crate::engine::{Engine, EngineConfig};
+use crate::mem::MrTable;
 use progress::{Nic, Shared};
 use std::net::IpAddr;
 use std::path::PathBuf;

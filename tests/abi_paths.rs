@@ -1,0 +1,42 @@
+//! The drop-in libibverbs.so.1 seen from C: tests/abi/verbs_paths.c, compiled against
+//! Debian 12's libibverbs-dev headers and linked against our library, drives every inline
+//! path of verbs.h (ops table, verbs_context, ibv_qp_ex, ibv_cq_ex) and the cases real
+//! programs meet: O_NONBLOCK event fds, EOPNOTSUPP features, memory deregistered and
+//! unmapped under a peer's WRITEs, fork. Address 127.0.21.1.
+
+mod common;
+
+use common::dropin;
+use std::process::Command;
+use std::time::Duration;
+
+#[test]
+fn a_c_program_drives_every_inline_path() {
+    let Some(env) = dropin::setup("abi_paths") else {
+        return;
+    };
+    let exe = std::env::temp_dir().join(format!("roce-emu-verbs-paths-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/abi/verbs_paths.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(format!("-I{}", env.root.join("usr/include").display()))
+        .arg(format!("-L{}", env.lib.display()))
+        .arg("-libverbs")
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", dropin::show(&cc));
+    let child = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &env.lib)
+        .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = dropin::finish(child, Duration::from_secs(120), "verbs_paths");
+    let _ = std::fs::remove_file(&exe);
+    assert!(out.status.success(), "{}", dropin::show(&out));
+    let text = dropin::stdout(&out);
+    assert_eq!(text.matches("PASS ").count(), 9, "{text}");
+}
