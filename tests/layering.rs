@@ -616,3 +616,54 @@ fn wire_layout_imports_nothing() {
     let opcode = vec!["wire".to_string(), "opcode".to_string()];
     assert!(graph[&bth].contains_key(&opcode));
 }
+
+/// The C ABI crate (abi/, the drop-in libibverbs.so.1) is a skin over the verbs layer: of
+/// the core it imports only `roce_emu::verbs`; its unsafe blocks each carry a SAFETY
+/// comment (its `unsafe extern "C" fn`s are the C API, whose contract the verbs man pages
+/// state; any other `unsafe fn` says its own in a `# Safety` section or a SAFETY comment).
+/// `ffi.rs` is bindgen's output and exempt.
+#[test]
+fn abi_uses_only_the_verbs_layer_and_comments_its_unsafe() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("abi/src");
+    let mut files = Vec::new();
+    rust_files(&dir, &mut files);
+    let mut bad = Vec::new();
+    for f in files.iter().filter(|f| !f.ends_with("ffi.rs")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            for (at, _) in l.match_indices("roce_emu::") {
+                if !l[at..].starts_with("roce_emu::verbs") {
+                    bad.push(format!(
+                        "{}:{}: imports below verbs: {l}",
+                        f.display(),
+                        i + 1
+                    ));
+                }
+            }
+            let block = l.contains("unsafe {") || l.contains("unsafe impl");
+            let inner_fn = l.contains("unsafe fn") && !l.contains("extern \"C\"");
+            if !(block || inner_fn) {
+                continue;
+            }
+            // The comment may sit above the statement the block is part of.
+            let commented = lines[..i]
+                .iter()
+                .rev()
+                .take(8)
+                .any(|p| p.contains("SAFETY:") || p.contains("# Safety"));
+            if !commented {
+                bad.push(format!(
+                    "{}:{}: unsafe without SAFETY: {l}",
+                    f.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "abi/ rules:\n{}", bad.join("\n"));
+}
