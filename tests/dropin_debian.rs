@@ -1,6 +1,7 @@
 //! Debian 12's unmodified RDMA programs on the drop-in libibverbs.so.1: ibverbs-utils
 //! (ibv_devices, ibv_devinfo, ibv_rc_pingpong) and perftest 4.5, server and client as two
-//! processes on this machine. Addresses 127.0.20.x, TCP ports 18800-18899.
+//! processes on this machine, on one address (they share its UDP port). Addresses
+//! 127.0.20.x, TCP ports 18800-18899; the zero-set-up test runs in its own namespace.
 
 mod common;
 
@@ -51,7 +52,8 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
     let mut server = env.cmd("ibv_rc_pingpong", &dev(2), &args);
     let mut cargs = args.clone();
     cargs.push("127.0.20.2");
-    let mut client = env.cmd("ibv_rc_pingpong", &dev(3), &cargs);
+    // Both on one address: the second shares the first's UDP port 4791.
+    let mut client = env.cmd("ibv_rc_pingpong", &dev(2), &cargs);
     let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
     for (who, o) in [("server", &s), ("client", &c)] {
         let text = stdout(o);
@@ -108,7 +110,7 @@ fn perftest(tag: &str, tool: &str, port: u16, args: &[&str]) -> Option<String> {
     let server_ip = format!("127.0.20.{}", 4 + (port % 50) * 2);
     let mut ca = a.clone();
     ca.push(&server_ip);
-    let mut client = env.cmd(tool, &dev(5 + (port % 50) as u8 * 2), &ca);
+    let mut client = env.cmd(tool, &dev(4 + (port % 50) as u8 * 2), &ca);
     let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
     let (stext, ctext) = (stdout(&s), stdout(&c));
     // The result row: the first number on it is the message size.
@@ -196,4 +198,55 @@ fn roce_emu_run_starts_an_unmodified_program() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(2), "{}", show(&bad));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("write NAME=ADDR"));
+}
+
+#[test]
+fn zero_set_up_two_programs_on_one_machine_reach_each_other() {
+    // No ROCE_EMU_DEVICES: the device list is this machine's interfaces. In a namespace of
+    // its own the machine is `lo` alone, so the device is rxe_lo on 127.0.0.1.
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip("zero_set_up", "needs root for a network namespace");
+        return;
+    }
+    let Some(env) = dropin::setup("zero_set_up") else {
+        return;
+    };
+    let ns = common::netns::Netns::new("dropin");
+    let run = |args: &[&str]| {
+        let mut c = ns.cmd(env.bin("ibv_rc_pingpong").to_str().unwrap());
+        c.args(args)
+            .env("LD_LIBRARY_PATH", env.library_path())
+            .env_remove("ROCE_EMU_DEVICES")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        c
+    };
+    let devinfo = ns
+        .cmd(env.bin("ibv_devinfo").to_str().unwrap())
+        .env("LD_LIBRARY_PATH", env.library_path())
+        .env_remove("ROCE_EMU_DEVICES")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&devinfo).contains("hca_id:\trxe_lo"),
+        "{}",
+        show(&devinfo)
+    );
+    let server = run(&["-g", "0", "-n", "100"]).spawn().unwrap();
+    // ibv_rc_pingpong's default TCP port, in the namespace's table (the server's view).
+    assert!(
+        dropin::wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
+        "the server never listened"
+    );
+    let client = run(&["-g", "0", "-n", "100", "127.0.0.1"]).spawn().unwrap();
+    let c = dropin::finish(client, LIMIT, "zero set-up client");
+    let s = dropin::finish(server, LIMIT, "zero set-up server");
+    assert!(
+        c.status.success() && s.status.success(),
+        "{}\n{}",
+        show(&s),
+        show(&c)
+    );
+    assert!(stdout(&c).contains("100 iters in"), "{}", show(&c));
 }

@@ -88,11 +88,17 @@ impl Env {
 /// Waits until something listens on TCP `port` (from /proc/net/tcp and tcp6), at most
 /// `limit`: a probe connection would be taken by the server as its client.
 pub fn wait_listening(port: u16, limit: Duration) -> bool {
+    wait_listening_in(None, port, limit)
+}
+
+/// [`wait_listening`] in the network namespace of process `pid` (its /proc/PID/net view).
+pub fn wait_listening_in(pid: Option<u32>, port: u16, limit: Duration) -> bool {
+    let base = pid.map_or("/proc".to_string(), |p| format!("/proc/{p}"));
     let deadline = Instant::now() + limit;
     let needle = format!(":{port:04X} ");
     while Instant::now() < deadline {
-        for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-            let text = std::fs::read_to_string(f).unwrap_or_default();
+        for f in ["net/tcp", "net/tcp6"] {
+            let text = std::fs::read_to_string(format!("{base}/{f}")).unwrap_or_default();
             // Column 2 is local_address (ADDR:PORT), column 4 the state (0A: LISTEN).
             if text.lines().any(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
