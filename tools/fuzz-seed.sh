@@ -10,7 +10,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -71,7 +71,17 @@ def udp_payload(f):
         return None
     return l4[8:ulen]
 
-n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0}
+n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
+     "share_proto": 0}
+# share_proto: the shared port's control messages (join with a claim, lease, refusal) and a
+# forward message with one IPv4 entry (src/backend/shared/proto.rs: 'P', version 1, two
+# spare bytes; a 48-byte entry header: length, segment size, family, flags, ports, addresses).
+for ctl in (b"J\x01\x01\x05\0\0\0\0", b"L\x01\x07\0\0\0\0\0", b"N\x01\x01\0\0\0\0\0"):
+    n["share_proto"] += save("share_proto", ctl)
+pkt = bytes(range(28))
+entry = struct.pack("<IHBBHHH", len(pkt), len(pkt), 4, 0, 49152, 0, 4791) + bytes(2)
+entry += bytes(12) + bytes([127, 0, 15, 2]) + bytes(12) + bytes([127, 0, 15, 1])
+n["share_proto"] += save("share_proto", b"P\x01\0\0" + entry + pkt)
 # oob_records: the first address record of each exchange in shared/captures (rc_pingpong's
 # rc_pingpong_s64 and perftest's write_bw_s4096, rdma-core 44 / perftest 4.5 on rxe).
 for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",
