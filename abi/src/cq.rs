@@ -8,7 +8,7 @@ use crate::context::{fd_nonblocking, Ctx};
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::verbs::{CompChannel, Completion, WcOpcode, WcStatus};
+use roce_emu::verbs::{CompChannel, Completion, Spin, WcOpcode, WcStatus, DEFAULT_SPIN_US};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::ptr::null_mut;
@@ -19,6 +19,23 @@ use std::time::Duration;
 /// Completions taken from the engine at a time by the extended polling API (one engine
 /// poll serves up to this many `ibv_next_poll` calls).
 const BATCH: usize = 16;
+
+/// How long one `ibv_poll_cq` may sleep on the port once the CQ has been idle for the spin
+/// budget (see `idle`).
+const IDLE_SLEEP: Duration = Duration::from_millis(1);
+
+/// The spin budget: `ROCE_EMU_SPIN_US` microseconds (default `DEFAULT_SPIN_US`); 0 never
+/// sleeps in `ibv_poll_cq` (a pure non-blocking poll, every call a system call).
+fn spin_budget() -> Option<Duration> {
+    static BUDGET: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let us = std::env::var("ROCE_EMU_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(DEFAULT_SPIN_US);
+        (us > 0).then(|| Duration::from_micros(us))
+    })
+}
 
 #[repr(C)]
 pub struct Chan {
@@ -37,6 +54,8 @@ pub struct Cq {
     buf: [Completion; BATCH],
     head: usize,
     len: usize,
+    /// Poll or sleep when idle (`idle`).
+    spin: Option<Spin>,
 }
 
 impl Cq {
@@ -92,6 +111,32 @@ impl Cq {
         self.head += 1;
         self.len -= 1;
         Ok(Some(c))
+    }
+
+    /// A poll found nothing. perftest and ibv_rc_pingpong busy-poll their CQs, and here
+    /// every poll runs the NIC, a system call: two such programs on one machine, each
+    /// spinning, take the CPU the other needs to answer (measured: ib_write_bw swinging
+    /// between 0.3 and 1.0 of `roce-emu perf write`, which sleeps when idle). So, as the
+    /// tools do (`driver::Spin`): poll for the spin budget after the CQ goes idle, then
+    /// let one poll sleep on the port until a packet arrives (at most `IDLE_SLEEP`) before
+    /// it answers. A program sees a poll that took a little longer, never a lost one.
+    fn idle(&mut self) {
+        let Some(spin) = self.spin.as_mut() else {
+            return;
+        };
+        if spin.keep_polling() {
+            return;
+        }
+        let _ = self.ctx().nic.wait(IDLE_SLEEP);
+        if let Some(spin) = self.spin.as_mut() {
+            spin.slept();
+        }
+    }
+
+    fn busy(&mut self) {
+        if let Some(spin) = self.spin.as_mut() {
+            spin.active();
+        }
     }
 
     /// The completion being read by `ibv_wc_read_*`.
@@ -296,6 +341,7 @@ unsafe fn create(
         buf: [Completion::default(); BATCH],
         head: 0,
         len: 0,
+        spin: spin_budget().map(Spin::new),
     }));
     ctx.cqs.lock().unwrap().insert(id, obj as usize);
     if !chan.is_null() {
@@ -371,6 +417,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
     let want = n.max(0) as usize;
     let mut got = 0usize;
     let mut buf = [Completion::default(); 32];
+    let mut slept = false;
     while got < want {
         let chunk = (want - got).min(buf.len());
         let m = match obj.take(&mut buf[..chunk]) {
@@ -382,9 +429,18 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
             unsafe { wc.add(got + i).write(to_wc(c)) };
         }
         got += m;
+        if m == 0 && got == 0 && want > 0 && !slept {
+            // Idle: maybe sleep on the port, then look once more.
+            obj.idle();
+            slept = true;
+            continue;
+        }
         if m < chunk {
             break;
         }
+    }
+    if got > 0 {
+        obj.busy();
     }
     got as c_int
 }
@@ -401,11 +457,19 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_i
 
 // ---- extended polling (ibv_cq_ex) -----------------------------------------------------
 
-unsafe fn step(cq: *mut ffi::ibv_cq_ex) -> c_int {
+/// The next completion into the CQ's public fields. Only `ibv_start_poll` may sleep when
+/// idle: `ibv_next_poll` finding nothing ends a batch the program is reading.
+unsafe fn step(cq: *mut ffi::ibv_cq_ex, may_sleep: bool) -> c_int {
     // SAFETY: a CQ we created (ibv_cq_ex is the first field of Cq).
     let obj = unsafe { Cq::of(cq as *mut ffi::ibv_cq) };
-    match obj.next() {
+    let mut next = obj.next();
+    if matches!(next, Ok(None)) && may_sleep {
+        obj.idle();
+        next = obj.next();
+    }
+    match next {
         Ok(Some(c)) => {
+            obj.busy();
             obj.ex.status = status(c.status);
             obj.ex.wr_id = c.wr_id;
             0
@@ -422,11 +486,11 @@ unsafe extern "C" fn start_poll(
     if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
         return libc::EINVAL;
     }
-    unsafe { step(cq) }
+    unsafe { step(cq, true) }
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
-    unsafe { step(cq) }
+    unsafe { step(cq, false) }
 }
 
 unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {}

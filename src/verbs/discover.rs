@@ -120,7 +120,13 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
                         mtu: m.into(),
                     })?
             }
-            None => found.as_ref().map_or(Mtu::M1024, |f| active_mtu(f.mtu)),
+            // An address of an interface, or one in an interface's subnet (127.0.0.2 on
+            // lo): that interface's MTU, as rxe's port MTU follows its netdev.
+            None => found
+                .as_ref()
+                .map(|f| f.mtu)
+                .or_else(|| crate::backend::udp::link_mtu(ip))
+                .map_or(Mtu::M1024, active_mtu),
         };
         if out.iter().any(|p| p.name == name) {
             return Err(ConfigError::Duplicate(name.into()));
