@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Unmodified Debian 12 RDMA programs on roce-emu, on this machine, with no kernel module
+# and no configuration: ibv_devinfo, then ibv_rc_pingpong and ib_write_bw / ib_read_bw as
+# server and client processes on the loopback device (rxe_lo, 127.0.0.1), each started with
+# `roce-emu run`. The programs come from Debian's packages, fetched into a cache by
+# tools/dropin/debian.sh (nothing is installed); the drop-in is built by build.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+tools/dropin/build.sh >/dev/null
+cargo build --release --quiet --bin roce-emu
+root=$(tools/dropin/debian.sh)/tree
+bin=$root/usr/bin
+# perftest also links Debian's libmlx5, libefa, librdmacm, libibumad and libpci.
+export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+run=(target/release/roce-emu run --)
+
+echo "== roce-emu run -- ibv_devinfo -d rxe_lo"
+"${run[@]}" "$bin/ibv_devinfo" -d rxe_lo
+
+pair() { # NAME PORT SERVER-ARGS... -- CLIENT-ARGS...
+  local name=$1 port=$2; shift 2
+  local sargs=() cargs=()
+  while [ "$1" != -- ]; do sargs+=("$1"); shift; done; shift
+  cargs=("$@")
+  echo; echo "== $name (server and client: two processes, one address)"
+  "${run[@]}" "$bin/$name" "${sargs[@]}" > /tmp/roce-emu-demo-server.$$ 2>&1 &
+  local spid=$!
+  for _ in $(seq 1 100); do
+    grep -q ":$(printf '%04X' "$port") .* 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null && break
+    sleep 0.05
+  done
+  local rc=0
+  timeout 60 "${run[@]}" "$bin/$name" "${cargs[@]}" || rc=$?
+  wait "$spid" || rc=$?
+  echo "-- server:"; cat /tmp/roce-emu-demo-server.$$; rm -f /tmp/roce-emu-demo-server.$$
+  [ $rc = 0 ] || { echo "FAIL: $name (status $rc)"; exit 1; }
+}
+pair ibv_rc_pingpong 18515 -d rxe_lo -g 0 -s 4096 -n 1000 -- -d rxe_lo -g 0 -s 4096 -n 1000 127.0.0.1
+pair ib_write_bw 18516 -d rxe_lo -p 18516 -s 65536 -n 5000 -- -d rxe_lo -p 18516 -s 65536 -n 5000 127.0.0.1
+pair ib_read_bw 18517 -d rxe_lo -p 18517 -s 65536 -n 5000 -- -d rxe_lo -p 18517 -s 65536 -n 5000 127.0.0.1
+echo; echo "PASS: unmodified ibv_devinfo, ibv_rc_pingpong, ib_write_bw and ib_read_bw on roce-emu"
