@@ -71,12 +71,20 @@ fn ibv_rc_pingpong_4096_bytes_mtu_1024() {
 
 #[test]
 fn ibv_rc_pingpong_65536_bytes_mtu_4096() {
-    rc_pingpong("rc_pingpong_65536_4096", 18802, &["-s", "65536", "-m", "4096"]);
+    rc_pingpong(
+        "rc_pingpong_65536_4096",
+        18802,
+        &["-s", "65536", "-m", "4096"],
+    );
 }
 
 #[test]
 fn ibv_rc_pingpong_65536_bytes_mtu_1024() {
-    rc_pingpong("rc_pingpong_65536_1024", 18803, &["-s", "65536", "-m", "1024"]);
+    rc_pingpong(
+        "rc_pingpong_65536_1024",
+        18803,
+        &["-s", "65536", "-m", "1024"],
+    );
 }
 
 #[test]
@@ -124,7 +132,10 @@ fn perftest_bandwidth_tools_complete() {
         ("ib_send_bw", vec!["-s", "65536", "-n", "300"]),
         ("ib_atomic_bw", vec!["-A", "CMP_AND_SWAP", "-n", "300"]),
         ("ib_atomic_bw", vec!["-A", "FETCH_AND_ADD", "-n", "300"]),
-        ("ib_write_bw", vec!["-s", "4096", "-n", "300", "--use_old_post_send"]),
+        (
+            "ib_write_bw",
+            vec!["-s", "4096", "-n", "300", "--use_old_post_send"],
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -134,16 +145,27 @@ fn perftest_bandwidth_tools_complete() {
             return;
         };
         let size: u64 = row.split_whitespace().next().unwrap().parse().unwrap();
-        let expect = if tool == "ib_atomic_bw" { 8 } else if extra.contains(&"4096") { 4096 } else { 65536 };
+        let expect = if tool == "ib_atomic_bw" {
+            8
+        } else if extra.contains(&"4096") {
+            4096
+        } else {
+            65536
+        };
         assert_eq!(size, expect, "{tag}: {row}");
     }
 }
 
 #[test]
 fn perftest_latency_tools_complete() {
-    for (i, tool) in ["ib_write_lat", "ib_send_lat", "ib_read_lat", "ib_atomic_lat"]
-        .into_iter()
-        .enumerate()
+    for (i, tool) in [
+        "ib_write_lat",
+        "ib_send_lat",
+        "ib_read_lat",
+        "ib_atomic_lat",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let Some(row) = perftest(tool, tool, 18830 + i as u16, &["-n", "200"]) else {
             return;

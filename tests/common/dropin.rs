@@ -96,7 +96,9 @@ pub fn wait_listening(port: u16, limit: Duration) -> bool {
             // Column 2 is local_address (ADDR:PORT), column 4 the state (0A: LISTEN).
             if text.lines().any(|l| {
                 let cols: Vec<&str> = l.split_whitespace().collect();
-                cols.len() > 3 && format!("{} ", &cols[1][cols[1].len() - 5..]) == needle && cols[3] == "0A"
+                cols.len() > 3
+                    && format!("{} ", &cols[1][cols[1].len() - 5..]) == needle
+                    && cols[3] == "0A"
             }) {
                 return true;
             }
@@ -113,13 +115,26 @@ pub fn finish(child: Child, limit: Duration, who: &str) -> Output {
 
 /// Runs a server and then its client (once the server listens on `tcp_port`); both
 /// outputs, after checking both exited 0.
-pub fn pair(server: &mut Command, client: &mut Command, tcp_port: u16, limit: Duration, what: &str) -> (Output, Output) {
-    let s = server.spawn().unwrap_or_else(|e| panic!("{what}: server: {e}"));
+pub fn pair(
+    server: &mut Command,
+    client: &mut Command,
+    tcp_port: u16,
+    limit: Duration,
+    what: &str,
+) -> (Output, Output) {
+    let s = server
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: server: {e}"));
     if !wait_listening(tcp_port, Duration::from_secs(20)) {
         let out = finish(s, Duration::from_secs(1), what);
-        panic!("{what}: the server never listened on {tcp_port}: {}", show(&out));
+        panic!(
+            "{what}: the server never listened on {tcp_port}: {}",
+            show(&out)
+        );
     }
-    let c = client.spawn().unwrap_or_else(|e| panic!("{what}: client: {e}"));
+    let c = client
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: client: {e}"));
     let cout = finish(c, limit, &format!("{what} client"));
     let sout = finish(s, limit, &format!("{what} server"));
     assert!(
