@@ -260,7 +260,7 @@ unsafe fn create(
     let chan = channel as *mut Chan;
     // A vector beyond the context's `num_comp_vectors` is EINVAL, as in the kernel's
     // ib_uverbs_create_cq.
-    if cqe < 1 || cqe > 16_384 || comp_vector >= ctx.v.context.num_comp_vectors as u32 {
+    if !(1..=16_384).contains(&cqe) || comp_vector >= ctx.v.context.num_comp_vectors as u32 {
         set_errno(libc::EINVAL);
         return null_mut();
     }
