@@ -178,6 +178,19 @@ impl Shared {
         self.driving.store(false, Ordering::Relaxed);
     }
 
+    /// The program is about to block elsewhere (on a completion channel): what it posted
+    /// since its last poll leaves now, and the thread takes over at once rather than after
+    /// its next re-check (up to `MAX_RECHECK` later, per hop of a ping-pong).
+    pub(crate) fn release(&self) -> Result<(), Error> {
+        self.stop_polling();
+        let mut nic = self.lock();
+        let r = nic.flush(self);
+        nic.dispatch(self);
+        drop(nic);
+        self.ring();
+        r.map(|_| ())
+    }
+
     pub(crate) fn app_polling(&self) -> bool {
         self.driving.load(Ordering::Relaxed)
     }
