@@ -211,19 +211,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
     let obj = unsafe { &*(ch as *const Chan) };
     let nonblocking = fd_nonblocking(obj.ch.fd);
+    // SAFETY: the channel's context outlives it.
+    let ctx = unsafe { Ctx::of(obj.ch.context) };
     loop {
-        let id = if nonblocking {
-            match obj.q.try_get_event() {
-                Some(id) => id,
-                None => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
+        let id = match obj.q.try_get_event() {
+            Some(id) => id,
+            // The program sleeps now (here, or in poll(2) on the fd after EAGAIN): the
+            // progress thread takes the NIC at once.
+            None if nonblocking => {
+                let _ = ctx.nic.release();
+                set_errno(libc::EAGAIN);
+                return -1;
             }
-        } else {
-            match obj.q.get_event(Duration::from_secs(3600)) {
-                Some(id) => id,
-                None => continue,
+            None => {
+                let _ = ctx.nic.release();
+                match obj.q.get_event(Duration::from_secs(3600)) {
+                    Some(id) => id,
+                    None => continue,
+                }
             }
         };
         // An event of a CQ destroyed since is dropped, as the kernel drops it.
