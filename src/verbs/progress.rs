@@ -231,6 +231,16 @@ impl Shared {
     }
 
     pub(crate) fn linger(&self, quiet: Duration, max: Duration) {
+        {
+            // No QP left, nothing to answer for (a destroyed QP sent what it owed as it
+            // went): what is queued leaves, and no wait (a program that opens and closes
+            // contexts by the hundred, as rdma-core's test suite, pays nothing).
+            let mut nic = self.lock();
+            if nic.driver.engine.qp_count() == 0 {
+                let _ = nic.flush(self);
+                return;
+            }
+        }
         let start = std::time::Instant::now();
         let mut last = std::time::Instant::now();
         while start.elapsed() < max && last.elapsed() < quiet {
