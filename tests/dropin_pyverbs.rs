@@ -14,10 +14,11 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The whole suite (about 65 s on a debug build on two cores).
-const LIMIT: Duration = Duration::from_secs(290);
+/// The whole suite takes about 15 s on a debug build on two cores; a hang ends here.
+const LIMIT: Duration = Duration::from_secs(180);
 
-/// At least this many tests pass (47 at the time of writing).
+/// At least this many tests pass (47 of 273 at the time of writing, 226 skipped: mlx5/efa
+/// devices, UD/UC/XRC/raw QPs, MW, DM, ODP, dmabuf, rereg, rdmacm, parent domains).
 const MIN_PASSED: usize = 45;
 
 /// Failures and errors that are understood: (unittest id, why). Empty today.
