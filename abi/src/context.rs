@@ -77,7 +77,11 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
     v.sz = std::mem::size_of::<ffi::verbs_context>();
     let c = &mut v.context;
     c.device = d;
-    c.cmd_fd = -1;
+    // No kernel command channel here, but programs take `cmd_fd` as a real fd (pyverbs'
+    // shared-PD test dups it before ibv_import_device, which then fails EOPNOTSUPP): a
+    // /dev/null of our own, closed with the context.
+    // SAFETY: open(2) of a constant NUL-terminated path.
+    c.cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     c.async_fd = nic.async_fd().as_raw_fd();
     c.num_comp_vectors = 1;
     c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
@@ -110,6 +114,10 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ffi::ibv_context) -> c_int {
     // SAFETY: a context we opened with Box::leak; the program stops using it now.
     let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
     ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
+    if ctx.v.context.cmd_fd >= 0 {
+        // SAFETY: the /dev/null fd opened for this context, closed once.
+        unsafe { libc::close(ctx.v.context.cmd_fd) };
+    }
     drop(ctx);
     0
 }

@@ -256,19 +256,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
     let obj = unsafe { &*(ch as *const Chan) };
     let nonblocking = fd_nonblocking(obj.ch.fd);
+    // SAFETY: the channel's context outlives it.
+    let ctx = unsafe { Ctx::of(obj.ch.context) };
     loop {
-        let id = if nonblocking {
-            match obj.q.try_get_event() {
-                Some(id) => id,
-                None => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
+        let id = match obj.q.try_get_event() {
+            Some(id) => id,
+            // The program sleeps now (here, or in poll(2) on the fd after EAGAIN): the
+            // progress thread takes the NIC at once.
+            None if nonblocking => {
+                let _ = ctx.nic.release();
+                set_errno(libc::EAGAIN);
+                return -1;
             }
-        } else {
-            match obj.q.get_event(Duration::from_secs(3600)) {
-                Some(id) => id,
-                None => continue,
+            None => {
+                let _ = ctx.nic.release();
+                match obj.q.get_event(Duration::from_secs(3600)) {
+                    Some(id) => id,
+                    None => continue,
+                }
             }
         };
         // An event of a CQ destroyed since is dropped, as the kernel drops it.
@@ -298,11 +303,14 @@ unsafe fn create(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ffi::ibv_comp_channel,
+    comp_vector: u32,
 ) -> *mut Cq {
     // SAFETY: a context we opened, a channel we created (or NULL).
     let ctx = unsafe { Ctx::of(c) };
     let chan = channel as *mut Chan;
-    if cqe < 1 || cqe > 16_384 {
+    // A vector beyond the context's `num_comp_vectors` is EINVAL, as in the kernel's
+    // ib_uverbs_create_cq.
+    if !(1..=16_384).contains(&cqe) || comp_vector >= ctx.v.context.num_comp_vectors as u32 {
         set_errno(libc::EINVAL);
         return null_mut();
     }
@@ -359,9 +367,11 @@ pub unsafe extern "C" fn ibv_create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ffi::ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ffi::ibv_cq {
-    unsafe { create(c, cqe, cq_context, channel) as *mut ffi::ibv_cq }
+    // A negative vector is as out of range as a too large one.
+    let vector = u32::try_from(comp_vector).unwrap_or(u32::MAX);
+    unsafe { create(c, cqe, cq_context, channel, vector) as *mut ffi::ibv_cq }
 }
 
 /// `verbs_context::create_cq_ex`. Completion timestamps, VLAN, flow tags and tag matching
@@ -382,7 +392,7 @@ pub unsafe extern "C" fn create_cq_ex(
         return null_mut();
     }
     let cqe = a.cqe.min(i32::MAX as u32) as c_int;
-    unsafe { create(c, cqe, a.cq_context, a.channel) as *mut ffi::ibv_cq_ex }
+    unsafe { create(c, cqe, a.cq_context, a.channel, a.comp_vector) as *mut ffi::ibv_cq_ex }
 }
 
 #[no_mangle]

@@ -356,6 +356,11 @@ impl Engine {
         self.qps.values().find(|q| q.qp.pd == pd).map(|q| q.qp.qpn)
     }
 
+    /// How many QPs exist.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
     pub fn qp(&self, qpn: u32) -> Result<&Qp, VerbsError> {
         self.qps
             .get(&qpn)

@@ -338,6 +338,13 @@ impl Context {
         Ok(())
     }
 
+    /// The program is about to sleep on a completion channel (`ibv_get_cq_event` with no
+    /// event waiting): what it posted leaves now and the progress thread drives the NIC at
+    /// once.
+    pub fn release(&self) -> Result<(), Error> {
+        self.shared.release()
+    }
+
     // ---- queue pairs ----------------------------------------------------------------
 
     pub fn create_qp(&self, init: &QpInit) -> Result<u32, Error> {

@@ -1,0 +1,234 @@
+//! rdma-core's own test suite (Debian 12's tests/run_tests.py over python3-pyverbs) on the
+//! drop-in libibverbs.so.1, one device `rxe0` on 127.0.21.1. It must run to the end (no
+//! crash, abort or hang), every failure or error must be in `KNOWN` with its reason, and at
+//! least `MIN_PASSED` tests must pass (so skipping everything cannot pass). What this NIC
+//! does not do (UD/UC/XRC/raw QPs, SRQ, MW, AH, DM, ODP, rereg, import, vendor devices)
+//! fails with EOPNOTSUPP, which pyverbs turns into a skip.
+
+mod common;
+
+use common::dropin;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The whole suite takes about 15 s on a debug build on two cores; a hang ends here.
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// At least this many tests pass (47 of 273 at the time of writing, 226 skipped: mlx5/efa
+/// devices, UD/UC/XRC/raw QPs, MW, DM, ODP, dmabuf, rereg, rdmacm, parent domains).
+const MIN_PASSED: usize = 45;
+
+/// Failures and errors that are understood: (unittest id, why). Empty today.
+const KNOWN: &[(&str, &str)] = &[];
+
+/// A Python that runs Debian 12's pyverbs (built for CPython 3.11).
+fn python311() -> Option<PathBuf> {
+    ["/usr/bin/python3.11", "/usr/bin/python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| {
+            Command::new(p)
+                .args(["-c", "import sys; assert sys.version_info[:2] == (3, 11)"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
+/// unittest's verdict: the counts of its summary and the ids of what failed.
+#[derive(Debug, Default)]
+struct Summary {
+    ran: usize,
+    failures: usize,
+    errors: usize,
+    skipped: usize,
+    expected_failures: usize,
+    unexpected_successes: usize,
+    /// `FAIL: name (id)` and `ERROR: name (id)` headers: the ids.
+    bad: Vec<String>,
+}
+
+impl Summary {
+    fn passed(&self) -> usize {
+        self.ran
+            - self.failures
+            - self.errors
+            - self.skipped
+            - self.expected_failures
+            - self.unexpected_successes
+    }
+}
+
+/// The summary of `unittest -v` output; `None` if it never got to `Ran N tests`.
+fn summary(log: &str) -> Option<Summary> {
+    let mut s = Summary::default();
+    let mut ran = None;
+    for line in log.lines() {
+        if let Some(rest) = line.strip_prefix("Ran ") {
+            ran = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+        }
+        for head in ["FAIL: ", "ERROR: "] {
+            if let Some(rest) = line.strip_prefix(head) {
+                if let (Some(a), Some(b)) = (rest.find('('), rest.rfind(')')) {
+                    s.bad.push(rest[a + 1..b].to_string());
+                }
+            }
+        }
+        let verdict = line
+            .strip_prefix("OK")
+            .or_else(|| line.strip_prefix("FAILED"));
+        if let (Some(_), Some(v)) = (ran, verdict) {
+            // " (failures=1, errors=2, skipped=3)" or "".
+            let inner = v.trim().trim_start_matches('(').trim_end_matches(')');
+            for kv in inner.split(", ").filter(|kv| !kv.is_empty()) {
+                let (k, n) = kv.split_once('=')?;
+                let n: usize = n.parse().ok()?;
+                match k {
+                    "failures" => s.failures = n,
+                    "errors" => s.errors = n,
+                    "skipped" => s.skipped = n,
+                    "expected failures" => s.expected_failures = n,
+                    "unexpected successes" => s.unexpected_successes = n,
+                    _ => return None,
+                }
+            }
+        }
+    }
+    s.ran = ran?;
+    Some(s)
+}
+
+/// Per test module: pass, skip, fail, error counts, from the `name (tests.MODULE.Class.name)
+/// ... verdict` lines (a docstring or the test's own output may come between name and
+/// verdict).
+fn table(log: &str) -> BTreeMap<String, [usize; 4]> {
+    let mut t: BTreeMap<String, [usize; 4]> = BTreeMap::new();
+    let mut cur: Option<String> = None;
+    for line in log.lines() {
+        if let Some(i) = line.find(" (tests.") {
+            if line.starts_with("test") {
+                let module = line[i + 8..].split('.').next().unwrap_or("");
+                cur = Some(module.to_string());
+            }
+        }
+        let Some(module) = cur.clone() else { continue };
+        let verdict = match line.rfind(" ... ") {
+            Some(i) => &line[i + 5..],
+            None => line.trim(),
+        };
+        let col = if verdict == "ok" {
+            0
+        } else if verdict.starts_with("skipped") {
+            1
+        } else if verdict == "FAIL" {
+            2
+        } else if verdict == "ERROR" {
+            3
+        } else {
+            continue;
+        };
+        t.entry(module).or_default()[col] += 1;
+        cur = None;
+    }
+    t
+}
+
+#[test]
+fn rdma_core_test_suite_runs_on_the_dropin() {
+    let Some(env) = dropin::setup("rdma_core_test_suite") else {
+        return;
+    };
+    let Some(python) = python311() else {
+        common::netns::skip(
+            "rdma_core_test_suite",
+            "no python3.11 (Debian 12's pyverbs is built for it)",
+        );
+        return;
+    };
+    let suite = env.root.join("tests/run_tests.py");
+    assert!(suite.exists(), "{} missing", suite.display());
+    let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin_pyverbs.log");
+    let log = File::create(&log_path).unwrap();
+    let start = Instant::now();
+    let child = Command::new(python)
+        .arg(&suite)
+        .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", "0"])
+        .current_dir(&env.root)
+        .env("PYTHONPATH", env.root.join("usr/lib/python3/dist-packages"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("LD_LIBRARY_PATH", env.library_path())
+        .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.1")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("run_tests.py");
+    let out = dropin::finish(child, LIMIT, "rdma-core's run_tests.py");
+    let took = start.elapsed();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+
+    let mut shown = String::new();
+    for (m, [p, s, f, e]) in table(&text) {
+        shown += &format!("{m:<26} pass {p:>3}  skip {s:>3}  fail {f:>2}  error {e:>2}\n");
+    }
+    eprintln!(
+        "rdma-core tests on the drop-in, {took:.1?} (log: {}):\n{shown}",
+        log_path.display()
+    );
+
+    // Exit 0 (all passed or skipped) or 1 (unittest's failures): anything else, or no
+    // summary, is a crash of the interpreter (a signal in our library) or of the runner.
+    let code = out.status.code();
+    let sum = summary(&text);
+    let Some(sum) = sum.filter(|_| matches!(code, Some(0) | Some(1))) else {
+        let tail: Vec<&str> = text.lines().rev().take(40).collect();
+        panic!(
+            "run_tests.py did not finish ({}); last lines:\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    };
+    let unexplained: Vec<&String> = sum
+        .bad
+        .iter()
+        .filter(|id| !KNOWN.iter().any(|(k, _)| k == id))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "failures/errors not in KNOWN: {unexplained:#?}\n(see {})",
+        log_path.display()
+    );
+    assert_eq!(
+        sum.bad.len(),
+        sum.failures + sum.errors,
+        "the FAIL:/ERROR: headers and the summary disagree: {sum:?}"
+    );
+    assert!(
+        sum.passed() >= MIN_PASSED,
+        "only {} of {} tests passed (at least {MIN_PASSED} expected): {sum:?}\n{shown}",
+        sum.passed(),
+        sum.ran
+    );
+}
+
+#[test]
+fn summary_parses_unittest_output() {
+    let log = "test_a (tests.test_x.C.test_a) ... ok\n\
+               test_b (tests.test_x.C.test_b)\nDoc ... FAIL\n\
+               test_c (tests.test_y.C.test_c) ... printed\nok\n\
+               test_d (tests.test_y.C.test_d) ... skipped 'no'\n\
+               ======\nFAIL: test_b (tests.test_x.C.test_b)\nDoc\n------\n\
+               Ran 4 tests in 0.1s\n\nFAILED (failures=1, skipped=1)\n";
+    let s = summary(log).unwrap();
+    assert_eq!((s.ran, s.failures, s.skipped, s.passed()), (4, 1, 1, 2));
+    assert_eq!(s.bad, ["tests.test_x.C.test_b"]);
+    let t = table(log);
+    assert_eq!(t["test_x"], [1, 0, 1, 0]);
+    assert_eq!(t["test_y"], [1, 1, 0, 0]);
+    assert!(summary("Segmentation fault\n").is_none());
+    assert_eq!(summary("Ran 2 tests in 1s\n\nOK\n").unwrap().passed(), 2);
+}
