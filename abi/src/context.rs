@@ -36,6 +36,8 @@ pub struct Ctx {
 
 impl Ctx {
     /// Ours, from a context we opened.
+    /// # Safety
+    /// `c` is a context we opened and have not closed.
     pub unsafe fn of<'a>(c: *mut ffi::ibv_context) -> &'a Ctx {
         let off = std::mem::offset_of!(ffi::verbs_context, context);
         // SAFETY: every ibv_context we hand out is `Ctx::v.context`; `v` is the first field
@@ -50,6 +52,7 @@ impl Ctx {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::ibv_context {
+    // SAFETY: a device from our list (or NULL).
     let Some(dev) = (unsafe { device::dev(d) }) else {
         set_errno(libc::ENODEV);
         return std::ptr::null_mut();
@@ -181,6 +184,7 @@ pub unsafe extern "C" fn ibv_get_async_event(
             }
         };
         if let Some(out) = to_ibv(ctx, &ev) {
+            // SAFETY: the program's out-parameter.
             unsafe { event.write(out) };
             return 0;
         }

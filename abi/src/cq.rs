@@ -59,6 +59,8 @@ pub struct Cq {
 }
 
 impl Cq {
+    /// # Safety
+    /// `cq` is a CQ we created and have not destroyed, polled by one thread at a time.
     pub unsafe fn of<'a>(cq: *mut ffi::ibv_cq) -> &'a mut Cq {
         // SAFETY: every CQ we hand out is the first field of a #[repr(C)] Cq; the verbs API
         // gives one thread at a time a CQ to poll (the program serialises polls of one CQ).
@@ -281,6 +283,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             continue;
         };
         let ours = p as *mut Cq;
+        // SAFETY: the program's out-parameters; `ours` is live (destroy_cq removes it from
+        // this map before freeing it).
         unsafe {
             *cq = ours as *mut ffi::ibv_cq;
             *cq_context = (*ours).ex.cq_context;
@@ -298,6 +302,8 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ffi::ibv_cq, nevents: c_uint
 
 // ---- CQs ----------------------------------------------------------------------------
 
+/// # Safety
+/// `c` is a context we opened; `channel` NULL or a channel we created on it.
 unsafe fn create(
     c: *mut ffi::ibv_context,
     cqe: c_int,
@@ -314,6 +320,7 @@ unsafe fn create(
         set_errno(libc::EINVAL);
         return null_mut();
     }
+    // SAFETY: a channel we created, which outlives its CQs (destroy refuses while used).
     let q = (!chan.is_null()).then(|| unsafe { &(*chan).q });
     let id = match ctx.nic.create_cq(cqe as usize, q) {
         Ok(id) => id,
@@ -353,6 +360,7 @@ unsafe fn create(
     }));
     ctx.cqs.lock().unwrap().insert(id, obj as usize);
     if !chan.is_null() {
+        // SAFETY: as above, a live channel of ours.
         unsafe {
             (*chan).ch.refcnt += 1;
             (*chan).cqs.lock().unwrap().insert(id, obj as usize);
@@ -371,6 +379,7 @@ pub unsafe extern "C" fn ibv_create_cq(
 ) -> *mut ffi::ibv_cq {
     // A negative vector is as out of range as a too large one.
     let vector = u32::try_from(comp_vector).unwrap_or(u32::MAX);
+    // SAFETY: the program's context and channel (or NULL), per the verbs contract.
     unsafe { create(c, cqe, cq_context, channel, vector) as *mut ffi::ibv_cq }
 }
 
@@ -392,6 +401,7 @@ pub unsafe extern "C" fn create_cq_ex(
         return null_mut();
     }
     let cqe = a.cqe.min(i32::MAX as u32) as c_int;
+    // SAFETY: the program's context and channel (or NULL), per the verbs contract.
     unsafe { create(c, cqe, a.cq_context, a.channel, a.comp_vector) as *mut ffi::ibv_cq_ex }
 }
 
@@ -436,6 +446,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
             Err(_) => break,
         };
         for (i, c) in buf[..m].iter().enumerate() {
+            // SAFETY: `wc` has room for `n` entries and `got + i < n`.
             unsafe { wc.add(got + i).write(to_wc(c)) };
         }
         got += m;
@@ -469,6 +480,9 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_i
 
 /// The next completion into the CQ's public fields. Only `ibv_start_poll` may sleep when
 /// idle: `ibv_next_poll` finding nothing ends a batch the program is reading.
+///
+/// # Safety
+/// `cq` is a CQ we created.
 unsafe fn step(cq: *mut ffi::ibv_cq_ex, may_sleep: bool) -> c_int {
     // SAFETY: a CQ we created (ibv_cq_ex is the first field of Cq).
     let obj = unsafe { Cq::of(cq as *mut ffi::ibv_cq) };
@@ -493,40 +507,54 @@ unsafe extern "C" fn start_poll(
     cq: *mut ffi::ibv_cq_ex,
     attr: *mut ffi::ibv_poll_cq_attr,
 ) -> c_int {
+    // SAFETY: the program's attributes (or NULL).
     if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
         return libc::EINVAL;
     }
+    // SAFETY: reached only through our CQs' start_poll pointer.
     unsafe { step(cq, true) }
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
+    // SAFETY: reached only through our CQs' next_poll pointer.
     unsafe { step(cq, false) }
 }
 
 unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {}
 
+/// The completion `ibv_wc_read_*` reads.
+///
+/// # Safety
+/// `cq` is a CQ we created, read between `ibv_start_poll` and `ibv_end_poll`; every
+/// `read_*` below is reached only through our CQs' pointers.
 unsafe fn cur<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Completion {
     // SAFETY: a CQ we created, read between start_poll and end_poll.
     unsafe { Cq::of(cq as *mut ffi::ibv_cq) }.cur()
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode::Type {
+    // SAFETY: see `cur`.
     opcode(unsafe { cur(cq) }.opcode)
 }
 unsafe extern "C" fn read_byte_len(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    // SAFETY: see `cur`.
     unsafe { cur(cq) }.byte_len
 }
 unsafe extern "C" fn read_imm_data(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    // SAFETY: see `cur`.
     let c = unsafe { cur(cq) };
     c.imm.map(u32::to_be).or(c.invalidated_rkey).unwrap_or(0)
 }
 unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    // SAFETY: see `cur`.
     unsafe { cur(cq) }.qpn
 }
 unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
+    // SAFETY: see `cur`.
     unsafe { cur(cq) }.src_qp
 }
 unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
+    // SAFETY: see `cur`.
     wc_flags(unsafe { cur(cq) })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {

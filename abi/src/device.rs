@@ -95,6 +95,9 @@ pub fn devices() -> Result<&'static [Dev], &'static str> {
 }
 
 /// Ours, from a device pointer we handed out.
+///
+/// # Safety
+/// `d` is NULL or a device from our list.
 pub unsafe fn dev<'a>(d: *mut ffi::ibv_device) -> Option<&'a Dev> {
     // SAFETY: `ibv_device` is the first field of the `#[repr(C)]` Dev; the program passes
     // back a pointer from our list (devices live as long as the process).

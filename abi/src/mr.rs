@@ -17,6 +17,8 @@ pub struct PdObj {
 }
 
 impl PdObj {
+    /// # Safety
+    /// `pd` is a PD we allocated and have not deallocated.
     pub unsafe fn of<'a>(pd: *mut ffi::ibv_pd) -> &'a PdObj {
         // SAFETY: every ibv_pd we hand out is the first field of a #[repr(C)] PdObj.
         unsafe { &*(pd as *const PdObj) }
@@ -105,6 +107,11 @@ fn mapped(addr: usize, len: usize) -> bool {
     true
 }
 
+/// Registers `[addr, addr + len)` of the program's memory at `iova`.
+///
+/// # Safety
+/// `pd` is ours; the memory is the program's and stays mapped until `ibv_dereg_mr` (the
+/// verbs contract; a hole at registration time is EFAULT, checked here).
 unsafe fn reg(
     pd: *mut ffi::ibv_pd,
     addr: *mut c_void,
@@ -168,6 +175,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
+    // SAFETY: the program's PD and memory, per the verbs contract.
     unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
 }
 
@@ -179,6 +187,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
+    // SAFETY: the program's PD and memory, per the verbs contract.
     unsafe { reg(pd, addr, length, iova, access as c_uint) }
 }
 
@@ -190,6 +199,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ffi::ibv_mr {
+    // SAFETY: the program's PD and memory, per the verbs contract.
     unsafe { reg(pd, addr, length, iova, access) }
 }
 

@@ -32,6 +32,10 @@ pub struct Qp {
 }
 
 impl Qp {
+    /// Ours, from a QP pointer.
+    ///
+    /// # Safety
+    /// `qp` is a QP we created and have not destroyed.
     pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a mut Qp {
         // SAFETY: every QP we hand out is the first field of a #[repr(C)] Qp (ibv_qp is the
         // first field of ibv_qp_ex); the program serialises calls on one QP's send side.
@@ -71,6 +75,10 @@ fn state_to(s: QpState) -> ffi::ibv_qp_state::Type {
     }
 }
 
+/// Creates an RC QP on context `c` from `a` (its caps are updated to those granted).
+///
+/// # Safety
+/// `c` is a context we opened; `pd` and the CQs in `a` are ours.
 unsafe fn create(
     c: *mut ffi::ibv_context,
     pd: *mut ffi::ibv_pd,
@@ -214,6 +222,7 @@ pub unsafe extern "C" fn create_qp_ex(
         });
         return null_mut();
     }
+    // SAFETY: the context the program passed; the PD and CQs in its attributes.
     match unsafe { create(c, a.pd, a) } {
         Ok(qp) => qp,
         Err(e) => {
@@ -409,6 +418,7 @@ pub unsafe extern "C" fn ibv_query_qp(
     a.retry_cnt = at.retry_cnt;
     a.rnr_retry = at.rnr_retry;
     let b = &obj.ex.qp_base;
+    // SAFETY: the program's out-parameters (`init` may be NULL).
     unsafe {
         attr.write(a);
         if !init.is_null() {

@@ -62,6 +62,9 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
 }
 
 /// Copies the program's SGE list into `out`; the count.
+///
+/// # Safety
+/// `list` points to `n` SGEs (the verbs contract of `sg_list`/`num_sge`).
 unsafe fn sges(
     list: *const ffi::ibv_sge,
     n: c_int,
@@ -85,6 +88,9 @@ unsafe fn sges(
 
 /// Gathers the bytes an inline send carries from the program's own memory (no key is
 /// checked: `IBV_SEND_INLINE` data need not be registered) into `buf`; their length.
+///
+/// # Safety
+/// Each SGE points to `length` readable bytes (the verbs contract of an inline send).
 unsafe fn gather(list: &[Sge], buf: &mut [u8; MAX_INLINE], max: usize) -> Result<usize, c_int> {
     let mut n = 0usize;
     for s in list {
@@ -99,9 +105,13 @@ unsafe fn gather(list: &[Sge], buf: &mut [u8; MAX_INLINE], max: usize) -> Result
     Ok(n)
 }
 
+/// # Safety
+/// `w` is a work request of the program's: its SGE list `num_sge` long, its inline data
+/// readable.
 unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     let op = op_of(w)?;
     let mut list = [Sge::default(); MAX_SGE];
+    // SAFETY: `w` is the program's work request, its list `num_sge` long.
     let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }?;
     let mut inline = [0u8; MAX_INLINE];
     let inline_send = w.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE != 0
@@ -114,6 +124,7 @@ unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
                 | SendOp::WriteWithImm { .. }
         );
     let local = if inline_send {
+        // SAFETY: an inline send's SGEs point at the program's readable bytes.
         let len = unsafe { gather(&list[..n], &mut inline, qp.max_inline) }?;
         Local::Inline(&inline[..len])
     } else {
@@ -144,6 +155,7 @@ pub unsafe extern "C" fn post_send(
         let w = unsafe { &*cur };
         if let Err(e) = unsafe { post_one(obj, w) } {
             if !bad.is_null() {
+                // SAFETY: the program's out-parameter.
                 unsafe { *bad = cur };
             }
             return e;
@@ -165,6 +177,7 @@ pub unsafe extern "C" fn post_recv(
     while !cur.is_null() {
         let w = unsafe { &*cur };
         let mut list = [Sge::default(); MAX_SGE];
+        // SAFETY: the program's work request, its list `num_sge` long.
         let r = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.and_then(|n| {
             let rw = RecvWr {
                 wr_id: w.wr_id,
@@ -177,6 +190,7 @@ pub unsafe extern "C" fn post_recv(
         });
         if let Err(e) = r {
             if !bad.is_null() {
+                // SAFETY: the program's out-parameter.
                 unsafe { *bad = cur };
             }
             return e;
@@ -193,6 +207,7 @@ pub unsafe extern "C" fn post_srq_recv(
     bad: *mut *mut ffi::ibv_recv_wr,
 ) -> c_int {
     if !bad.is_null() {
+        // SAFETY: the program's out-parameter.
         unsafe { *bad = wr };
     }
     libc::EOPNOTSUPP
@@ -236,13 +251,18 @@ impl Batch {
     }
 }
 
+/// Ours, from the `ibv_qp_ex` an `ibv_wr_*` call names.
+///
+/// # Safety
+/// `qp` must be a QP we created (only ours carry these function pointers), not destroyed,
+/// and not used by another thread meanwhile (the ibv_wr_* contract: one thread builds a
+/// QP's batch).
 unsafe fn qp_of<'a>(qp: *mut ffi::ibv_qp_ex) -> &'a mut Qp {
-    // SAFETY: ibv_qp_ex is the first field of our Qp.
+    // SAFETY: ibv_qp_ex is the first field of our Qp; the rest is the caller's promise.
     unsafe { Qp::of(qp as *mut ffi::ibv_qp) }
 }
 
-unsafe fn push(qp: *mut ffi::ibv_qp_ex, op: SendOp) {
-    let q = unsafe { qp_of(qp) };
+fn push(q: &mut Qp, op: SendOp) {
     let p = Pending {
         wr_id: q.ex.wr_id,
         flags: flags_of(q.ex.wr_flags),
@@ -252,18 +272,22 @@ unsafe fn push(qp: *mut ffi::ibv_qp_ex, op: SendOp) {
     q.batch.wrs.push(p);
 }
 
-unsafe fn fail(qp: *mut ffi::ibv_qp_ex, e: c_int) {
-    let q = unsafe { qp_of(qp) };
+fn fail(q: &mut Qp, e: c_int) {
     if q.batch.err == 0 {
         q.batch.err = e;
     }
 }
 
+// Every `ibv_wr_*` entry below is reached only through the pointers `fill_ops` puts in our
+// QPs, so its `qp` is one of ours: that is the SAFETY of each `qp_of` call.
+
 unsafe extern "C" fn wr_start(qp: *mut ffi::ibv_qp_ex) {
+    // SAFETY: see above (a QP of ours).
     unsafe { qp_of(qp) }.batch.clear();
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> c_int {
+    // SAFETY: see above (a QP of ours).
     let q = unsafe { qp_of(qp) };
     let mut b = std::mem::take(&mut q.batch);
     let mut rc = b.err;
@@ -291,61 +315,51 @@ unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> c_int {
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ffi::ibv_qp_ex) {
+    // SAFETY: see above (a QP of ours).
     unsafe { qp_of(qp) }.batch.clear();
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ffi::ibv_qp_ex) {
-    unsafe { push(qp, SendOp::Send) }
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, SendOp::Send)
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ffi::ibv_qp_ex, imm: u32) {
-    unsafe {
-        push(
-            qp,
-            SendOp::SendWithImm {
-                imm: u32::from_be(imm),
-            },
-        )
-    }
+    let op = SendOp::SendWithImm {
+        imm: u32::from_be(imm),
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ffi::ibv_qp_ex, rkey: u32) {
-    unsafe { push(qp, SendOp::SendWithInv { rkey }) }
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, SendOp::SendWithInv { rkey })
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64) {
-    unsafe {
-        push(
-            qp,
-            SendOp::Write {
-                remote: Remote { va, rkey },
-            },
-        )
-    }
+    let op = SendOp::Write {
+        remote: Remote { va, rkey },
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64, imm: u32) {
-    let remote = Remote { va, rkey };
-    unsafe {
-        push(
-            qp,
-            SendOp::WriteWithImm {
-                remote,
-                imm: u32::from_be(imm),
-            },
-        )
-    }
+    let op = SendOp::WriteWithImm {
+        remote: Remote { va, rkey },
+        imm: u32::from_be(imm),
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64) {
-    unsafe {
-        push(
-            qp,
-            SendOp::Read {
-                remote: Remote { va, rkey },
-            },
-        )
-    }
+    let op = SendOp::Read {
+        remote: Remote { va, rkey },
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -355,45 +369,40 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    let remote = Remote { va, rkey };
-    unsafe {
-        push(
-            qp,
-            SendOp::CompareSwap {
-                remote,
-                compare,
-                swap,
-            },
-        )
-    }
+    let op = SendOp::CompareSwap {
+        remote: Remote { va, rkey },
+        compare,
+        swap,
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64, add: u64) {
-    unsafe {
-        push(
-            qp,
-            SendOp::FetchAdd {
-                remote: Remote { va, rkey },
-                add,
-            },
-        )
-    }
+    let op = SendOp::FetchAdd {
+        remote: Remote { va, rkey },
+        add,
+    };
+    // SAFETY: see above (a QP of ours).
+    push(unsafe { qp_of(qp) }, op)
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ffi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
     let sge = ffi::ibv_sge { addr, length, lkey };
+    // SAFETY: a QP of ours; `sge` is one valid entry.
     unsafe { wr_set_sge_list(qp, 1, &sge) }
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ffi::ibv_qp_ex, n: usize, list: *const ffi::ibv_sge) {
+    // SAFETY: see above (a QP of ours).
     let q = unsafe { qp_of(qp) };
-    let b = &mut q.batch;
-    if b.wrs.is_empty() || n > q.max_send_sge.min(MAX_SGE) {
-        return unsafe { fail(qp, libc::EINVAL) };
+    if q.batch.wrs.is_empty() || n > q.max_send_sge.min(MAX_SGE) {
+        return fail(q, libc::EINVAL);
     }
+    let b = &mut q.batch;
     let start = b.sges.len();
     for i in 0..n {
-        // SAFETY: the program's list has `n` entries.
+        // SAFETY: the program's list has `n` entries (the verbs contract).
         let s = unsafe { &*list.add(i) };
         b.sges.push(Sge {
             addr: s.addr,
@@ -409,6 +418,7 @@ unsafe extern "C" fn wr_set_sge_list(qp: *mut ffi::ibv_qp_ex, n: usize, list: *c
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ffi::ibv_qp_ex, addr: *mut c_void, length: usize) {
     let buf = ffi::ibv_data_buf { addr, length };
+    // SAFETY: a QP of ours; `buf` is one buffer the program gave.
     unsafe { wr_set_inline_data_list(qp, 1, &buf) }
 }
 
@@ -417,24 +427,26 @@ unsafe extern "C" fn wr_set_inline_data_list(
     n: usize,
     list: *const ffi::ibv_data_buf,
 ) {
+    // SAFETY: see above (a QP of ours).
     let q = unsafe { qp_of(qp) };
     let max = q.max_inline;
-    let b = &mut q.batch;
-    if b.wrs.is_empty() {
-        return unsafe { fail(qp, libc::EINVAL) };
+    if q.batch.wrs.is_empty() {
+        return fail(q, libc::EINVAL);
     }
-    let start = b.inline.len();
+    let start = q.batch.inline.len();
     for i in 0..n {
-        // SAFETY: the program's list has `n` buffers of `length` readable bytes each.
+        // SAFETY: the program's list has `n` buffers of `length` readable bytes each, and
+        // they are read now, at post time, as IBV_SEND_INLINE data is.
         let d = unsafe { &*list.add(i) };
-        if b.inline.len() - start + d.length > max {
-            return unsafe { fail(qp, libc::EINVAL) };
+        if q.batch.inline.len() - start + d.length > max {
+            return fail(q, libc::EINVAL);
         }
+        // SAFETY: as above: `length` readable bytes at `addr`.
         let bytes = unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.length) };
-        b.inline.extend_from_slice(bytes);
+        q.batch.inline.extend_from_slice(bytes);
     }
-    let end = b.inline.len();
-    if let Some(p) = b.wrs.last_mut() {
+    let end = q.batch.inline.len();
+    if let Some(p) = q.batch.wrs.last_mut() {
         p.local = LocalRef::Inline(start..end);
     }
 }
@@ -447,22 +459,28 @@ unsafe extern "C" fn wr_bind_mw(
     _: u32,
     _: *const ffi::ibv_mw_bind_info,
 ) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, _: u32) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 unsafe extern "C" fn wr_send_tso(qp: *mut ffi::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ffi::ibv_qp_ex, _: *mut ffi::ibv_ah, _: u32, _: u32) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ffi::ibv_qp_ex, _: u32) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 unsafe extern "C" fn wr_atomic_write(qp: *mut ffi::ibv_qp_ex, _: u32, _: u64, _: *const c_void) {
-    unsafe { fail(qp, libc::EOPNOTSUPP) }
+    // SAFETY: see above (a QP of ours).
+    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
 }
 
 /// Fills the `ibv_wr_*` pointers of a new QP.
