@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Interop tests: roce-emu on the host side of the lab bridge against the real Linux rxe driver
 # in qemu guests (tools/lab/lab.sh), with rxe-to-rxe runs of the same tests for comparison.
+# The dropin-* tests run Debian 12's unmodified ibv_rc_pingpong, ib_write_bw and ib_read_bw
+# on the host side through roce-emu's drop-in libibverbs.so.1 (tools/dropin/build.sh builds
+# it next to the roce-emu binary, or ROCE_EMU_DROPIN_DIR names its folder;
+# tools/dropin/debian.sh fetches the programs into its cache).
 # Every test keeps its capture (tcpdump on the bridge) and both sides' output in OUT; a failed
 # test prints them, the capture decoded by `roce-emu pcap`.
 #
@@ -18,7 +22,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) FILTER=$1; shift ;;
   esac
 done
@@ -33,6 +37,25 @@ skip() {
 bash "$here/build.sh" || { echo "FAIL: lab build"; exit 1; }
 command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing after build.sh"
 [ -x "$BIN" ] || (cd "$root" && cargo build --release --quiet --bin roce-emu) || exit 1
+
+# The drop-in tests need the library and Debian's programs. The library next to the default
+# binary is rebuilt every run (under a second when nothing changed: cargo's check and the
+# link), as a stale one would test old code; ROCE_EMU_DROPIN_DIR names a ready one instead.
+# debian.sh fetches the programs once, then only checks its stamp.
+DROPIN_TESTS="dropin-rc_pingpong-host-server dropin-rc_pingpong-host-client
+dropin-write_bw-host-server dropin-write_bw-host-client dropin-read_bw-host-server
+dropin-read_bw-host-client"
+want_any() { local n; for n in "$@"; do [ -z "$FILTER" ] || [[ "$n" =~ $FILTER ]] && return 0; done; return 1; }
+if want_any $DROPIN_TESTS; then
+  DROPIN=${ROCE_EMU_DROPIN_DIR:-$(dirname "$BIN")/dropin}
+  if [ "$DROPIN" = "$root/target/release/dropin" ]; then
+    "$root/tools/dropin/build.sh" >/dev/null || { echo "FAIL: tools/dropin/build.sh"; exit 1; }
+  fi
+  [ -f "$DROPIN/libibverbs.so.1" ] || { echo "FAIL: no libibverbs.so.1 in $DROPIN"; exit 1; }
+  DEBIAN=$("$root/tools/dropin/debian.sh") || { echo "FAIL: tools/dropin/debian.sh (Debian 12's RDMA packages)"; exit 1; }
+  DEBIAN=$DEBIAN/tree
+  [ -x "$DEBIAN/usr/bin/ibv_rc_pingpong" ] || { echo "FAIL: no ibv_rc_pingpong in $DEBIAN"; exit 1; }
+fi
 
 . "$here/lab.sh"
 OUT=${OUT:-$(mktemp -d /tmp/roce-emu-interop.XXXXXX)}
@@ -278,6 +301,84 @@ nak_on_wire() { # FROM
   grep "^[0-9]* $1:" "$T/decoded.txt" | grep -q "NAK remote access error"
 }
 
+# ---- the drop-in: Debian's unmodified programs on roce-emu's libibverbs.so.1 ---------------
+# The host side is the real ibv_rc_pingpong / perftest binary, run in the namespace with our
+# library first on its library path and one device, rxe0, whose only GID (index 0) is
+# ::ffff:198.18.0.1 (RoCE v2). The first line of host.txt is the command as run.
+dropin_cmd() { # PROGRAM ARGS...: runs it on the host side, output in $T/host.txt
+  local prog=$1; shift
+  echo "+ LD_LIBRARY_PATH=$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu ROCE_EMU_DEVICES=rxe0=$LAB_HOST4 $prog $*" > "$T/host.txt"
+  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu" ROCE_EMU_DEVICES="rxe0=$LAB_HOST4" \
+    timeout 100 "$DEBIAN/usr/bin/$prog" "$@" < /dev/null >> "$T/host.txt" 2>&1
+}
+# dropin_client GUEST_CMD PROGRAM ARGS...: guest 1 serves, the Debian program connects. Neither
+# real tool retries its connect, and probing the port would be taken for the client, so the
+# guest reports its server listening (TCP 18515 in LISTEN in /proc/net/tcp*) through a file
+# in the shared folder.
+dropin_client() {
+  local gcmd=$1 k rc grc w=0 flag=$LAB_RUN/g1/listening; shift
+  rm -f "$flag"
+  k=$(g_start 1 "$gcmd & p=\$!; i=0; while [ \$i -lt 300 ] && ! grep -q ':4853 0*:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/listening; wait \$p" 110)
+  until [ -f "$flag" ]; do sleep 0.1; w=$((w + 1)); [ $w -lt 400 ] || break; done
+  dropin_cmd "$@" "$S1"; rc=$?
+  g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  HOST_RC=$rc
+  [ $rc = 0 ] && [ $grc = 0 ]
+}
+# dropin_server GUEST_CMD PROGRAM ARGS...: the Debian program serves, guest 1 connects once it
+# listens.
+dropin_server() {
+  local gcmd=$1 hp k rc grc w=0; shift
+  dropin_cmd "$@" &
+  hp=$!
+  until h ss -Hltn 'sport = :18515' 2>/dev/null | grep -q .; do
+    sleep 0.1; w=$((w + 1)); [ $w -lt 200 ] && kill -0 $hp 2>/dev/null || break
+  done
+  k=$(g_start 1 "$gcmd $LAB_HOST4" 110)
+  g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  wait $hp; rc=$?
+  HOST_RC=$rc
+  [ $rc = 0 ] && [ $grc = 0 ]
+}
+# Every RoCE frame on the bridge decodes, with a valid ICRC (checked on the closed capture;
+# `roce-emu pcap` ends "N frames, R RoCEv2, S skipped, M malformed, B bad ICRC").
+icrc_ok() {
+  "$BIN" pcap "$T/capture.pcap" > "$T/decoded.txt" 2> "$T/icrc.txt"; local rc=$? sum
+  sum=$(tail -1 "$T/icrc.txt"); sum=${sum#*: }
+  FIG="$FIG; capture: $sum"
+  [ $rc = 0 ] && [[ "$sum" =~ \ [1-9][0-9]*\ RoCEv2,.*\ 0\ malformed,\ 0\ bad\ ICRC ]]
+}
+# The perftest result row "SIZE ITERS ..." (both sides print it).
+pt_row() { # FILE SIZE ITERS
+  awk -v s="$2" -v n="$3" '/#bytes/{getline; if ($1 == s && $2 == n) ok = 1} END {exit !ok}' "$1"
+}
+dropin_pp() { # host-server|host-client SIZE MTU ITERS
+  local role=$1 rc; shift
+  local args=(-g 0 -s "$1" -m "$2" -n "$3")
+  POST=icrc_ok
+  if [ "$role" = host-server ]; then
+    dropin_server "$(rcpp "$G4_1" "$@")" ibv_rc_pingpong -d rxe0 "${args[@]}"
+    rc=$?; FIG="$(usec "$T/guest.txt") us/iter (rxe), $(usec "$T/host.txt") us/iter (drop-in)"
+  else
+    dropin_client "$(rcpp "$G4_1" "$@")" ibv_rc_pingpong -d rxe0 "${args[@]}"
+    rc=$?; FIG="$(usec "$T/host.txt") us/iter (drop-in), $(usec "$T/guest.txt") us/iter (rxe)"
+  fi
+  [ $rc = 0 ] && grep -q "$3 iters in" "$T/host.txt" && grep -q "$3 iters in" "$T/guest.txt"
+}
+dropin_perf() { # host-server|host-client TEST SIZE ITERS (perftest ib_TEST_bw, both sides)
+  local role=$1 test=$2 rc; shift 2
+  local args=(-s "$1" -n "$2" -m 4096)
+  POST=icrc_ok
+  if [ "$role" = host-server ]; then
+    dropin_server "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 0 -F "${args[@]}"
+    rc=$?; FIG="$(mbps_table "$T/guest.txt") (rxe client)"
+  else
+    dropin_client "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 0 -F "${args[@]}"
+    rc=$?; FIG="$(mbps_table "$T/host.txt") (drop-in client)"
+  fi
+  [ $rc = 0 ] && pt_row "$T/host.txt" "$1" "$2" && pt_row "$T/guest.txt" "$1" "$2"
+}
+
 # ---- the run ------------------------------------------------------------------------------
 t_boot=$(date +%s.%N)
 lab_up 2
@@ -308,6 +409,14 @@ for op in write send; do
   run_test "lat-$op-emu-client" lat_emu_client "$op" "-s 8 -n 500"
   run_test "lat-$op-emu-server" lat_emu_server "$op" "-s 8 -n 500"
   run_test "lat-$op-rxe-rxe" lat_rxe_rxe "$op" "-s 8 -n 500"
+done
+
+# Debian's own binaries on the drop-in (the host side) against rxe.
+run_test "dropin-rc_pingpong-host-server" dropin_pp host-server 4096 1024 300
+run_test "dropin-rc_pingpong-host-client" dropin_pp host-client 4096 1024 300
+for op in write read; do
+  run_test "dropin-${op}_bw-host-server" dropin_perf host-server "$op" 65536 200
+  run_test "dropin-${op}_bw-host-client" dropin_perf host-client "$op" 65536 200
 done
 
 run_test "loss-pingpong-emu-client" with_loss pp_emu_client 4096 1024 200 -c
