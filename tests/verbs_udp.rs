@@ -356,3 +356,30 @@ fn remote_write_and_atomic_land_in_caller_memory() {
     drop(mr);
     b.ctx.dereg_mr(lkey).unwrap();
 }
+
+/// A polling program's posts wait for its next poll (one system call per batch); a program
+/// that instead goes to sleep on the port (`Context::wait`) must not sit on them: the
+/// WRITE leaves before the sleep, and the peer's ACK ends the sleep early. (perf --lat
+/// with --spin-us 0 once held every turn for its 100 ms sleep.)
+#[test]
+fn a_post_made_while_polling_leaves_before_the_program_sleeps() {
+    let (a, b, _) = pair("127.0.9.10", "127.0.9.11", false);
+    // A polls (so its posts are deferred to its next poll), then posts a WRITE.
+    let mut c = [Completion::default()];
+    assert_eq!(a.ctx.poll_cq(a.cq, &mut c).unwrap(), 0);
+    let remote = Remote {
+        va: IOVA,
+        rkey: b.mr.rkey().0,
+    };
+    send(&a, 7, SendOp::Write { remote }, 0, 64, false);
+    let t = Instant::now();
+    a.ctx.wait(Duration::from_secs(3)).unwrap();
+    let slept = t.elapsed();
+    assert!(
+        slept < Duration::from_secs(2),
+        "the sleep lasted {slept:?}: the WRITE waited for it"
+    );
+    let done = poll_one(&a);
+    assert_eq!((done.wr_id, done.status), (7, WcStatus::Success));
+    drop(b);
+}

@@ -218,11 +218,14 @@ impl Shared {
     }
 
     /// Before the program sleeps on the port itself: it keeps driving (the thread stays
-    /// away while it sleeps); returns how long it may sleep.
+    /// away while it sleeps); returns how long it may sleep. What it posted since its last
+    /// poll leaves first: a polling program's posts wait for its next poll, and a sleep
+    /// before that poll held a perf --lat turn for the whole sleep (100 ms).
     pub(crate) fn prepare_wait(&self, max: Duration) -> Result<Duration, Error> {
         self.drive_until(max + HANDOFF);
         let mut nic = self.lock();
-        nic.check()?;
+        nic.flush(self)?;
+        nic.dispatch(self);
         Ok(nic.driver.until_deadline(max))
     }
 
