@@ -24,6 +24,7 @@ fn a_c_program_drives_every_inline_path() {
         .arg(format!("-I{}", env.root.join("usr/include").display()))
         .arg(format!("-L{}", env.lib.display()))
         .arg("-libverbs")
+        .arg("-pthread")
         .output()
         .expect("cc");
     assert!(cc.status.success(), "cc: {}", dropin::show(&cc));
@@ -38,5 +39,5 @@ fn a_c_program_drives_every_inline_path() {
     let _ = std::fs::remove_file(&exe);
     assert!(out.status.success(), "{}", dropin::show(&out));
     let text = dropin::stdout(&out);
-    assert_eq!(text.matches("PASS ").count(), 9, "{text}");
+    assert_eq!(text.matches("PASS ").count(), 10, "{text}");
 }

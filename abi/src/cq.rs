@@ -50,21 +50,28 @@ pub struct Cq {
     pub ex: ffi::ibv_cq_ex,
     pub id: u32,
     pub chan: *mut Chan,
-    /// Completions taken from the engine and not yet handed out (extended polling).
+    /// What polling keeps between calls. Behind a lock: programs may poll one CQ from
+    /// several threads (rdma-core's providers lock their CQs too); uncontended, it costs
+    /// a few nanoseconds of a poll that makes a system call.
+    polled: Mutex<Polled>,
+}
+
+/// Completions taken from the engine and not yet handed out (the extended API takes a
+/// batch at a time), the one `ibv_wc_read_*` reads, and the idle policy.
+struct Polled {
     buf: [Completion; BATCH],
     head: usize,
     len: usize,
-    /// Poll or sleep when idle (`idle`).
+    cur: Completion,
     spin: Option<Spin>,
 }
 
 impl Cq {
     /// # Safety
-    /// `cq` is a CQ we created and have not destroyed, polled by one thread at a time.
-    pub unsafe fn of<'a>(cq: *mut ffi::ibv_cq) -> &'a mut Cq {
-        // SAFETY: every CQ we hand out is the first field of a #[repr(C)] Cq; the verbs API
-        // gives one thread at a time a CQ to poll (the program serialises polls of one CQ).
-        unsafe { &mut *(cq as *mut Cq) }
+    /// `cq` is a CQ we created and have not destroyed.
+    pub unsafe fn of<'a>(cq: *mut ffi::ibv_cq) -> &'a Cq {
+        // SAFETY: every CQ we hand out is the first field of a #[repr(C)] Cq.
+        unsafe { &*(cq as *const Cq) }
     }
 
     fn ctx(&self) -> &Ctx {
@@ -72,13 +79,17 @@ impl Cq {
         unsafe { Ctx::of(self.ex.context) }
     }
 
+    fn polled(&self) -> std::sync::MutexGuard<'_, Polled> {
+        self.polled.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Up to `out.len()` completions: what the extended API buffered first, then the engine.
-    fn take(&mut self, out: &mut [Completion]) -> Result<usize, c_int> {
+    fn take(&self, p: &mut Polled, out: &mut [Completion]) -> Result<usize, c_int> {
         let mut n = 0;
-        while n < out.len() && self.len > 0 {
-            out[n] = self.buf[self.head];
-            self.head += 1;
-            self.len -= 1;
+        while n < out.len() && p.len > 0 {
+            out[n] = p.buf[p.head];
+            p.head += 1;
+            p.len -= 1;
             n += 1;
         }
         if n == out.len() {
@@ -94,24 +105,24 @@ impl Cq {
         }
     }
 
-    /// The next completion for the extended API, from the buffer or a new engine poll.
-    fn next(&mut self) -> Result<Option<Completion>, c_int> {
-        if self.len == 0 {
-            let mut buf = [Completion::default(); BATCH];
-            let n = match self.ctx().nic.poll_cq(self.id, &mut buf) {
+    /// The next completion for the extended API, from the buffer or a new engine poll; it
+    /// becomes the one `ibv_wc_read_*` reads.
+    fn next(&self, p: &mut Polled) -> Result<Option<Completion>, c_int> {
+        if p.len == 0 {
+            let n = match self.ctx().nic.poll_cq(self.id, &mut p.buf) {
                 Ok(n) => n,
                 Err(e) => return Err(refused("ibv_start_poll", &e)),
             };
-            self.buf = buf;
-            self.head = 0;
-            self.len = n;
+            p.head = 0;
+            p.len = n;
         }
-        if self.len == 0 {
+        if p.len == 0 {
             return Ok(None);
         }
-        let c = self.buf[self.head];
-        self.head += 1;
-        self.len -= 1;
+        let c = p.buf[p.head];
+        p.head += 1;
+        p.len -= 1;
+        p.cur = c;
         Ok(Some(c))
     }
 
@@ -122,28 +133,21 @@ impl Cq {
     /// tools do (`driver::Spin`): poll for the spin budget after the CQ goes idle, then
     /// let one poll sleep on the port until a packet arrives (at most `IDLE_SLEEP`) before
     /// it answers. A program sees a poll that took a little longer, never a lost one.
-    fn idle(&mut self) {
-        let Some(spin) = self.spin.as_mut() else {
+    fn idle(&self, p: &mut Polled) {
+        let Some(spin) = p.spin.as_mut() else {
             return;
         };
         if spin.keep_polling() {
             return;
         }
         let _ = self.ctx().nic.wait(IDLE_SLEEP);
-        if let Some(spin) = self.spin.as_mut() {
-            spin.slept();
-        }
+        spin.slept();
     }
 
-    fn busy(&mut self) {
-        if let Some(spin) = self.spin.as_mut() {
+    fn busy(p: &mut Polled) {
+        if let Some(spin) = p.spin.as_mut() {
             spin.active();
         }
-    }
-
-    /// The completion being read by `ibv_wc_read_*`.
-    fn cur(&self) -> &Completion {
-        &self.buf[self.head.saturating_sub(1)]
     }
 }
 
@@ -353,10 +357,13 @@ unsafe fn create(
         ex,
         id,
         chan,
-        buf: [Completion::default(); BATCH],
-        head: 0,
-        len: 0,
-        spin: spin_budget().map(Spin::new),
+        polled: Mutex::new(Polled {
+            buf: [Completion::default(); BATCH],
+            head: 0,
+            len: 0,
+            cur: Completion::default(),
+            spin: spin_budget().map(Spin::new),
+        }),
     }));
     ctx.cqs.lock().unwrap().insert(id, obj as usize);
     if !chan.is_null() {
@@ -421,7 +428,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
         }
     }
     // SAFETY: allocated by Box in create; the program stops using it.
-    drop(unsafe { Box::from_raw(obj as *mut Cq) });
+    drop(unsafe { Box::from_raw(cq as *mut Cq) });
     0
 }
 
@@ -438,9 +445,10 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
     let mut got = 0usize;
     let mut buf = [Completion::default(); 32];
     let mut slept = false;
+    let mut p = obj.polled();
     while got < want {
         let chunk = (want - got).min(buf.len());
-        let m = match obj.take(&mut buf[..chunk]) {
+        let m = match obj.take(&mut p, &mut buf[..chunk]) {
             Ok(m) => m,
             Err(e) if got == 0 => return -e,
             Err(_) => break,
@@ -450,9 +458,9 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
             unsafe { wc.add(got + i).write(to_wc(c)) };
         }
         got += m;
-        if m == 0 && got == 0 && want > 0 && !slept {
+        if m == 0 && got == 0 && !slept {
             // Idle: maybe sleep on the port, then look once more.
-            obj.idle();
+            obj.idle(&mut p);
             slept = true;
             continue;
         }
@@ -461,7 +469,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::i
         }
     }
     if got > 0 {
-        obj.busy();
+        Cq::busy(&mut p);
     }
     got as c_int
 }
@@ -486,16 +494,21 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_i
 unsafe fn step(cq: *mut ffi::ibv_cq_ex, may_sleep: bool) -> c_int {
     // SAFETY: a CQ we created (ibv_cq_ex is the first field of Cq).
     let obj = unsafe { Cq::of(cq as *mut ffi::ibv_cq) };
-    let mut next = obj.next();
+    let mut p = obj.polled();
+    let mut next = obj.next(&mut p);
     if matches!(next, Ok(None)) && may_sleep {
-        obj.idle();
-        next = obj.next();
+        obj.idle(&mut p);
+        next = obj.next(&mut p);
     }
     match next {
         Ok(Some(c)) => {
-            obj.busy();
-            obj.ex.status = status(c.status);
-            obj.ex.wr_id = c.wr_id;
+            Cq::busy(&mut p);
+            // SAFETY: the CQ's public fields, which the program reads between
+            // ibv_start_poll and ibv_end_poll; written under the CQ's lock.
+            unsafe {
+                (*cq).status = status(c.status);
+                (*cq).wr_id = c.wr_id;
+            }
             0
         }
         Ok(None) => libc::ENOENT,
@@ -522,14 +535,14 @@ unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
 
 unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {}
 
-/// The completion `ibv_wc_read_*` reads.
+/// The completion `ibv_wc_read_*` reads (a copy).
 ///
 /// # Safety
-/// `cq` is a CQ we created, read between `ibv_start_poll` and `ibv_end_poll`; every
-/// `read_*` below is reached only through our CQs' pointers.
-unsafe fn cur<'a>(cq: *mut ffi::ibv_cq_ex) -> &'a Completion {
-    // SAFETY: a CQ we created, read between start_poll and end_poll.
-    unsafe { Cq::of(cq as *mut ffi::ibv_cq) }.cur()
+/// `cq` is a CQ we created; every `read_*` below is reached only through our CQs'
+/// pointers.
+unsafe fn cur(cq: *mut ffi::ibv_cq_ex) -> Completion {
+    // SAFETY: a CQ we created.
+    unsafe { Cq::of(cq as *mut ffi::ibv_cq) }.polled().cur
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode::Type {
@@ -555,7 +568,7 @@ unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
 }
 unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
     // SAFETY: see `cur`.
-    wc_flags(unsafe { cur(cq) })
+    wc_flags(&unsafe { cur(cq) })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {
     0

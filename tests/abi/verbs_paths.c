@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +105,31 @@ static struct ibv_qp *rc_qp(struct ibv_cq *cq, uint32_t inline_size)
 	CHECK(qp, "ibv_create_qp");
 	CHECK(ia.cap.max_inline_data >= inline_size, "granted inline %u", ia.cap.max_inline_data);
 	return qp;
+}
+
+/* Two threads polling one CQ at once: every completion is handed out exactly once. */
+#define CONCURRENT 512
+static atomic_int seen[CONCURRENT];
+static atomic_int total;
+static struct ibv_cq *shared_cq;
+
+static void *poller(void *arg)
+{
+	(void)arg;
+	struct ibv_wc wc[8];
+	double end = now() + 20;
+	while (atomic_load(&total) < CONCURRENT && now() < end) {
+		int n = ibv_poll_cq(shared_cq, 8, wc);
+		if (n < 0)
+			return (void *)1;
+		for (int i = 0; i < n; i++) {
+			if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id >= CONCURRENT)
+				return (void *)2;
+			atomic_fetch_add(&seen[wc[i].wr_id], 1);
+		}
+		atomic_fetch_add(&total, n);
+	}
+	return NULL;
 }
 
 /* A child process: its own context on the same device (the port is shared), two QPs, one
@@ -381,6 +408,38 @@ int main(void)
 	CHECK(!ibv_post_send(a, &sw[0], &bad), "post_send after the failure");
 	CHECK(next_wc(a_cq).status == IBV_WC_SUCCESS, "A still sends");
 	printf("PASS deregistered memory: %d writes, then a remote access error; other QPs unaffected\n", ok);
+
+	/* ---- two threads polling one CQ ---- */
+	shared_cq = ibv_create_cq(ctx, CONCURRENT, NULL, NULL, 0);
+	CHECK(shared_cq, "shared CQ");
+	struct ibv_qp *e = rc_qp(shared_cq, 0), *f = rc_qp(shared_cq, 0);
+	connect_qp(e, f->qp_num);
+	connect_qp(f, e->qp_num);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		CHECK(!pthread_create(&th[i], NULL, poller, NULL), "pthread_create");
+	for (int i = 0; i < CONCURRENT; i++) {
+		struct ibv_sge es = {(uintptr_t)a_buf, 256, a_mr->lkey};
+		struct ibv_send_wr ew = {.wr_id = i, .sg_list = &es, .num_sge = 1,
+					 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED};
+		ew.wr.rdma.remote_addr = (uintptr_t)b_buf + (i % 64) * 256;
+		ew.wr.rdma.rkey = b_mr->rkey;
+		/* At most 48 in flight (the send queue holds 64). */
+		double end2 = now() + 10;
+		while (i - atomic_load(&total) >= 48 && now() < end2)
+			;
+		CHECK(!ibv_post_send(e, &ew, &bad), "post WRITE %d", i);
+	}
+	for (int i = 0; i < 2; i++) {
+		void *r;
+		pthread_join(th[i], &r);
+		CHECK(r == NULL, "poller %d failed: %p", i, r);
+	}
+	CHECK(atomic_load(&total) == CONCURRENT, "completions %d", atomic_load(&total));
+	for (int i = 0; i < CONCURRENT; i++)
+		CHECK(atomic_load(&seen[i]) == 1, "wr %d seen %d times", i, atomic_load(&seen[i]));
+	CHECK(!ibv_destroy_qp(e) && !ibv_destroy_qp(f) && !ibv_destroy_cq(shared_cq), "destroy");
+	printf("PASS two threads polling one CQ: %d completions, each once\n", CONCURRENT);
 
 	/* ---- fork ---- */
 	CHECK(ibv_fork_init() == 0, "ibv_fork_init");
