@@ -28,6 +28,8 @@ echo '#include <infiniband/verbs.h>' >"$tmp/wrap.h"
     --no-doc-comments --use-core \
     -- -I"$root/usr/include"
 } >"$tmp/ffi.rs"
+# As `cargo fmt` leaves it (our header lines included), so that the check compares content.
+rustfmt --edition 2021 "$tmp/ffi.rs"
 if [ "${1:-}" = --check ]; then
   if ! diff -q "$tmp/ffi.rs" "$out" >/dev/null; then
     diff -u "$out" "$tmp/ffi.rs" | head -40 >&2
