@@ -21,6 +21,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod daemon;
 pub mod driver;
 pub mod engine;
 pub mod mem;
