@@ -11,6 +11,7 @@ pub mod fault;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
+pub use sys::adopt_received_fd;
 pub mod udp;
 
 use std::net::SocketAddr;

@@ -431,3 +431,12 @@ fn write_sockaddr(out: &mut libc::sockaddr_storage, a: SocketAddr) -> libc::sock
         }
     }
 }
+
+/// Takes ownership of a descriptor the kernel installed for us in an `SCM_RIGHTS` message
+/// (nix hands them over as raw numbers; the daemon's control channel receives them).
+pub fn adopt_received_fd(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `fd` was just received with SCM_RIGHTS: a new descriptor in our table, open,
+    // and referred to by nothing else; the caller adopts each exactly once.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}

@@ -1,0 +1,204 @@
+//! The daemon's control channel: messages on a Unix `SOCK_SEQPACKET` socket (one message
+//! per `send`, boundaries kept, EOF when the other side goes), with file descriptors passed
+//! as `SCM_RIGHTS` (the shared-memory rings and their doorbells).
+//!
+//! Messages are JSON: control is rare (attach, detach, counters, fault rules), and JSON
+//! keeps the protocol readable and open to new fields. Every message comes from another
+//! process and is untrusted: its size is bounded by the receive buffer ([`MAX_MSG`]), a
+//! message that does not parse is an error the caller counts, never a panic, and at most
+//! [`MAX_FDS`] descriptors are taken from one message (any more are closed unread).
+
+use nix::sys::socket::{
+    getsockopt, recvmsg, sendmsg, sockopt, ControlMessage, ControlMessageOwned, MsgFlags,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{IoSlice, IoSliceMut};
+use std::net::IpAddr;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+/// Protocol version: a process and a daemon of different versions refuse each other.
+pub const VERSION: u32 = 1;
+/// Largest control message.
+pub const MAX_MSG: usize = 64 * 1024;
+/// Most descriptors one message carries (rings, two doorbells, spare).
+pub const MAX_FDS: usize = 4;
+
+/// What a process (or `roce-emu counters` / `roce-emu fault`) asks of the daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToDaemon {
+    /// Attach: lease a QPN block and set up the rings.
+    Hello { version: u32, pid: u32 },
+    /// The port's and every process's counters.
+    Counters,
+    /// Change the fault rules at run time (`roce-emu fault ...`).
+    Fault { rule: String },
+}
+
+/// What the daemon answers or announces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "msg", rename_all = "snake_case")]
+pub enum ToProcess {
+    /// Attached: the QPN block leased and the port; the message carries the ring memory
+    /// and the two doorbells (daemon to process, process to daemon).
+    Welcome {
+        version: u32,
+        block: u8,
+        port: PortInfo,
+    },
+    /// Not attached (another version, no free block, not allowed): the reason.
+    Refused { why: String },
+    /// The port went down (the daemon stops): every QP of the process sees it.
+    PortDown { why: String },
+    /// The answer to `Counters`.
+    Counters { json: serde_json::Value },
+    /// The answer to `Fault`: empty when the rule was taken, else why not.
+    FaultSet { error: Option<String> },
+}
+
+/// The port as the attached process's device shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortInfo {
+    /// `udp`, `tap` or `afpacket`.
+    pub kind: String,
+    /// The interface (TAP or AF_PACKET), or the address (UDP).
+    pub name: String,
+    /// The addresses the port serves (its GIDs).
+    pub addrs: Vec<IpAddr>,
+    pub mac: [u8; 6],
+    /// The IP MTU of the link.
+    pub mtu: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("control socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the other side closed the control socket")]
+    Closed,
+    #[error("a control message that does not parse ({0})")]
+    Malformed(String),
+    #[error("a control message larger than {MAX_MSG} bytes")]
+    TooLarge,
+}
+
+fn io(e: nix::Error) -> ControlError {
+    ControlError::Io(std::io::Error::from(e))
+}
+
+/// Sends `msg` with `fds` attached.
+pub fn send(sock: BorrowedFd<'_>, msg: &impl Serialize, fds: &[RawFd]) -> Result<(), ControlError> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MSG {
+        return Err(ControlError::TooLarge);
+    }
+    let iov = [IoSlice::new(&bytes)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(io)?;
+    Ok(())
+}
+
+/// Receives one message and the descriptors it carried (at most [`MAX_FDS`]).
+pub fn recv<T: for<'de> Deserialize<'de>>(
+    sock: BorrowedFd<'_>,
+) -> Result<(T, Vec<OwnedFd>), ControlError> {
+    let mut buf = vec![0u8; MAX_MSG];
+    let mut cbuf = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let (len, truncated, fds) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let m = recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cbuf),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(io)?;
+        let mut fds = Vec::new();
+        for c in m.cmsgs().map_err(io)? {
+            if let ControlMessageOwned::ScmRights(raw) = c {
+                fds.extend(raw.into_iter().map(crate::backend::adopt_received_fd));
+            }
+        }
+        let truncated =
+            m.flags.contains(MsgFlags::MSG_TRUNC) || m.flags.contains(MsgFlags::MSG_CTRUNC);
+        (m.bytes, truncated, fds)
+    };
+    if len == 0 {
+        return Err(ControlError::Closed);
+    }
+    if truncated {
+        return Err(ControlError::TooLarge);
+    }
+    if fds.len() > MAX_FDS {
+        return Err(ControlError::Malformed(format!(
+            "{} descriptors",
+            fds.len()
+        )));
+    }
+    let msg =
+        serde_json::from_slice(&buf[..len]).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    Ok((msg, fds))
+}
+
+/// The user id of the process at the other end (`SO_PEERCRED`): the daemon attaches only
+/// its own user's processes (and root's).
+pub fn peer_uid(sock: BorrowedFd<'_>) -> Result<u32, ControlError> {
+    let cred = getsockopt(&sock, sockopt::PeerCredentials).map_err(io)?;
+    Ok(cred.uid())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsFd;
+
+    fn pair() -> (OwnedFd, OwnedFd) {
+        socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_message_and_its_descriptors_cross() {
+        let (a, b) = pair();
+        let ev = nix::sys::eventfd::EventFd::new().unwrap();
+        let hello = ToDaemon::Hello {
+            version: VERSION,
+            pid: 42,
+        };
+        send(a.as_fd(), &hello, &[ev.as_fd().as_raw_fd()]).unwrap();
+        let (got, fds): (ToDaemon, _) = recv(b.as_fd()).unwrap();
+        assert_eq!(got, hello);
+        assert_eq!(fds.len(), 1);
+        // The received descriptor is the same eventfd: a write on it is read on ours.
+        nix::unistd::write(&fds[0], &1u64.to_ne_bytes()).unwrap();
+        assert_eq!(ev.read().unwrap(), 1);
+        assert_eq!(peer_uid(b.as_fd()).unwrap(), nix::unistd::getuid().as_raw());
+    }
+
+    #[test]
+    fn garbage_and_eof_are_errors_not_panics() {
+        let (a, b) = pair();
+        nix::unistd::write(&a, b"{not json").unwrap();
+        assert!(matches!(
+            recv::<ToDaemon>(b.as_fd()),
+            Err(ControlError::Malformed(_))
+        ));
+        nix::unistd::write(&a, br#"{"msg":"no_such"}"#).unwrap();
+        assert!(matches!(
+            recv::<ToDaemon>(b.as_fd()),
+            Err(ControlError::Malformed(_))
+        ));
+        drop(a);
+        assert!(matches!(
+            recv::<ToDaemon>(b.as_fd()),
+            Err(ControlError::Closed)
+        ));
+    }
+}
