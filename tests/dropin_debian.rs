@@ -49,11 +49,17 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
     let p = port.to_string();
     let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
     args.extend_from_slice(extra);
-    let mut server = env.cmd("ibv_rc_pingpong", &dev(2), &args);
+    // Both on one address of their own: the server opens first and holds UDP port 4791,
+    // the client shares it (src/backend/shared), as two programs on a machine do. One
+    // address per test: a third process as the port's hub would be another test's, and
+    // its exit mid-run (a hand-over loses the packets in flight) could take the last ACK
+    // of this pair with it, after the client that would answer a retransmission is gone.
+    let n = (100 + port - 18800) as u8;
+    let ip = format!("127.0.20.{n}");
+    let mut server = env.cmd("ibv_rc_pingpong", &dev(n), &args);
     let mut cargs = args.clone();
-    cargs.push("127.0.20.2");
-    // Both on one address: the second shares the first's UDP port 4791.
-    let mut client = env.cmd("ibv_rc_pingpong", &dev(2), &cargs);
+    cargs.push(&ip);
+    let mut client = env.cmd("ibv_rc_pingpong", &dev(n), &cargs);
     let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
     for (who, o) in [("server", &s), ("client", &c)] {
         let text = stdout(o);
