@@ -12,3 +12,4 @@
 
 pub mod control;
 pub mod lease;
+pub mod port;
