@@ -6,12 +6,19 @@
 //! today (TAP and AF_PACKET come with the daemon); [`fault::Lossy`] and
 //! [`capture::Capture`] wrap any backend, so no fault or capture code lives in the driver.
 
+pub mod afpacket;
 pub mod capture;
 pub mod fault;
+pub mod link;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
+pub mod tap;
 pub mod udp;
+
+pub use afpacket::PacketLink;
+pub use link::{FrameLink, FrameRx, LinkStats};
+pub use tap::TapLink;
 
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
@@ -192,6 +199,13 @@ pub enum BackendError {
     #[error("cannot receive on {addr}: {source}")]
     Recv {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A frame link ([`link::FrameLink`]) failed: it has an interface, not an address.
+    #[error("cannot {op} interface {link}: {source}")]
+    Link {
+        op: &'static str,
+        link: String,
         source: std::io::Error,
     },
 }
