@@ -55,14 +55,12 @@ fn tap_arp_and_ping_the_kernel() {
             link.send_frames(&[&arp_request(mac, US, KERNEL)]).unwrap(),
             1
         );
-        let (reply, _) = wait_for(
-            &mut link,
-            WAIT,
-            None,
-            |f| matches!(parse_arp(f), Some((2, _, ip, to, to_ip)) if ip == KERNEL && to == mac && to_ip == US),
-        );
+        let (reply, _) = wait_for(&mut link, WAIT, None, |f| {
+            parse_arp(f)
+                .is_some_and(|a| a.op == 2 && a.ip == KERNEL && a.to_mac == mac && a.to_ip == US)
+        });
         let reply = reply.expect("the kernel's ARP reply");
-        let kmac = parse_arp(&reply).unwrap().1;
+        let kmac = parse_arp(&reply).unwrap().mac;
         assert_ne!(kmac, mac, "our MAC differs from the kernel side's");
         assert_eq!(reply[0..6], mac, "the reply is addressed to our MAC");
 

@@ -2,9 +2,10 @@
 //! protocol state, and turn I/O failures into [`BackendError`]s naming the address.
 //!
 //! [`Backend`] is what the driver is generic over: batches of RoCEv2 datagrams (BTH
-//! through ICRC) in and out, and a file descriptor to sleep on. [`udp`] is the one link
-//! today (TAP and AF_PACKET come with the daemon); [`fault::Lossy`] and
-//! [`capture::Capture`] wrap any backend, so no fault or capture code lives in the driver.
+//! through ICRC) in and out, and a file descriptor to sleep on. [`udp`] is the one
+//! `Backend` today; [`fault::Lossy`] and [`capture::Capture`] wrap any backend, so no fault
+//! or capture code lives in the driver. [`link::FrameLink`] is the frame-level link under
+//! the coming TAP ([`tap`]) and AF_PACKET ([`afpacket`]) ports, whose L2 is `iface`'s.
 
 pub mod afpacket;
 pub mod capture;

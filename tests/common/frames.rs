@@ -56,15 +56,32 @@ pub fn arp_reply(mac: [u8; 6], ip: Ipv4Addr, to_mac: [u8; 6], to_ip: Ipv4Addr) -
     f
 }
 
-/// An ARP frame's (op, sender MAC, sender IP, target MAC, target IP).
-pub fn parse_arp(f: &[u8]) -> Option<(u16, [u8; 6], Ipv4Addr, [u8; 6], Ipv4Addr)> {
+/// An ARP frame's fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arp {
+    /// 1 request, 2 reply.
+    pub op: u16,
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+    pub to_mac: [u8; 6],
+    pub to_ip: Ipv4Addr,
+}
+
+/// The ARP (Ethernet, IPv4) in frame `f`.
+pub fn parse_arp(f: &[u8]) -> Option<Arp> {
     if f.len() < 42 || f[12..14] != [8, 6] || f[14..20] != [0, 1, 8, 0, 6, 4] {
         return None;
     }
     let op = u16::from_be_bytes([f[20], f[21]]);
     let mac = |at: usize| <[u8; 6]>::try_from(&f[at..at + 6]).unwrap();
     let ip = |at: usize| Ipv4Addr::from(<[u8; 4]>::try_from(&f[at..at + 4]).unwrap());
-    Some((op, mac(22), ip(28), mac(32), ip(38)))
+    Some(Arp {
+        op,
+        mac: mac(22),
+        ip: ip(28),
+        to_mac: mac(32),
+        to_ip: ip(38),
+    })
 }
 
 /// The Internet checksum (RFC 1071) of `b`.
@@ -138,7 +155,7 @@ pub fn is_echo_reply(
 }
 
 /// Receives on `link` until `want` accepts a frame or `within` passes; returns that frame
-/// (None on time-out) and every frame seen. ARP requests for `answer` (our MAC and IP)
+/// (None on time-out) and every frame seen (the whole batch it came in). ARP requests for `answer` (our MAC and IP)
 /// get a reply, so the kernel's neighbour probes never stall the exchange.
 pub fn wait_for(
     link: &mut dyn FrameLink,
@@ -151,22 +168,24 @@ pub fn wait_for(
     let mut out = [FrameRx::default(); 16];
     let mut seen = Vec::new();
     let end = Instant::now() + within;
-    while Instant::now() < end {
+    let mut found = None;
+    while found.is_none() && Instant::now() < end {
         let n = link
             .recv_frames(&mut pool, SLOT, &mut out)
             .expect("recv_frames");
         for r in &out[..n] {
             let f = pool[r.offset..r.offset + r.len].to_vec();
-            if let (Some((mac, ip)), Some((1, smac, sip, _, tip))) = (answer, parse_arp(&f)) {
-                if tip == ip {
-                    link.send_frames(&[&arp_reply(mac, ip, smac, sip)])
-                        .expect("send");
+            if let (Some((mac, ip)), Some(a)) = (answer, parse_arp(&f)) {
+                if a.op == 1 && a.to_ip == ip {
+                    let reply = arp_reply(mac, ip, a.mac, a.ip);
+                    link.send_frames(&[&reply]).expect("send");
                 }
             }
-            seen.push(f.clone());
-            if want(&f) {
-                return (Some(f), seen);
+            // The rest of the batch is still seen: a test may count every frame.
+            if found.is_none() && want(&f) {
+                found = Some(f.clone());
             }
+            seen.push(f);
         }
         if n == 0 {
             let left = end.saturating_duration_since(Instant::now());
@@ -175,5 +194,5 @@ pub fn wait_for(
             let _ = poll(&mut fds, PollTimeout::from(ms));
         }
     }
-    (None, seen)
+    (found, seen)
 }
