@@ -150,6 +150,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn send_errors_are_classified() {
+        let of = |e| tx_failure(&io::Error::from_raw_os_error(e));
+        assert!(matches!(of(libc::EAGAIN), TxFailure::QueueFull));
+        assert!(matches!(of(libc::ENOBUFS), TxFailure::QueueFull));
+        assert!(matches!(of(libc::EINVAL), TxFailure::Frame));
+        assert!(matches!(of(libc::EMSGSIZE), TxFailure::Frame));
+        assert!(matches!(of(libc::ENXIO), TxFailure::Link));
+    }
+
+    #[test]
     fn random_macs_are_local_unicast_and_differ() {
         let a = random_local_mac();
         let b = random_local_mac();

@@ -57,6 +57,12 @@ impl TapLink {
 
     fn open(name: &str, op: &'static str) -> Result<TapLink, BackendError> {
         let err = |e| BackendError::link(op, name, e);
+        // tun-tap cuts a longer name to IFNAMSIZ - 1 bytes: we would make or take another
+        // interface than the one asked for.
+        if name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+            let e = io::Error::new(io::ErrorKind::InvalidInput, "interface name too long");
+            return Err(err(e));
+        }
         let iface = tun_tap::Iface::without_packet_info(name, tun_tap::Mode::Tap).map_err(err)?;
         let name = iface.name().to_owned();
         let file = File::from(sys::own_fd(iface));
@@ -172,5 +178,18 @@ impl FrameLink for TapLink {
 
     fn stats(&self) -> LinkStats {
         self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_the_kernel_would_cut_is_refused_before_any_system_call() {
+        for name in ["roce-emu-tap-0123", "nul\0name"] {
+            let e = TapLink::create(name).err().expect("refused");
+            assert!(e.to_string().contains("too long"), "{e}");
+        }
     }
 }
