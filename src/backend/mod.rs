@@ -2,17 +2,25 @@
 //! protocol state, and turn I/O failures into [`BackendError`]s naming the address.
 //!
 //! [`Backend`] is what the driver is generic over: batches of RoCEv2 datagrams (BTH
-//! through ICRC) in and out, and a file descriptor to sleep on. [`udp`] is the one link
-//! today (TAP and AF_PACKET come with the daemon); [`fault::Lossy`] and
-//! [`capture::Capture`] wrap any backend, so no fault or capture code lives in the driver.
+//! through ICRC) in and out, and a file descriptor to sleep on. [`udp`] is the one
+//! `Backend` today; [`fault::Lossy`] and [`capture::Capture`] wrap any backend, so no fault
+//! or capture code lives in the driver. [`link::FrameLink`] is the frame-level link under
+//! the coming TAP ([`tap`]) and AF_PACKET ([`afpacket`]) ports, whose L2 is `iface`'s.
 
+pub mod afpacket;
 pub mod capture;
 pub mod fault;
+pub mod link;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
 pub use sys::adopt_received_fd;
+pub mod tap;
 pub mod udp;
+
+pub use afpacket::PacketLink;
+pub use link::{FrameLink, FrameRx, LinkStats};
+pub use tap::TapLink;
 
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
@@ -193,6 +201,13 @@ pub enum BackendError {
     #[error("cannot receive on {addr}: {source}")]
     Recv {
         addr: SocketAddr,
+        source: std::io::Error,
+    },
+    /// A frame link ([`link::FrameLink`]) failed: it has an interface, not an address.
+    #[error("cannot {op} interface {link}: {source}")]
+    Link {
+        op: &'static str,
+        link: String,
         source: std::io::Error,
     },
 }

@@ -1,4 +1,5 @@
 //! The socket calls roce-emu needs that neither socket2 nor nix offers as it needs them:
+//! interface ioctls and an AF_PACKET bind for the frame links, plus
 //! three socket options, `recvmmsg` with control messages (`RecvMmsg`) and `sendmmsg` with
 //! a control message per message (`SendMmsg`). The only module with `unsafe`: each block
 //! says why it holds.
@@ -439,4 +440,111 @@ pub fn adopt_received_fd(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     // SAFETY: `fd` was just received with SCM_RIGHTS: a new descriptor in our table, open,
     // and referred to by nothing else; the caller adopts each exactly once.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+/// Takes ownership of a file descriptor a crate hands out only as a raw one (tun-tap's
+/// `Iface::into_raw_fd`), so the rest of the code reads, writes and polls it safely.
+pub fn own_fd(f: impl std::os::fd::IntoRawFd) -> std::os::fd::OwnedFd {
+    use std::os::fd::FromRawFd;
+    // SAFETY: `into_raw_fd` gives up the only owner of an open descriptor: nothing else
+    // closes it, so the OwnedFd is its sole owner from here on.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(f.into_raw_fd()) }
+}
+
+/// An `ifreq` naming `name` (at most IFNAMSIZ - 1 bytes), everything else zero.
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("bad interface name {name:?}"),
+        ));
+    }
+    // SAFETY: ifreq is a plain C struct (a name and a union of integers, addresses and a
+    // pointer that stays null) for which all-zero bytes is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+/// One interface ioctl (`SIOCGIF*`/`SIOCSIF*`) on any socket of the caller's network
+/// namespace; returns the request as the kernel left it.
+fn if_ioctl(
+    sock: BorrowedFd<'_>,
+    req: libc::c_ulong,
+    mut r: libc::ifreq,
+) -> io::Result<libc::ifreq> {
+    // SAFETY: `sock` is open for the borrow; every request used here reads and writes one
+    // `struct ifreq`, which `r` is, live and writable for the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), req as _, &mut r as *mut libc::ifreq) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// `SIOCGIFFLAGS` then `SIOCSIFFLAGS` with IFF_UP: `ip link set NAME up` without a child
+/// process (no netlink crate needed for one flag).
+pub fn set_if_up(sock: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    let r = if_ioctl(sock, libc::SIOCGIFFLAGS, ifreq(name)?)?;
+    // SAFETY: SIOCGIFFLAGS wrote the flags member of the union.
+    let flags = unsafe { r.ifr_ifru.ifru_flags };
+    if flags & libc::IFF_UP as libc::c_short != 0 {
+        return Ok(());
+    }
+    let mut w = ifreq(name)?;
+    w.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    if_ioctl(sock, libc::SIOCSIFFLAGS, w).map(drop)
+}
+
+/// `SIOCGIFMTU`: the interface's MTU (IP bytes per frame, Ethernet header excluded).
+pub fn if_mtu(sock: BorrowedFd<'_>, name: &str) -> io::Result<usize> {
+    let r = if_ioctl(sock, libc::SIOCGIFMTU, ifreq(name)?)?;
+    // SAFETY: SIOCGIFMTU wrote the mtu member of the union.
+    let mtu = unsafe { r.ifr_ifru.ifru_mtu };
+    Ok(usize::try_from(mtu).unwrap_or(0))
+}
+
+/// `SIOCGIFHWADDR`: the interface's own MAC (the kernel side's, for a TAP).
+pub fn if_hwaddr(sock: BorrowedFd<'_>, name: &str) -> io::Result<[u8; 6]> {
+    let r = if_ioctl(sock, libc::SIOCGIFHWADDR, ifreq(name)?)?;
+    // SAFETY: SIOCGIFHWADDR wrote the hwaddr member (a sockaddr whose data starts with
+    // the address bytes).
+    let sa = unsafe { r.ifr_ifru.ifru_hwaddr };
+    let mut mac = [0u8; 6];
+    for (m, b) in mac.iter_mut().zip(sa.sa_data) {
+        *m = b as u8;
+    }
+    Ok(mac)
+}
+
+/// Binds an AF_PACKET socket to interface `ifindex` for every protocol (ETH_P_ALL): only
+/// that interface's frames come in, and sends without an address leave on it. Neither nix
+/// nor socket2 builds a `sockaddr_ll` without unsafe code of their own.
+pub fn bind_packet(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
+    // SAFETY: sockaddr_ll is a plain C struct; all-zero bytes is a valid value.
+    let mut a: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    a.sll_family = libc::AF_PACKET as libc::c_ushort;
+    a.sll_protocol = (libc::ETH_P_ALL as u16).to_be();
+    a.sll_ifindex = ifindex as libc::c_int;
+    // SAFETY: `fd` is open for the borrow; `a` is a live sockaddr_ll and the length passed
+    // is its size; bind only reads it.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&a as *const libc::sockaddr_ll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `PACKET_IGNORE_OUTGOING` (Linux 4.20+): a packet socket does not get the frames sent on
+/// its interface, its own included, so the L2 layer above never answers itself.
+pub fn set_packet_ignore_outgoing(fd: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
 }
