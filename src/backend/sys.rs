@@ -440,6 +440,8 @@ pub fn adopt_received_fd(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
     // SAFETY: `fd` was just received with SCM_RIGHTS: a new descriptor in our table, open,
     // and referred to by nothing else; the caller adopts each exactly once.
     unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
 /// Takes ownership of a file descriptor a crate hands out only as a raw one (tun-tap's
 /// `Iface::into_raw_fd`), so the rest of the code reads, writes and polls it safely.
 pub fn own_fd(f: impl std::os::fd::IntoRawFd) -> std::os::fd::OwnedFd {
