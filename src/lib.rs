@@ -23,6 +23,7 @@ pub mod backend;
 pub mod cli;
 pub mod driver;
 pub mod engine;
+pub mod iface;
 pub mod mem;
 pub mod rng;
 pub mod sim;
