@@ -38,6 +38,8 @@ mod icmp;
 mod ip;
 mod nd;
 mod neighbor;
+#[cfg(test)]
+mod props;
 mod rx;
 mod stats;
 #[cfg(test)]
@@ -187,7 +189,9 @@ impl Iface {
 
     /// Frames a RoCE datagram (BTH through ICRC, the ICRC computed for IPv4 ID 0, as the
     /// engine makes it) from `src` to `dst` into `out`. `Ok(Some(len))`: a frame to send.
-    /// `Ok(None)`: held until the neighbour answers (its request is in `poll_transmit`).
+    /// `Ok(None)`: held until the neighbour answers (its request is in `poll_transmit`),
+    /// or queued behind datagrams to the same neighbour that `poll_transmit` has not
+    /// handed out yet (so nothing is reordered); it comes out of `poll_transmit`.
     /// `Err`: dropped and counted. IPv4-mapped IPv6 addresses are taken as IPv4.
     pub fn send(
         &mut self,
@@ -243,6 +247,16 @@ impl Iface {
                 if probe {
                     self.stats.neighbor_probes += 1;
                     self.solicit(dst.ip(), Some(mac));
+                }
+                // Datagrams released for this neighbour and not yet polled go first:
+                // overtaking them would look like a PSN gap to an RC responder, which
+                // answers with a sequence NAK and a go-back-N retransmission.
+                if self.released.iter().any(|(_, h)| h.dst.ip() == dst.ip()) {
+                    if !self.neighbors.reserve() {
+                        return Err(TxError::QueueFull);
+                    }
+                    self.released.push_back((mac, held()));
+                    return Ok(None);
                 }
                 Ok(Some(self.frame_roce(mac, src, dst, payload, out)))
             }

@@ -220,6 +220,16 @@ impl Cache {
         self.map.contains_key(ip)
     }
 
+    /// Counts one more datagram queued outside the cache (behind released ones); false if
+    /// the total bound is reached.
+    pub fn reserve(&mut self) -> bool {
+        if self.held_total >= self.total_max {
+            return false;
+        }
+        self.held_total += 1;
+        true
+    }
+
     /// A released datagram was sent or dropped.
     pub fn release_done(&mut self) {
         self.held_total = self.held_total.saturating_sub(1);
