@@ -24,6 +24,7 @@ pub mod cli;
 pub mod daemon;
 pub mod driver;
 pub mod engine;
+pub mod iface;
 pub mod mem;
 pub mod rng;
 pub mod sim;

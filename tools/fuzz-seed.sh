@@ -4,13 +4,17 @@
 #   fuzz/corpus/frame_parse/  every frame of every capture (Ethernet, as captured)
 #   fuzz/corpus/roce_parse/   the UDP payload (BTH..ICRC) of every UDP/4791 frame
 #   fuzz/corpus/pcap_decode/  the capture files themselves
+#   fuzz/corpus/iface_rx/     per capture: an interface configured as the receiver of its
+#                             first RoCE frame (MAC, IPv4 or IPv6, VLAN), then every frame
+#                             as a receive record, a send and a time step (the format is in
+#                             fuzz/fuzz_targets/iface_rx.rs)
 # Seeds are named by the SHA-1 of their contents, as libFuzzer names its own, so
 # duplicates collapse. Existing corpus entries (e.g. what fuzzing found) are kept.
 # Usage: tools/fuzz-seed.sh   (from anywhere; needs python3)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -72,7 +76,27 @@ def udp_payload(f):
     return l4[8:ulen]
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
-     "share_proto": 0}
+     "share_proto": 0, "iface_rx": 0}
+
+def iface_header(f):
+    """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
+    flags (bit 0 VLAN), VID, MAC, IPv4, IPv6; None if f is not Ethernet RoCE."""
+    if udp_payload(f) is None:
+        return None
+    et, off, vid, flags = struct.unpack(">H", f[12:14])[0], 14, 0, 0
+    if et == 0x8100:
+        vid, flags = struct.unpack(">H", f[14:16])[0] & 0x0FFF, 1
+        et, off = struct.unpack(">H", f[16:18])[0], 18
+    v4, v6 = bytes(4), bytes(16)
+    if et == IPV4:
+        v4 = f[off + 16:off + 20]
+    else:
+        v6 = f[off + 24:off + 40]
+    return bytes([flags]) + struct.pack(">H", vid) + f[0:6] + v4 + v6
+
+def record(op, body):
+    return struct.pack("<BH", op, len(body)) + body
+
 # share_proto: the shared port's control messages (join with a claim, lease, refusal) and a
 # forward message with one IPv4 entry (src/backend/shared/proto.rs: 'P', version 1, two
 # spare bytes; a 48-byte entry header: length, segment size, family, flags, ports, addresses).
@@ -103,6 +127,13 @@ for path in files:
             records += struct.pack("<HB", len(p), len(records) & 1) + p
     if records:
         n["engine_rx"] += save("engine_rx", records[:16384])
+    eth = [f for link, f in frames(path) if link == ETH]
+    head = next((h for h in map(iface_header, eth) if h is not None), None)
+    if head is not None:
+        body = b"".join(record(0, f) for f in eth[:64])
+        # A send to the neighbour one address up, then 2 s of timers (ARP/ND retries).
+        body += record(1, b"\x02" + bytes(27)) + record(2, b"\x08")
+        n["iface_rx"] += save("iface_rx", head + body[:16384])
 print("fuzz-seed: new seeds " + ", ".join(f"{k} {v}" for k, v in n.items())
       + f" (from {len(files)} captures)")
 PY
