@@ -11,8 +11,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use roce_emu::ring::{
-    create_region, new_bell, Consumer, Meta, Popped, Producer, HEADER_LEN, MIN_CAPACITY,
-    OFF_HEAD, OFF_TAIL, OFF_WAITING,
+    create_region, new_bell, Consumer, Meta, Popped, Producer, HEADER_LEN, MIN_CAPACITY, OFF_HEAD,
+    OFF_TAIL, OFF_WAITING,
 };
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -56,7 +56,11 @@ fuzz_target!(|data: &[u8]| {
     } else {
         let mut pool = vec![0u8; 4 * slot];
         let blank = Meta::new(([0, 0, 0, 0], 0).into(), ([0, 0, 0, 0], 0).into());
-        let mut out = [Popped { meta: blank, offset: 0, len: 0 }; 4];
+        let mut out = [Popped {
+            meta: blank,
+            offset: 0,
+            len: 0,
+        }; 4];
         for _ in 0..=MIN_CAPACITY / 8 {
             match c.pop_batch(&mut pool, slot, &mut out) {
                 Ok(0) | Err(_) => break,
