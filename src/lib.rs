@@ -14,9 +14,10 @@
 //! only the seeded [`rng`] (for key bytes) and it knows nothing about packets.
 //!
 //! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
-// No unsafe code, except two fenced modules where each block carries a SAFETY comment:
-// `backend::sys` (socket options no well-kept crate wraps) and `mem::backing` (raw copies
-// and atomics on registered memory, including the program's own, foreign, memory).
+// No unsafe code, except three fenced modules where each block carries a SAFETY comment:
+// `backend::sys` (socket options no well-kept crate wraps), `mem::backing` (raw copies
+// and atomics on registered memory, including the program's own, foreign, memory) and
+// `ring::shm` (the shared mapping of the daemon's packet rings).
 #![deny(unsafe_code)]
 
 pub mod backend;
@@ -26,6 +27,7 @@ pub mod driver;
 pub mod engine;
 pub mod iface;
 pub mod mem;
+pub mod ring;
 pub mod rng;
 pub mod sim;
 pub mod verbs;

@@ -141,6 +141,19 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         &["verbs", "backend", "driver", "engine", "mem", "wire", "rng"],
         &["println!", "eprintln!", "clap"],
     ),
+    // The daemon's shared-memory rings: a leaf (the daemon and the verbs layer both use
+    // it), no threads, clocks or printing of its own.
+    (
+        "ring",
+        &["ring"],
+        &[
+            "std::thread",
+            "std::time::Instant",
+            "SystemTime",
+            "println!",
+            "eprintln!",
+        ],
+    ),
     // The simulator drives engines with a virtual clock only.
     (
         "sim",
@@ -209,13 +222,15 @@ fn layers_import_only_what_they_may() {
 }
 
 /// The modules allowed to hold `unsafe` (design real-programs.md §1.2, §4): the syscall
-/// module of the backends and the backing of memory regions (raw copies and atomics on
-/// registered memory, foreign memory from the coming C ABI). Each is opted in by one
+/// module of the backends, the backing of memory regions (raw copies and atomics on
+/// registered memory, foreign memory from the coming C ABI) and the shared mapping of
+/// the daemon's packet rings. Each is opted in by one
 /// `#[allow(unsafe_code)]` on its `mod` line; the crate root denies it everywhere else.
-const UNSAFE_MODULES: &[&str] = &["backend/sys.rs", "mem/backing.rs"];
+const UNSAFE_MODULES: &[&str] = &["backend/sys.rs", "mem/backing.rs", "ring/shm.rs"];
 const UNSAFE_OPT_INS: &[(&str, &str)] = &[
     ("backend/mod.rs", "mod sys;"),
     ("mem/mod.rs", "mod backing;"),
+    ("ring/mod.rs", "mod shm;"),
 ];
 
 /// `unsafe` only in the fenced modules, and there with a SAFETY comment per block and

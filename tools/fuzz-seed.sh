@@ -14,7 +14,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -76,7 +76,8 @@ def udp_payload(f):
     return l4[8:ulen]
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
-     "share_proto": 0, "iface_rx": 0}
+     "share_proto": 0, "iface_rx": 0,
+     "ring_consume": 0}
 
 def iface_header(f):
     """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
@@ -106,6 +107,25 @@ pkt = bytes(range(28))
 entry = struct.pack("<IHBBHHH", len(pkt), len(pkt), 4, 0, 49152, 0, 4791) + bytes(2)
 entry += bytes(12) + bytes([127, 0, 15, 2]) + bytes(12) + bytes([127, 0, 15, 1])
 n["share_proto"] += save("share_proto", b"P\x01\0\0" + entry + pkt)
+# ring_consume: rings as the ring fuzz target lays them out ([mode][tail][head][waiting][data
+# area]; src/ring/mod.rs): a few IPv4/IPv6 packets, then the same ring wrapped (a pad entry at
+# the end of the 4 KiB data area, the next packet at 0), for pop and pop_batch.
+def ring_entry(i, plen, v6):
+    bits = 3 if v6 else 4
+    src = bytes(range(1, 17)) if v6 else bytes([10, 0, 0, 1]) + bytes(12)
+    dst = bytes(range(17, 33)) if v6 else bytes([10, 0, 0, 2]) + bytes(12)
+    h = struct.pack("<IHHBBHIHHI", plen, 0x5052, i, bits, 0, i, 0, 49152, 4791, 0) + src + dst
+    e = h + bytes((i + k) & 0xFF for k in range(plen))
+    return e + bytes(-len(e) % 8)
+data = b"".join(ring_entry(i, 20 + 37 * i, i % 2 == 1) for i in range(6))
+wrap_pad = 4096 - 4000
+tail_entry = ring_entry(9, 100, False)
+wrapped = bytearray(4096)
+wrapped[:len(tail_entry)] = tail_entry
+wrapped[4000:4008] = struct.pack("<IHH", wrap_pad, 0x4150, 0)
+for mode in (0x0C, 0x2C, 0x00):
+    n["ring_consume"] += save("ring_consume", bytes([mode]) + struct.pack("<QQQ", len(data), 0, 0) + data)
+    n["ring_consume"] += save("ring_consume", bytes([mode]) + struct.pack("<QQQ", 4096 + len(tail_entry), 4000, 1) + bytes(wrapped))
 # oob_records: the first address record of each exchange in shared/captures (rc_pingpong's
 # rc_pingpong_s64 and perftest's write_bw_s4096, rdma-core 44 / perftest 4.5 on rxe).
 for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",

@@ -1,0 +1,259 @@
+//! Unit tests of one ring in one process: both ends map the same memfd separately, as two
+//! processes would. Corruption is written through the file (`pwrite`), never through a
+//! Rust reference to the mapping.
+
+use super::*;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+fn bell() -> OwnedFd {
+    new_bell().unwrap()
+}
+
+/// A producer, a consumer, and the memfd as a file to scribble on.
+fn pair(cap: usize) -> (Producer, Consumer, File) {
+    let fd = create_region(cap).unwrap();
+    let b = bell();
+    let p = Producer::attach(fd.as_fd(), b.try_clone().unwrap()).unwrap();
+    let c = Consumer::attach(fd.as_fd(), b).unwrap();
+    (p, c, File::from(fd))
+}
+
+fn meta(i: u16) -> Meta {
+    let src: SocketAddr = "10.0.0.1:49152".parse().unwrap();
+    let dst: SocketAddr = "[fe80::1]:4791".parse().unwrap();
+    Meta {
+        src,
+        dst,
+        ipv4_id: (i % 2 == 0).then_some(i),
+        segment: (i % 3 == 0).then_some(1),
+        flags: i,
+    }
+}
+
+fn payload(i: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|k| (i * 31 + k) as u8).collect()
+}
+
+#[test]
+fn round_trip_and_wraparound() {
+    let (mut p, mut c, _f) = pair(MIN_CAPACITY);
+    let mut buf = vec![0u8; MAX_PACKET];
+    // 100-byte packets take 160 bytes: 4096 is not a multiple, so entries pad and wrap.
+    for i in 0..1000usize {
+        let data = payload(i, 100 + i % 7);
+        p.push(&meta(i as u16), &data).unwrap();
+        let (m, len) = c.pop(&mut buf).unwrap().unwrap();
+        assert_eq!(m, meta(i as u16));
+        assert_eq!(&buf[..len], &data[..]);
+    }
+    assert_eq!(c.pop(&mut buf).unwrap(), None);
+    assert_eq!(c.stats().popped, 1000);
+    assert_eq!(p.stats().doorbells, 0, "nobody slept, nobody was rung");
+}
+
+#[test]
+fn full_ring_refuses_and_recovers() {
+    let (mut p, mut c, _f) = pair(MIN_CAPACITY);
+    let data = [7u8; 1000];
+    let m = meta(1);
+    let mut n = 0;
+    loop {
+        match p.try_push(&m, &data) {
+            Ok(()) => n += 1,
+            Err(PushError::Full) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(n, MIN_CAPACITY / record_len(1000));
+    p.flush().unwrap();
+    assert_eq!(p.try_push(&m, &data), Err(PushError::Full));
+    assert_eq!(p.stats().full, 2);
+    let mut buf = [0u8; 1000];
+    assert_eq!(c.pop(&mut buf).unwrap().unwrap().1, 1000);
+    p.push(&m, &data).unwrap();
+    assert_eq!(
+        p.try_push(&m, &[0u8; MAX_PACKET + 1]),
+        Err(PushError::TooLarge)
+    );
+    assert_eq!(p.try_push(&m, &[0u8; 8192]), Err(PushError::TooLarge));
+}
+
+#[test]
+fn batch_publishes_once_and_slots_bound_packets() {
+    let (mut p, mut c, _f) = pair(1 << 16);
+    let metas: Vec<Meta> = (0..10).map(meta).collect();
+    let datas: Vec<Vec<u8>> = (0..10).map(|i| payload(i, 60 + 10 * i)).collect();
+    let n = p
+        .push_batch(metas.iter().zip(datas.iter().map(|d| &d[..])))
+        .unwrap();
+    assert_eq!(n, 10);
+    let mut pool = vec![0u8; 8 * 128];
+    let mut out = [Popped {
+        meta: meta(0),
+        offset: 0,
+        len: 0,
+    }; 8];
+    // Slots of 128 bytes: packets 7..9 (130..150 bytes) are dropped as too long.
+    let got = c.pop_batch(&mut pool, 128, &mut out).unwrap();
+    assert_eq!(got, 7);
+    for (i, o) in out[..got].iter().enumerate() {
+        assert_eq!(o.meta, metas[i]);
+        assert_eq!(&pool[o.offset..o.offset + o.len], &datas[i][..]);
+    }
+    assert_eq!(c.pop_batch(&mut pool, 128, &mut out).unwrap(), 0);
+    assert_eq!(c.stats().too_long, 3);
+}
+
+#[test]
+fn a_sleeping_consumer_is_woken() {
+    let (mut p, mut c, _f) = pair(MIN_CAPACITY);
+    // Nothing there: the wait times out.
+    assert!(!c.wait(Duration::from_millis(20)).unwrap());
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        p.push(&meta(0), b"hello").unwrap();
+        p.stats().doorbells
+    });
+    assert!(c.wait(Duration::from_secs(10)).unwrap());
+    assert_eq!(t.join().unwrap(), 1, "the producer rang once");
+    let mut buf = [0u8; 16];
+    assert_eq!(c.pop(&mut buf).unwrap().unwrap().1, 5);
+}
+
+fn put(f: &File, off: usize, word: u64) {
+    f.write_all_at(&word.to_le_bytes(), off as u64).unwrap();
+}
+
+#[test]
+fn corrupt_indices_and_entries_break_the_ring() {
+    let mut buf = vec![0u8; MAX_PACKET];
+    let cases: &[(&str, usize, u64, Corrupt)] = &[
+        ("misaligned tail", OFF_TAIL, 3, Corrupt::Misaligned),
+        (
+            "tail past a capacity",
+            OFF_TAIL,
+            2 * MIN_CAPACITY as u64,
+            Corrupt::OutOfRange,
+        ),
+        (
+            "unknown kind",
+            HEADER_LEN,
+            8 | 0x1234 << 32,
+            Corrupt::BadKind,
+        ),
+        (
+            "pad too short",
+            HEADER_LEN,
+            8 | u64::from(KIND_PAD) << 32,
+            Corrupt::BadPad,
+        ),
+        (
+            "length past the tail",
+            HEADER_LEN,
+            60000 | u64::from(KIND_PACKET) << 32,
+            Corrupt::BadLength,
+        ),
+        (
+            "length past max",
+            HEADER_LEN,
+            0xffff_ffff | u64::from(KIND_PACKET) << 32,
+            Corrupt::BadLength,
+        ),
+    ];
+    for (what, off, word, want) in cases {
+        let (mut p, mut c, f) = pair(MIN_CAPACITY);
+        p.push(&meta(0), &[1u8; 64]).unwrap();
+        put(&f, *off, *word);
+        assert_eq!(c.pop(&mut buf), Err(*want), "{what}");
+        assert_eq!(c.pop(&mut buf), Err(*want), "{what}: sticky");
+    }
+    // A tail that moves backwards.
+    let (mut p, mut c, f) = pair(MIN_CAPACITY);
+    p.push(&meta(0), &[1u8; 64]).unwrap();
+    c.pop(&mut buf).unwrap().unwrap();
+    put(&f, OFF_TAIL, 0);
+    assert_eq!(c.pop(&mut buf), Err(Corrupt::Backwards));
+}
+
+#[test]
+fn impossible_metadata_is_dropped_not_fatal() {
+    let (mut p, mut c, f) = pair(MIN_CAPACITY);
+    p.push(&meta(1), &[1u8; 64]).unwrap();
+    p.push(&meta(1), &[2u8; 64]).unwrap();
+    // Address bits no producer writes, in the first entry (byte 8 of its header).
+    f.write_all_at(&[0x80], (HEADER_LEN + 8) as u64).unwrap();
+    let mut buf = [0u8; 64];
+    let (_, len) = c.pop(&mut buf).unwrap().unwrap();
+    assert_eq!((len, buf[0]), (64, 2));
+    assert_eq!(c.stats().malformed, 1);
+}
+
+#[test]
+fn a_hostile_head_breaks_the_producer_not_the_process() {
+    let (mut p, _c, f) = pair(MIN_CAPACITY);
+    let data = [0u8; 1000];
+    while p.try_push(&meta(0), &data).is_ok() {}
+    p.flush().unwrap();
+    // A head ahead of everything the producer published would let it overwrite entries
+    // the consumer has not read (or, unchecked, compute a negative free space).
+    put(&f, OFF_HEAD, 1 << 40);
+    assert_eq!(
+        p.try_push(&meta(0), &data),
+        Err(PushError::Broken(Corrupt::OutOfRange))
+    );
+}
+
+#[test]
+fn attach_checks_the_header() {
+    let b = bell();
+    let fd = create_region(MIN_CAPACITY).unwrap();
+    let f = File::from(fd.try_clone().unwrap());
+    put(&f, OFF_MAGIC, 0);
+    assert!(matches!(
+        Consumer::attach(fd.as_fd(), b.try_clone().unwrap()),
+        Err(AttachError::BadMagic)
+    ));
+    let fd = create_region(MIN_CAPACITY).unwrap();
+    put(&File::from(fd.try_clone().unwrap()), OFF_CAPACITY, 8192);
+    assert!(matches!(
+        Consumer::attach(fd.as_fd(), b.try_clone().unwrap()),
+        Err(AttachError::BadSize(_))
+    ));
+    // Unsealed memory (any memfd a peer made up) is refused: it could shrink under us.
+    let raw = nix::sys::memfd::memfd_create(c"x", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
+    nix::unistd::ftruncate(&raw, (HEADER_LEN + MIN_CAPACITY) as i64).unwrap();
+    assert!(matches!(
+        Consumer::attach(raw.as_fd(), b),
+        Err(AttachError::NotSealed)
+    ));
+    assert!(matches!(
+        create_region(5000),
+        Err(AttachError::BadCapacity(5000))
+    ));
+}
+
+#[test]
+fn link_fds_travel_over_a_unix_socket() {
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let (mut daemon, fds) = Link::create(1 << 16).unwrap();
+    fds.send(a.as_fd()).unwrap();
+    drop(fds);
+    let mut proc_end = Link::attach(LinkFds::recv(b.as_fd()).unwrap()).unwrap();
+    let m = meta(4);
+    daemon.rx.push(&m, b"to the process").unwrap();
+    proc_end.tx.push(&m, b"to the daemon").unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(proc_end.rx.pop(&mut buf).unwrap(), Some((m, 14)));
+    assert_eq!(daemon.tx.pop(&mut buf).unwrap(), Some((m, 13)));
+    // A message that is not a link's is refused.
+    use std::io::Write;
+    (&a).write_all(b"nope").unwrap();
+    assert!(matches!(
+        LinkFds::recv(b.as_fd()),
+        Err(LinkError::Message(_))
+    ));
+}
