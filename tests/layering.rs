@@ -120,7 +120,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     // The I/O adapters: sockets and files, no protocol state.
     (
         "backend",
-        &["backend", "wire", "rng"],
+        &["backend", "wire", "rng", "iface"],
         &["crate::engine", "crate::verbs", "println!"],
     ),
     // The tools are thin clients of the verbs layer: argument parsing, TCP exchanges,

@@ -10,6 +10,7 @@
 pub mod afpacket;
 pub mod capture;
 pub mod fault;
+pub mod l2;
 pub mod link;
 pub mod shared;
 #[allow(unsafe_code)]

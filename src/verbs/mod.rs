@@ -101,6 +101,12 @@ impl Device {
     pub fn open(&self) -> Result<Context, Error> {
         Context::open(self)
     }
+
+    /// Starts the NIC on a port opened elsewhere (`backend::l2::L2Backend` on a TAP or
+    /// AF_PACKET link); `ip` should be the port's address.
+    pub fn open_on(&self, backend: Box<dyn Backend>) -> Result<Context, Error> {
+        Context::open_on(self, self.engine.clone(), backend)
+    }
 }
 
 /// What went wrong in a verbs call: the engine's or the memory table's refusal, or the
@@ -162,7 +168,7 @@ pub struct Context {
 impl Context {
     fn open(dev: &Device) -> Result<Context, Error> {
         let mut cfg = dev.engine.clone();
-        let mut backend: Box<dyn Backend> = if dev.share {
+        let backend: Box<dyn Backend> = if dev.share {
             let mut shared = SharedBackend::open(dev.ip)?;
             shared.set_gso(dev.gso);
             (cfg.qpn_lo, cfg.qpn_hi) = shared.qpn_range();
@@ -173,6 +179,16 @@ impl Context {
             udp.set_gso(dev.gso);
             Box::new(udp)
         };
+        Context::open_on(dev, cfg, backend)
+    }
+
+    /// A NIC on `backend` (a TAP or AF_PACKET port, say), with `dev`'s capture, faults and
+    /// thread, and the engine settings `cfg`.
+    fn open_on(
+        dev: &Device,
+        cfg: EngineConfig,
+        mut backend: Box<dyn Backend>,
+    ) -> Result<Context, Error> {
         if let Some(path) = &dev.pcap {
             // Inside the fault rule: the capture shows what really went on the wire.
             backend = Box::new(Capture::create(backend, path)?);
