@@ -27,8 +27,11 @@ pub const MAX_FDS: usize = 4;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToDaemon {
-    /// Attach: lease a QPN block and set up the rings.
+    /// Attach: lease a QPN block and set up the rings. The daemon answers `Welcome` and
+    /// then sends the rings' descriptors (`ring::LinkFds::send`), or `Refused`.
     Hello { version: u32, pid: u32 },
+    /// What port the daemon has (for a device list), without attaching: `Info`.
+    Info,
     /// The port's and every process's counters.
     Counters,
     /// Change the fault rules at run time (`roce-emu fault ...`).
@@ -45,7 +48,13 @@ pub enum ToProcess {
         version: u32,
         block: u8,
         port: PortInfo,
+        /// The UDP source port every packet must carry (a UDP port sends from its one
+        /// socket; the ICRC covers the port: `EngineConfig::udp_src_port`); `None` on a
+        /// port that owns its frames, where each QP uses its own.
+        src_port: Option<u16>,
     },
+    /// The answer to `Info`.
+    Info { version: u32, port: PortInfo },
     /// Not attached (another version, no free block, not allowed): the reason.
     Refused { why: String },
     /// The port went down (the daemon stops): every QP of the process sees it.
