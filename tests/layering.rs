@@ -127,7 +127,7 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     // printing. `wire` for `pcap`, which decodes captures.
     (
         "cli",
-        &["cli", "verbs", "wire"],
+        &["cli", "verbs", "wire", "daemon"],
         &[
             "Engine::new",
             "Driver::new",

@@ -1,5 +1,6 @@
 //! People-facing tools: `roce-emu <command>`.
 
+pub mod daemon;
 pub mod demo;
 pub mod dropin;
 pub mod oob;
@@ -42,6 +43,10 @@ enum Command {
     Run(dropin::RunArgs),
     /// List the devices programs see through the drop-in, as ibv_devinfo does.
     Devinfo(dropin::DevinfoArgs),
+    /// Own one port (UDP, TAP, AF_PACKET) and share it among the programs of this machine.
+    Daemon(daemon::DaemonArgs),
+    /// A daemon's counters: the port's and each process's.
+    Counters(daemon::CountersArgs),
 }
 
 /// The options of every command that opens a NIC.
@@ -130,5 +135,7 @@ pub fn main() -> i32 {
         Command::Env(args) => dropin::env(&args),
         Command::Run(args) => dropin::run(&args),
         Command::Devinfo(args) => dropin::devinfo(&args),
+        Command::Daemon(args) => daemon::run(&args),
+        Command::Counters(args) => daemon::counters(&args),
     }
 }

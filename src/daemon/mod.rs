@@ -13,3 +13,4 @@
 pub mod control;
 pub mod lease;
 pub mod port;
+pub mod server;

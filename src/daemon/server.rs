@@ -1,0 +1,731 @@
+//! The daemon's one thread: the port, the control socket, and the rings of every attached
+//! process, in one `poll` loop.
+//!
+//! Each turn: packets from the port are routed by BTH DestQP to the process leasing its
+//! QPN block (one ring push each, one flush per process per batch: the doorbell only
+//! when that process sleeps); packets the processes queued are sent in batches; packets
+//! a process addresses to the port's own address go straight to their owner (a frame
+//! port cannot send to itself); control messages are served. A process whose socket
+//! ends is detached: its block goes into quarantine, its rings are unmapped, its counters
+//! are kept. Bad input from a process (a malformed message, a corrupt ring, a packet with
+//! another source address) is a counted drop and at worst the end of that process's
+//! attachment, never of the daemon.
+
+use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
+use super::lease::{self, Leases};
+use super::port::PortSpec;
+use crate::backend::l2::{iface_config, L2Backend};
+use crate::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
+use crate::backend::{Backend, BackendError, FrameLink, Outgoing, PacketLink, Received, TapLink};
+use crate::ring::{Link, Meta};
+use crate::wire::ROCE_UDP_PORT;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use serde::Serialize;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::IpAddr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Ring capacity per direction and process, by default.
+pub const DEFAULT_RING_BYTES: usize = 4 << 20;
+/// Longest sleep of the loop (it re-checks `stop` after it).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+/// Transmit slot: a packet as the engine makes it (MTU 4096 plus headers).
+const TX_SLOT: usize = 4096 + 256;
+/// Receive batches taken from the port per turn before the processes' rings are served.
+const RX_TURNS: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub port: PortSpec,
+    /// The control socket's path (created 0660; removed on exit).
+    pub socket: PathBuf,
+    pub quarantine: Duration,
+    pub ring_bytes: usize,
+}
+
+impl Config {
+    pub fn new(port: PortSpec, socket: PathBuf) -> Config {
+        Config {
+            port,
+            socket,
+            quarantine: lease::DEFAULT_QUARANTINE,
+            ring_bytes: DEFAULT_RING_BYTES,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Port(#[from] BackendError),
+    #[error("control socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+}
+
+/// The port's counters.
+#[derive(Debug, Default, Clone, Copy, Serialize)]
+pub struct PortCounters {
+    pub rcvd_pkts: u64,
+    pub sent_pkts: u64,
+    /// Received for a QPN block nobody leases (or in quarantine).
+    pub no_owner: u64,
+    /// Received packets too short to carry a BTH.
+    pub malformed: u64,
+    /// Packets of processes to the port's own address, delivered without the wire.
+    pub hairpin_pkts: u64,
+    /// Packets a process gave with a source address other than the port's (dropped).
+    pub bad_source: u64,
+    /// Packets dropped because their owner's receive ring was full (RC retransmits).
+    pub ring_full: u64,
+    pub attached: u64,
+    pub detached: u64,
+    pub refused: u64,
+    pub control_errors: u64,
+}
+
+/// One process's counters; kept after it leaves.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ProcessCounters {
+    pub pid: u32,
+    pub uid: u32,
+    pub block: u8,
+    pub rcvd_pkts: u64,
+    pub sent_pkts: u64,
+    pub ring_full: u64,
+    pub bad_source: u64,
+    /// Why it left (None while attached).
+    pub left: Option<String>,
+}
+
+struct Client {
+    id: u64,
+    sock: Socket,
+    /// None until its `Hello` was served.
+    link: Option<crate::ring::DaemonEnd>,
+    counters: ProcessCounters,
+    /// Its rx ring has entries not yet published.
+    dirty: bool,
+}
+
+/// What a stopped daemon reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub port: PortCounters,
+    pub processes: Vec<ProcessCounters>,
+}
+
+fn first_v4(name: &str) -> Option<(std::net::Ipv4Addr, u8)> {
+    for a in nix::ifaddrs::getifaddrs().ok()? {
+        if a.interface_name != name {
+            continue;
+        }
+        let (Some(addr), mask) = (a.address, a.netmask) else {
+            continue;
+        };
+        if let Some(s) = addr.as_sockaddr_in() {
+            let prefix = mask
+                .and_then(|m| {
+                    m.as_sockaddr_in()
+                        .map(|m| u32::from(m.ip()).count_ones() as u8)
+                })
+                .unwrap_or(24);
+            return Some((s.ip(), prefix));
+        }
+    }
+    None
+}
+
+/// An open port: the backend, what processes are told about it, and the source port their
+/// packets must carry (UDP: the socket's own).
+type OpenPort = (Box<dyn Backend>, PortInfo, Option<u16>);
+
+fn open_port(spec: &PortSpec) -> Result<OpenPort, DaemonError> {
+    match spec {
+        PortSpec::Udp(ip) => {
+            let b = UdpBackend::bind(*ip)?;
+            let mtu = crate::backend::udp::link_mtu(*ip).unwrap_or(1500);
+            let info = PortInfo {
+                kind: "udp".into(),
+                name: ip.to_string(),
+                addrs: vec![*ip],
+                mac: [0; 6],
+                mtu,
+            };
+            Ok((Box::new(b), info, Some(ROCE_UDP_PORT)))
+        }
+        PortSpec::Tap { name, v4, v6 } => {
+            // An existing (persistent) TAP of that name is attached to; otherwise created.
+            let link = TapLink::create(name).or_else(|_| TapLink::attach(name))?;
+            let info = PortInfo {
+                kind: "tap".into(),
+                name: name.clone(),
+                addrs: v4
+                    .map(|(a, _)| IpAddr::V4(a))
+                    .into_iter()
+                    .chain(v6.map(|(a, _)| IpAddr::V6(a)))
+                    .collect(),
+                mac: link.mac(),
+                mtu: link.mtu() as u32,
+            };
+            let cfg = iface_config(&link, *v4, *v6);
+            Ok((Box::new(L2Backend::new(link, cfg)?), info, None))
+        }
+        PortSpec::AfPacket { iface, addr } => {
+            let link = PacketLink::open(iface)?;
+            let v4 = match addr {
+                Some(IpAddr::V4(a)) => Some((*a, first_v4(iface).map_or(24, |(_, p)| p))),
+                Some(IpAddr::V6(_)) => None,
+                None => first_v4(iface),
+            };
+            let v6 = match addr {
+                Some(IpAddr::V6(a)) => Some((*a, 64)),
+                _ => None,
+            };
+            if v4.is_none() && v6.is_none() {
+                return Err(DaemonError::Config(format!(
+                    "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
+                )));
+            }
+            let info = PortInfo {
+                kind: "afpacket".into(),
+                name: iface.clone(),
+                addrs: v4
+                    .map(|(a, _)| IpAddr::V4(a))
+                    .into_iter()
+                    .chain(v6.map(|(a, _)| IpAddr::V6(a)))
+                    .collect(),
+                mac: link.mac(),
+                mtu: link.mtu() as u32,
+            };
+            let cfg = iface_config(&link, v4, v6);
+            Ok((Box::new(L2Backend::new(link, cfg)?), info, None))
+        }
+    }
+}
+
+/// Binds the control socket at `path` (0660). A leftover socket file of a daemon that is
+/// gone is replaced; one a live daemon answers on is an error.
+fn listen(path: &Path) -> Result<Socket, DaemonError> {
+    let err = |source| DaemonError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(err)?;
+    }
+    let addr = SockAddr::unix(path).map_err(err)?;
+    if path.exists() {
+        let probe = Socket::new(Domain::UNIX, Type::SEQPACKET, None).map_err(err)?;
+        if probe.connect(&addr).is_ok() {
+            return Err(err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                "a daemon is already running on it",
+            )));
+        }
+        std::fs::remove_file(path).map_err(err)?;
+    }
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET.cloexec(), None).map_err(err)?;
+    s.bind(&addr).map_err(err)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
+    s.listen(64).map_err(err)?;
+    s.set_nonblocking(true).map_err(err)?;
+    Ok(s)
+}
+
+pub struct Daemon {
+    cfg: Config,
+    port: Box<dyn Backend>,
+    info: PortInfo,
+    src_port: Option<u16>,
+    listener: Socket,
+    leases: Leases,
+    epoch: Instant,
+    clients: Vec<Client>,
+    next_id: u64,
+    departed: Vec<ProcessCounters>,
+    counters: PortCounters,
+    uid: u32,
+    rx_pool: Vec<u8>,
+    rx_meta: Vec<Received>,
+    tx_pool: Vec<u8>,
+    tx_meta: Vec<Outgoing>,
+    popped: Vec<crate::ring::Popped>,
+}
+
+impl Daemon {
+    /// Opens the port and the control socket.
+    pub fn open(cfg: Config) -> Result<Daemon, DaemonError> {
+        let (port, info, src_port) = open_port(&cfg.port)?;
+        let listener = listen(&cfg.socket)?;
+        Ok(Daemon {
+            leases: Leases::new(cfg.quarantine),
+            cfg,
+            port,
+            info,
+            src_port,
+            listener,
+            epoch: Instant::now(),
+            clients: Vec::new(),
+            next_id: 1,
+            departed: Vec::new(),
+            counters: PortCounters::default(),
+            uid: nix::unistd::geteuid().as_raw(),
+            rx_pool: vec![0; RX_SLOT * RX_BATCH],
+            rx_meta: vec![
+                Received {
+                    src: unspecified(),
+                    dst: unspecified(),
+                    offset: 0,
+                    len: 0,
+                    segment: None,
+                    ipv4_id: None,
+                };
+                RX_BATCH
+            ],
+            tx_pool: vec![0; TX_SLOT * TX_BATCH],
+            tx_meta: Vec::with_capacity(TX_BATCH),
+            popped: vec![
+                crate::ring::Popped {
+                    meta: Meta::new(unspecified(), unspecified()),
+                    offset: 0,
+                    len: 0,
+                };
+                TX_BATCH
+            ],
+        })
+    }
+
+    pub fn info(&self) -> &PortInfo {
+        &self.info
+    }
+
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    /// Runs until `stop` is set (SIGTERM, SIGINT), then tells every process the port is
+    /// down and removes the socket (and a TAP it created, as the port drops).
+    pub fn run(mut self, stop: &AtomicBool) -> Result<Summary, DaemonError> {
+        tracing::info!(port = %self.cfg.port, socket = %self.cfg.socket.display(), "daemon up");
+        let mut result = Ok(());
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = self.turn() {
+                tracing::error!("port failed: {e}");
+                result = Err(e);
+                break;
+            }
+        }
+        let why = match &result {
+            Ok(()) => "the daemon stopped".to_string(),
+            Err(e) => format!("the port failed: {e}"),
+        };
+        for c in &self.clients {
+            let _ = control::send(
+                c.sock.as_fd(),
+                &ToProcess::PortDown { why: why.clone() },
+                &[],
+            );
+        }
+        let _ = std::fs::remove_file(&self.cfg.socket);
+        let summary = self.summary();
+        tracing::info!("daemon down: {}", why);
+        result.map(|()| summary)
+    }
+
+    fn summary(&self) -> Summary {
+        let mut processes = self.departed.clone();
+        processes.extend(
+            self.clients
+                .iter()
+                .filter(|c| c.link.is_some())
+                .map(|c| c.counters.clone()),
+        );
+        Summary {
+            port: self.counters,
+            processes,
+        }
+    }
+
+    /// One turn: sleep until something is ready (or at once if work waits), then serve.
+    fn turn(&mut self) -> Result<(), DaemonError> {
+        let mut work = false;
+        for c in &mut self.clients {
+            if let Some(l) = &mut c.link {
+                // Packets already queued: no sleep. Otherwise ask to be rung.
+                match l.tx.arm() {
+                    Ok(true) => work = true,
+                    Ok(false) => {}
+                    Err(_) => work = true, // served (and detached) below
+                }
+            }
+        }
+        let timeout = if work { Duration::ZERO } else { MAX_SLEEP };
+        {
+            let mut fds = vec![
+                PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.port.rx_fd(), PollFlags::POLLIN),
+            ];
+            for c in &self.clients {
+                fds.push(PollFd::new(c.sock.as_fd(), PollFlags::POLLIN));
+                if let Some(l) = &c.link {
+                    fds.push(PollFd::new(l.tx.bell_fd(), PollFlags::POLLIN));
+                }
+            }
+            let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+            let _ = poll(&mut fds, ms);
+        }
+        for c in &mut self.clients {
+            if let Some(l) = &mut c.link {
+                l.tx.disarm();
+            }
+        }
+        self.route_received()?;
+        self.send_queued()?;
+        self.control();
+        self.accept();
+        Ok(())
+    }
+
+    /// Routes what the port received.
+    fn route_received(&mut self) -> Result<(), DaemonError> {
+        for _ in 0..RX_TURNS {
+            let n = self.port.recv_batch(&mut self.rx_pool, &mut self.rx_meta)?;
+            if n == 0 {
+                break;
+            }
+            for i in 0..n {
+                let r = self.rx_meta[i];
+                let seg = r.segment.unwrap_or(r.len).max(1);
+                let mut at = 0;
+                while at < r.len {
+                    let len = seg.min(r.len - at);
+                    let start = r.offset + at;
+                    let meta = Meta {
+                        src: r.src,
+                        dst: r.dst,
+                        ipv4_id: r.ipv4_id,
+                        segment: None,
+                        flags: 0,
+                    };
+                    deliver(
+                        &mut self.clients,
+                        &self.leases,
+                        &mut self.counters,
+                        &meta,
+                        &self.rx_pool[start..start + len],
+                    );
+                    at += len;
+                }
+            }
+        }
+        flush_all(&mut self.clients);
+        Ok(())
+    }
+
+    /// Sends what the processes queued (or hands it to a local owner).
+    fn send_queued(&mut self) -> Result<(), DaemonError> {
+        let addrs = self.info.addrs.clone();
+        for k in 0..self.clients.len() {
+            loop {
+                let Some(link) = self.clients[k].link.as_mut() else {
+                    break;
+                };
+                let n = match link
+                    .tx
+                    .pop_batch(&mut self.tx_pool, TX_SLOT, &mut self.popped)
+                {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let c = &mut self.clients[k];
+                        c.counters.left = Some(format!("corrupt ring: {e:?}"));
+                        // Detached in `control` (its socket is shut down here).
+                        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                        break;
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                self.tx_meta.clear();
+                let mut wire_slots = Vec::new();
+                for (i, p) in self.popped[..n].iter().enumerate() {
+                    let ok_src = addrs.contains(&p.meta.src.ip())
+                        && self.src_port.is_none_or(|sp| sp == p.meta.src.port());
+                    if !ok_src {
+                        self.counters.bad_source += 1;
+                        self.clients[k].counters.bad_source += 1;
+                        continue;
+                    }
+                    self.clients[k].counters.sent_pkts += 1;
+                    if addrs.contains(&p.meta.dst.ip()) {
+                        // To ourselves: the owner gets it as the wire would have given it.
+                        self.counters.hairpin_pkts += 1;
+                        let meta = Meta {
+                            ipv4_id: p.meta.src.is_ipv4().then_some(0),
+                            ..p.meta
+                        };
+                        let bytes = self.tx_pool[p.offset..p.offset + p.len].to_vec();
+                        deliver(
+                            &mut self.clients,
+                            &self.leases,
+                            &mut self.counters,
+                            &meta,
+                            &bytes,
+                        );
+                        continue;
+                    }
+                    wire_slots.push(i);
+                    self.tx_meta.push(Outgoing {
+                        src: p.meta.src,
+                        dst: p.meta.dst,
+                        len: p.len,
+                    });
+                }
+                if !self.tx_meta.is_empty() {
+                    // send_batch reads datagram j from slot j: move the kept ones down.
+                    for (j, &i) in wire_slots.iter().enumerate() {
+                        if i != j {
+                            self.tx_pool.copy_within(
+                                i * TX_SLOT..i * TX_SLOT + self.popped[i].len,
+                                j * TX_SLOT,
+                            );
+                        }
+                    }
+                    self.port
+                        .send_batch(&mut self.tx_pool, TX_SLOT, &self.tx_meta)?;
+                    self.counters.sent_pkts += self.tx_meta.len() as u64;
+                }
+            }
+        }
+        flush_all(&mut self.clients);
+        Ok(())
+    }
+
+    /// Serves every control message waiting; detaches processes whose socket ended.
+    fn control(&mut self) {
+        let mut k = 0;
+        while k < self.clients.len() {
+            let mut gone: Option<String> = None;
+            loop {
+                let sock = self.clients[k].sock.as_fd();
+                let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
+                if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
+                    break;
+                }
+                match control::recv::<ToDaemon>(sock) {
+                    Ok((msg, _fds)) => {
+                        if let Err(why) = self.serve(k, msg) {
+                            gone = Some(why);
+                            break;
+                        }
+                    }
+                    Err(ControlError::Closed) => {
+                        gone = Some("it closed its socket".into());
+                        break;
+                    }
+                    Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        self.counters.control_errors += 1;
+                        gone = Some(format!("bad control message: {e}"));
+                        break;
+                    }
+                }
+            }
+            match gone {
+                Some(why) => self.detach(k, why),
+                None => k += 1,
+            }
+        }
+    }
+
+    /// One control message of client `k`; `Err` ends its attachment.
+    fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), String> {
+        let sock = self.clients[k].sock.as_fd();
+        match msg {
+            ToDaemon::Info => {
+                let m = ToProcess::Info {
+                    version: control::VERSION,
+                    port: self.info.clone(),
+                };
+                control::send(sock, &m, &[]).map_err(|e| e.to_string())
+            }
+            ToDaemon::Counters => {
+                let json = serde_json::json!({
+                    "port": self.info,
+                    "counters": self.counters,
+                    "leases": self.leases.counts(self.now()),
+                    "processes": self.summary().processes,
+                    "port_stats": self.port.stats(),
+                });
+                control::send(sock, &ToProcess::Counters { json }, &[]).map_err(|e| e.to_string())
+            }
+            ToDaemon::Fault { .. } => {
+                let m = ToProcess::FaultSet {
+                    error: Some("fault rules at run time are not built yet".into()),
+                };
+                control::send(sock, &m, &[]).map_err(|e| e.to_string())
+            }
+            ToDaemon::Hello { version, pid } => {
+                let refuse = |why: String| {
+                    let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
+                    Err(why)
+                };
+                if self.clients[k].link.is_some() {
+                    return refuse("already attached".into());
+                }
+                if version != control::VERSION {
+                    self.counters.refused += 1;
+                    return refuse(format!(
+                        "protocol version {version}; this daemon speaks {}",
+                        control::VERSION
+                    ));
+                }
+                let now = self.now();
+                let id = self.clients[k].id;
+                let Some(block) = self.leases.lease(now, id) else {
+                    self.counters.refused += 1;
+                    return refuse(
+                        "no free QPN block (255 processes attached or in quarantine)".into(),
+                    );
+                };
+                let (end, fds) = match Link::create(self.cfg.ring_bytes) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        self.leases.release(now, id);
+                        return refuse(format!("cannot create the rings: {e:?}"));
+                    }
+                };
+                let welcome = ToProcess::Welcome {
+                    version: control::VERSION,
+                    block,
+                    port: self.info.clone(),
+                    src_port: self.src_port,
+                };
+                control::send(sock, &welcome, &[]).map_err(|e| e.to_string())?;
+                fds.send(sock).map_err(|e| format!("{e:?}"))?;
+                let c = &mut self.clients[k];
+                c.counters.pid = pid;
+                c.counters.block = block;
+                c.link = Some(end);
+                self.counters.attached += 1;
+                tracing::info!(pid, block, "process attached");
+                Ok(())
+            }
+        }
+    }
+
+    fn detach(&mut self, k: usize, why: String) {
+        let mut c = self.clients.swap_remove(k);
+        if c.link.is_some() {
+            let n = self.leases.release(self.now(), c.id);
+            self.counters.detached += 1;
+            tracing::info!(pid = c.counters.pid, blocks = n, "process detached: {why}");
+            c.counters.left.get_or_insert(why);
+            self.departed.push(c.counters.clone());
+        }
+        // Dropping `c` unmaps its rings and closes its socket.
+    }
+
+    /// Takes new connections: only the daemon's own user (and root) may attach.
+    fn accept(&mut self) {
+        while let Ok((sock, _)) = self.listener.accept() {
+            let uid = control::peer_uid(sock.as_fd()).unwrap_or(u32::MAX);
+            if uid != self.uid && uid != 0 {
+                self.counters.refused += 1;
+                let why = format!(
+                    "user {uid} may not use this daemon (it runs as user {})",
+                    self.uid
+                );
+                let _ = control::send(sock.as_fd(), &ToProcess::Refused { why }, &[]);
+                continue;
+            }
+            let id = self.next_id;
+            self.next_id += 1;
+            self.clients.push(Client {
+                id,
+                sock,
+                link: None,
+                counters: ProcessCounters {
+                    uid,
+                    ..ProcessCounters::default()
+                },
+                dirty: false,
+            });
+        }
+    }
+}
+
+fn unspecified() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+/// Hands one packet to the owner of its DestQP's block.
+fn deliver(
+    clients: &mut [Client],
+    leases: &Leases,
+    counters: &mut PortCounters,
+    meta: &Meta,
+    bytes: &[u8],
+) {
+    counters.rcvd_pkts += 1;
+    // BTH DestQP: bytes 5..8 of the packet (IBA 9.2).
+    if bytes.len() < 12 {
+        counters.malformed += 1;
+        return;
+    }
+    let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
+    let Some(owner) = leases.owner(qpn) else {
+        counters.no_owner += 1;
+        return;
+    };
+    let Some(c) = clients.iter_mut().find(|c| c.id == owner) else {
+        counters.no_owner += 1;
+        return;
+    };
+    let Some(link) = c.link.as_mut() else {
+        counters.no_owner += 1;
+        return;
+    };
+    match link.rx.try_push(meta, bytes) {
+        Ok(()) => {
+            c.counters.rcvd_pkts += 1;
+            c.dirty = true;
+        }
+        Err(_) => {
+            counters.ring_full += 1;
+            c.counters.ring_full += 1;
+        }
+    }
+}
+
+fn flush_all(clients: &mut [Client]) {
+    for c in clients.iter_mut().filter(|c| c.dirty) {
+        c.dirty = false;
+        if let Some(l) = c.link.as_mut() {
+            let _ = l.rx.flush();
+        }
+    }
+}
+
+/// For the socket path's default: `$XDG_RUNTIME_DIR/roce-emu/PORT.sock` or
+/// `/run/roce-emu/PORT.sock` (root), naming the port so several daemons coexist.
+pub fn default_socket(spec: &PortSpec) -> PathBuf {
+    let name = match spec {
+        PortSpec::Udp(ip) => format!("udp-{ip}"),
+        PortSpec::Tap { name, .. } => format!("tap-{name}"),
+        PortSpec::AfPacket { iface, .. } => format!("afpacket-{iface}"),
+    };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run"));
+    base.join("roce-emu").join(format!("{name}.sock"))
+}
