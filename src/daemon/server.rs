@@ -435,10 +435,7 @@ impl Daemon {
     fn send_queued(&mut self) -> Result<(), DaemonError> {
         let addrs = self.info.addrs.clone();
         for k in 0..self.clients.len() {
-            loop {
-                let Some(link) = self.clients[k].link.as_mut() else {
-                    break;
-                };
+            while let Some(link) = self.clients[k].link.as_mut() {
                 let n = match link
                     .tx
                     .pop_batch(&mut self.tx_pool, TX_SLOT, &mut self.popped)
