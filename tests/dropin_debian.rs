@@ -96,6 +96,20 @@ fn ibv_rc_pingpong_65536_bytes_mtu_1024() {
 }
 
 #[test]
+fn ibv_rc_pingpong_1_byte_mtu_4096() {
+    rc_pingpong("rc_pingpong_1_4096", 18806, &["-s", "1", "-m", "4096"]);
+}
+
+#[test]
+fn ibv_rc_pingpong_4096_bytes_mtu_4096() {
+    rc_pingpong(
+        "rc_pingpong_4096_4096",
+        18807,
+        &["-s", "4096", "-m", "4096"],
+    );
+}
+
+#[test]
 fn ibv_rc_pingpong_with_completion_events() {
     rc_pingpong("rc_pingpong_events", 18804, &["-s", "4096", "-e"]);
 }
