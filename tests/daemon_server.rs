@@ -1,0 +1,263 @@
+//! The daemon's server against hand-driven processes (the control protocol and the rings
+//! by hand, no engine): a UDP daemon on 127.0.31.1 (its own thread), attached "processes"
+//! that push and pop raw packets, and a plain UDP socket on 127.0.31.2 as the network.
+//! Routing by DestQP block, packets for nobody counted, hairpin between two processes of
+//! the daemon, a process's forged source address refused, detach and quarantine, a wrong
+//! protocol version refused, and PortDown to every process when the daemon stops.
+
+use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
+use roce_emu::daemon::lease;
+use roce_emu::daemon::port::PortSpec;
+use roce_emu::daemon::server::{Config, Daemon};
+use roce_emu::ring::{Link, LinkFds, Meta, Popped, ProcessEnd};
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(5);
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    socket: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn start(ip: &str, tag: &str) -> Running {
+    let socket =
+        std::env::temp_dir().join(format!("roce-emu-test-{tag}-{}.sock", std::process::id()));
+    let mut cfg = Config::new(PortSpec::Udp(ip.parse().unwrap()), socket.clone());
+    cfg.quarantine = Duration::from_secs(3600);
+    cfg.ring_bytes = 1 << 16;
+    let d = Daemon::open(cfg).expect("daemon");
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        d.run(&s2).unwrap();
+    });
+    Running {
+        stop,
+        thread: Some(thread),
+        socket,
+    }
+}
+
+fn connect(path: &PathBuf) -> Socket {
+    let s = Socket::new(Domain::UNIX, Type::SEQPACKET, None).unwrap();
+    s.connect(&SockAddr::unix(path).unwrap()).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s
+}
+
+struct Proc {
+    sock: Socket,
+    block: u8,
+    port: PortInfo,
+    src_port: Option<u16>,
+    link: ProcessEnd,
+}
+
+fn attach(path: &PathBuf) -> Proc {
+    let sock = connect(path);
+    control::send(
+        sock.as_fd(),
+        &ToDaemon::Hello {
+            version: control::VERSION,
+            pid: std::process::id(),
+        },
+        &[],
+    )
+    .unwrap();
+    let (msg, _) = control::recv::<ToProcess>(sock.as_fd()).unwrap();
+    let ToProcess::Welcome {
+        block,
+        port,
+        src_port,
+        ..
+    } = msg
+    else {
+        panic!("not welcomed: {msg:?}");
+    };
+    let fds = LinkFds::recv(sock.as_fd()).unwrap();
+    let link = Link::attach(fds).unwrap();
+    Proc {
+        sock,
+        block,
+        port,
+        src_port,
+        link,
+    }
+}
+
+/// A packet with BTH DestQP `qpn` and a recognisable body.
+fn packet(qpn: u32, tag: u8, len: usize) -> Vec<u8> {
+    let mut p = vec![tag; len];
+    p[0] = 0x04; // RC SEND ONLY
+    p[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    p
+}
+
+fn pop_one(p: &mut Proc) -> (Meta, Vec<u8>) {
+    let deadline = Instant::now() + WAIT;
+    let mut pool = vec![0u8; 65536];
+    let mut out = [Popped {
+        meta: Meta::new(any(), any()),
+        offset: 0,
+        len: 0,
+    }];
+    loop {
+        let n = p.link.rx.pop_batch(&mut pool, 65536, &mut out).unwrap();
+        if n == 1 {
+            return (out[0].meta, pool[..out[0].len].to_vec());
+        }
+        assert!(Instant::now() < deadline, "nothing arrived");
+        let _ = p.link.rx.wait(Duration::from_millis(50));
+    }
+}
+
+fn any() -> SocketAddr {
+    "0.0.0.0:0".parse().unwrap()
+}
+
+fn counters(path: &PathBuf) -> serde_json::Value {
+    let s = connect(path);
+    control::send(s.as_fd(), &ToDaemon::Counters, &[]).unwrap();
+    match control::recv::<ToProcess>(s.as_fd()).unwrap().0 {
+        ToProcess::Counters { json } => json,
+        m => panic!("{m:?}"),
+    }
+}
+
+#[test]
+fn the_daemon_routes_by_qpn_block_between_the_wire_and_its_processes() {
+    let d = start("127.0.31.1", "route");
+    let mut a = attach(&d.socket);
+    let mut b = attach(&d.socket);
+    assert_ne!(a.block, b.block);
+    assert_eq!(
+        a.port.addrs,
+        vec!["127.0.31.1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(a.src_port, Some(4791));
+    let ours: SocketAddr = "127.0.31.1:4791".parse().unwrap();
+    let wire = UdpSocket::bind("127.0.31.2:4791").unwrap();
+    wire.set_read_timeout(Some(WAIT)).unwrap();
+    let peer: SocketAddr = "127.0.31.2:4791".parse().unwrap();
+
+    // Wire -> the owner of the DestQP's block.
+    let (a_lo, _) = lease::range(a.block);
+    let (b_lo, _) = lease::range(b.block);
+    wire.send_to(&packet(a_lo | 0x11, 0xaa, 300), ours).unwrap();
+    wire.send_to(&packet(b_lo | 0x12, 0xbb, 200), ours).unwrap();
+    let (m, bytes) = pop_one(&mut a);
+    assert_eq!((m.src, m.dst), (peer, ours));
+    assert_eq!(bytes, packet(a_lo | 0x11, 0xaa, 300));
+    assert_eq!(pop_one(&mut b).1, packet(b_lo | 0x12, 0xbb, 200));
+    // A block nobody leases: counted, delivered to no one.
+    wire.send_to(&packet(0x77_0001, 0xcc, 64), ours).unwrap();
+
+    // A process -> the wire, from the port's address and port.
+    a.link
+        .tx
+        .push(&Meta::new(ours, peer), &packet(0x00_0042, 0xdd, 500))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = wire.recv_from(&mut buf).unwrap();
+    assert_eq!((n, from), (500, ours));
+    assert_eq!(buf[..n], packet(0x00_0042, 0xdd, 500)[..]);
+
+    // Hairpin: a to b through the daemon's own address.
+    a.link
+        .tx
+        .push(&Meta::new(ours, ours), &packet(b_lo | 0x13, 0xee, 100))
+        .unwrap();
+    let (m, bytes) = pop_one(&mut b);
+    assert_eq!(bytes, packet(b_lo | 0x13, 0xee, 100));
+    assert_eq!(m.ipv4_id, Some(0));
+
+    // A forged source address goes nowhere.
+    let forged: SocketAddr = "127.0.31.9:4791".parse().unwrap();
+    a.link
+        .tx
+        .push(&Meta::new(forged, peer), &packet(0x00_0042, 0x11, 64))
+        .unwrap();
+    wire.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        wire.recv_from(&mut buf).is_err(),
+        "the forged packet went out"
+    );
+
+    let c = counters(&d.socket);
+    let k = &c["counters"];
+    assert_eq!(k["no_owner"], 1, "{c}");
+    assert_eq!(k["hairpin_pkts"], 1, "{c}");
+    assert_eq!(k["bad_source"], 1, "{c}");
+    assert_eq!(k["sent_pkts"], 1, "{c}");
+    assert_eq!(c["leases"]["leased"], 2, "{c}");
+
+    // a leaves: its block is quarantined, its packets go nowhere, its counters stay.
+    drop(a);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let c = counters(&d.socket);
+        if c["leases"]["quarantined"] == 1 {
+            assert_eq!(c["leases"]["leased"], 1, "{c}");
+            let procs = c["processes"].as_array().unwrap();
+            assert!(procs.iter().any(|p| p["left"].is_string()), "{c}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "a never detached: {c}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wire.send_to(&packet(a_lo | 0x11, 0xaa, 64), ours).unwrap();
+    let deadline = Instant::now() + WAIT;
+    while counters(&d.socket)["counters"]["no_owner"] != 2 {
+        assert!(Instant::now() < deadline, "the late packet was not dropped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The daemon stops: b hears that the port is down.
+    drop(d);
+    match control::recv::<ToProcess>(b.sock.as_fd()).unwrap().0 {
+        ToProcess::PortDown { why } => assert!(why.contains("stopped"), "{why}"),
+        m => panic!("{m:?}"),
+    }
+}
+
+#[test]
+fn a_process_of_another_protocol_version_is_refused() {
+    let d = start("127.0.31.3", "version");
+    let s = connect(&d.socket);
+    control::send(
+        s.as_fd(),
+        &ToDaemon::Hello {
+            version: 999,
+            pid: 1,
+        },
+        &[],
+    )
+    .unwrap();
+    match control::recv::<ToProcess>(s.as_fd()).unwrap().0 {
+        ToProcess::Refused { why } => assert!(why.contains("version 999"), "{why}"),
+        m => panic!("{m:?}"),
+    }
+    // Garbage on the control socket ends that connection, not the daemon.
+    let g = connect(&d.socket);
+    nix::unistd::write(&g, b"{garbage").unwrap();
+    let p = attach(&d.socket);
+    assert_eq!(p.block, 1, "the daemon still serves");
+    assert_eq!(counters(&d.socket)["counters"]["control_errors"], 1);
+}
