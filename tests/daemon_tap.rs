@@ -1,0 +1,134 @@
+//! Two daemons on two TAP interfaces, bridged in a namespace of the test's own (root
+//! only): each has its own MAC and addresses (10.96.0.2 and .3, fd00:96::2 and ::3); the
+//! namespace's bridge holds 10.96.0.1 and fd00:96::1. `ping` and `ping -6` reach both
+//! daemons (ARP, ND and echo answered by their L2), and each daemon's counters and
+//! control socket answer. Daemons run as `roce-emu daemon` processes, stopped by SIGTERM:
+//! their TAPs and sockets are gone afterwards.
+
+mod common;
+
+use common::netns::{skip, Netns};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
+
+struct Daemon {
+    child: Child,
+    socket: std::path::PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // The test's own child, by PID.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn daemon(ns: &Netns, port: &str, tag: &str) -> Daemon {
+    let socket = std::env::temp_dir().join(format!("roce-emu-{tag}-{}.sock", std::process::id()));
+    let child = ns
+        .cmd(BIN)
+        .args(["daemon", "--port", port, "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "daemon {tag} never made its socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Daemon { child, socket }
+}
+
+fn link_exists(ns: &Netns, name: &str) -> bool {
+    Command::new("ip")
+        .args(["-n", &ns.0, "link", "show", name])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+fn ping(ns: &Netns, args: &[&str]) {
+    let out = ns
+        .cmd("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2"])
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("3 received"),
+        "ping {args:?}: {text}"
+    );
+}
+
+#[test]
+fn two_tap_daemons_on_a_bridge_answer_ping_and_ping6() {
+    if !nix::unistd::geteuid().is_root() {
+        skip(
+            "daemon_tap",
+            "needs root for a namespace, TAPs and a bridge",
+        );
+        return;
+    }
+    if Command::new("ping").arg("-V").output().is_err() {
+        skip("daemon_tap", "needs ping (iputils-ping)");
+        return;
+    }
+    let ns = Netns::new("dtap");
+    ns.ip(&["link", "add", "br96", "type", "bridge"]);
+    ns.ip(&["addr", "add", "10.96.0.1/24", "dev", "br96"]);
+    ns.ip(&["addr", "add", "fd00:96::1/64", "dev", "br96", "nodad"]);
+    ns.ip(&["link", "set", "br96", "up"]);
+    let a = daemon(&ns, "tap:rdta,10.96.0.2/24,fd00:96::2/64", "dta");
+    let b = daemon(&ns, "tap:rdtb,10.96.0.3/24,fd00:96::3/64", "dtb");
+    for t in ["rdta", "rdtb"] {
+        ns.ip(&["link", "set", t, "master", "br96"]);
+    }
+    ping(&ns, &["10.96.0.2"]);
+    ping(&ns, &["10.96.0.3"]);
+    ping(&ns, &["-6", "fd00:96::2"]);
+    ping(&ns, &["-6", "fd00:96::3"]);
+
+    let out = Command::new(BIN)
+        .args(["counters", "--json", "--socket"])
+        .arg(&a.socket)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["port"]["kind"], "tap", "{v}");
+    assert_eq!(v["port"]["name"], "rdta", "{v}");
+
+    let sock_a = a.socket.clone();
+    drop(a);
+    drop(b);
+    assert!(
+        !link_exists(&ns, "rdta") && !link_exists(&ns, "rdtb"),
+        "a TAP outlived its daemon"
+    );
+    assert!(!sock_a.exists(), "the socket outlived its daemon");
+}
