@@ -71,6 +71,8 @@ enum Mode {
     Refuse(String),
     /// Accepts and never answers.
     Silent,
+    /// Welcomes with the smallest rings and never reads what processes send.
+    Stalled,
 }
 
 enum Cmd {
@@ -170,12 +172,17 @@ fn run_fake(
                     };
                     control::send(s.as_fd(), &info, &[]).unwrap();
                 }
-                (ToDaemon::Hello { version, pid }, Mode::Welcome) => {
+                (ToDaemon::Hello { version, pid }, Mode::Welcome | Mode::Stalled) => {
                     assert_eq!(version, control::VERSION);
                     assert_eq!(pid, std::process::id());
                     let block = next_block;
                     next_block += 1;
-                    let (end, fds) = Link::create(1 << 20).unwrap();
+                    let cap = if matches!(mode, Mode::Stalled) {
+                        roce_emu::ring::MIN_CAPACITY
+                    } else {
+                        1 << 20
+                    };
+                    let (end, fds) = Link::create(cap).unwrap();
                     let welcome = ToProcess::Welcome {
                         version: control::VERSION,
                         block,
@@ -205,7 +212,12 @@ fn run_fake(
             }
         }
         // Every process's packets, to the process holding their DestQP's block.
-        for i in 0..procs.len() {
+        let drain = if matches!(mode, Mode::Stalled) {
+            0
+        } else {
+            procs.len()
+        };
+        for i in 0..drain {
             while let Ok(Some((meta, len))) = procs[i].end.tx.pop(&mut buf) {
                 busy = true;
                 let pkt = &buf[..len];
@@ -637,4 +649,27 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
     }
     // A, whose port is still up, still sends.
     a.send_batch(&mut tx, SLOT, &out).unwrap();
+}
+
+/// A daemon that does not keep up: what does not fit in the tx ring is dropped and
+/// counted (RC retransmits), and the send never blocks.
+#[test]
+fn a_full_ring_drops_and_counts() {
+    let fake = Fake::start("stalled", Mode::Stalled);
+    let (mut a, _) = DaemonBackend::connect(&fake.path).unwrap();
+    const SLOT: usize = 4096;
+    let mut tx = vec![0u8; 4 * SLOT];
+    let ip: IpAddr = PORT_IP.parse().unwrap();
+    let o = Outgoing {
+        src: SocketAddr::new(ip, SRC_PORT),
+        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
+        len: 2000,
+    };
+    // A 4 KiB ring holds one 2000-byte packet (each takes 2056 bytes with its header).
+    let t = Instant::now();
+    a.send_batch(&mut tx, SLOT, &[o; 4]).unwrap();
+    a.send_batch(&mut tx, SLOT, &[o; 2]).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(a.stats().tx_stalled, 5);
+    assert_eq!(a.ring_stats().1.pushed, 1);
 }
