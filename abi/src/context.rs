@@ -59,7 +59,10 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
     };
     // SAFETY: `dev` came from our list, which lives as long as the process.
     let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
-    let nic = match verbs::Device::new(dev.port.ip).open() {
+    let mut device = verbs::Device::new(dev.port.ip);
+    // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
+    device.daemon.clone_from(&dev.port.daemon);
+    let nic = match device.open() {
         Ok(n) => n,
         Err(e) => {
             eprintln!(

@@ -10,6 +10,7 @@
 //! Built so far: the lease table with its quarantine. The rings, the L2 of TAP and
 //! AF_PACKET ports, the control protocol and the process side come next (issue 15).
 
+pub mod client;
 pub mod control;
 pub mod lease;
 pub mod port;

@@ -9,10 +9,15 @@
 //! Configuration overrides it: `ROCE_EMU_DEVICES` (or a file named by `ROCE_EMU_CONFIG`,
 //! one entry per line, `#` comments) lists `NAME=[udp:]ADDR[@MTU]` entries separated by
 //! commas, spaces or new lines, e.g. `rxe0=10.0.0.1@4096,rxe_lo=127.0.0.1`.
+//!
+//! `NAME=daemon:SOCKET[@MTU]` is a `roce-emu daemon`'s port: the device's address, MAC,
+//! MTU and interface come from the daemon at discovery time (`daemon::client::info`), and
+//! opening the device attaches to it.
 
 use crate::engine::Mtu;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// Bytes of headers a RoCEv2 packet adds to its payload in the interface's MTU, as rxe
 /// counts them (`RXE_MAX_HDR_LENGTH`, drivers/infiniband/sw/rxe/rxe_param.h): the active
@@ -32,6 +37,9 @@ pub struct PortConfig {
     pub ifname: Option<String>,
     /// The interface's MAC address (the node GUID is its EUI-64, as rxe's).
     pub mac: [u8; 6],
+    /// The `roce-emu daemon` whose port this is (`NAME=daemon:SOCKET`): opening the device
+    /// attaches to it (`verbs::Device::daemon`).
+    pub daemon: Option<PathBuf>,
 }
 
 impl PortConfig {
@@ -59,8 +67,11 @@ pub enum ConfigError {
     Addr { entry: String, addr: String },
     #[error("device entry {entry:?}: MTU {mtu:?} is not 256, 512, 1024, 2048 or 4096")]
     Mtu { entry: String, mtu: String },
-    #[error("device entry {0:?}: only the udp: port exists so far")]
+    #[error("device entry {0:?}: only udp: and daemon: ports exist so far")]
     Port(String),
+    /// A `daemon:` entry whose daemon did not answer (the error names its socket).
+    #[error("device entry {entry:?}: {err}")]
+    Daemon { entry: String, err: String },
     #[error("device {0:?} is listed twice")]
     Duplicate(String),
     #[error("cannot read {path}: {err}")]
@@ -94,12 +105,19 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
             .split_once('=')
             .filter(|(n, r)| !n.is_empty() && !r.is_empty())
             .ok_or_else(|| ConfigError::Syntax(entry.into()))?;
+        if out.iter().any(|p| p.name == name) {
+            return Err(ConfigError::Duplicate(name.into()));
+        }
+        if let Some(path) = rest.strip_prefix("daemon:") {
+            out.push(daemon_entry(entry, name, path)?);
+            continue;
+        }
         let rest = rest.strip_prefix("udp:").unwrap_or(rest);
         let (addr, mtu) = match rest.split_once('@') {
             Some((a, m)) => (a, Some(m)),
             None => (rest, None),
         };
-        // `tap:`, `afpacket:`, `daemon:`: ports of the coming daemon.
+        // `tap:`, `afpacket:`: ports only a daemon opens (`roce-emu daemon`, then `daemon:`).
         if let Some((kind, _)) = addr.split_once(':') {
             if addr.parse::<IpAddr>().is_err() && kind.len() > 4 || kind == "tap" {
                 return Err(ConfigError::Port(entry.into()));
@@ -111,15 +129,7 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
         })?;
         let found = interface_of(ip);
         let mtu = match mtu {
-            Some(m) => {
-                m.parse()
-                    .ok()
-                    .and_then(Mtu::from_bytes)
-                    .ok_or_else(|| ConfigError::Mtu {
-                        entry: entry.into(),
-                        mtu: m.into(),
-                    })?
-            }
+            Some(m) => parse_mtu(entry, m)?,
             // An address of an interface, or one in an interface's subnet (127.0.0.2 on
             // lo): that interface's MTU, as rxe's port MTU follows its netdev.
             None => found
@@ -128,18 +138,65 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
                 .or_else(|| crate::backend::udp::link_mtu(ip))
                 .map_or(Mtu::M1024, active_mtu),
         };
-        if out.iter().any(|p| p.name == name) {
-            return Err(ConfigError::Duplicate(name.into()));
-        }
         out.push(PortConfig {
             name: name.into(),
             ip,
             mtu,
             ifname: found.as_ref().map(|f| f.name.clone()),
             mac: found.map_or([0; 6], |f| f.mac),
+            daemon: None,
         });
     }
     Ok(out)
+}
+
+/// Parses an MTU option (`@MTU`) of `entry`.
+fn parse_mtu(entry: &str, m: &str) -> Result<Mtu, ConfigError> {
+    m.parse()
+        .ok()
+        .and_then(Mtu::from_bytes)
+        .ok_or_else(|| ConfigError::Mtu {
+            entry: entry.into(),
+            mtu: m.into(),
+        })
+}
+
+/// A `NAME=daemon:SOCKET[@MTU]` entry: the daemon says what its port is.
+fn daemon_entry(entry: &str, name: &str, spec: &str) -> Result<PortConfig, ConfigError> {
+    // `@MTU` only when what follows the last `@` is a number: a socket path may hold `@`.
+    let (path, mtu) = match spec.rsplit_once('@') {
+        Some((p, m)) if !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()) => {
+            (p, Some(parse_mtu(entry, m)?))
+        }
+        _ => (spec, None),
+    };
+    if path.is_empty() {
+        return Err(ConfigError::Syntax(entry.into()));
+    }
+    let daemon_err = |err: String| ConfigError::Daemon {
+        entry: entry.into(),
+        err,
+    };
+    let port = crate::daemon::client::info(path).map_err(|e| daemon_err(e.to_string()))?;
+    let Some(&ip) = port.addrs.first() else {
+        return Err(daemon_err(format!(
+            "the roce-emu daemon at {path} has no address on its port"
+        )));
+    };
+    // A UDP port is an address of some interface; a TAP or AF_PACKET port is one.
+    let ifname = if port.kind == "udp" {
+        interface_of(ip).map(|f| f.name)
+    } else {
+        Some(port.name.clone())
+    };
+    Ok(PortConfig {
+        name: name.into(),
+        ip,
+        mtu: mtu.unwrap_or_else(|| active_mtu(port.mtu)),
+        ifname,
+        mac: port.mac,
+        daemon: Some(PathBuf::from(path)),
+    })
 }
 
 /// rxe's active MTU for an interface MTU (`eth_mtu_int_to_enum`).
@@ -238,6 +295,7 @@ pub fn interfaces() -> Vec<PortConfig> {
             mtu: active_mtu(i.mtu),
             ifname: Some(i.name.clone()),
             mac: i.mac,
+            daemon: None,
         });
     }
     out
@@ -276,6 +334,14 @@ mod tests {
             parse("x=1.2.3.4 x=1.2.3.5"),
             Err(ConfigError::Duplicate("x".into()))
         );
+        // A daemon that is not there: the error names its socket.
+        let e = parse("x=daemon:/nonexistent/roce-emu.sock").unwrap_err();
+        assert!(matches!(e, ConfigError::Daemon { .. }), "{e:?}");
+        assert!(e.to_string().contains("/nonexistent/roce-emu.sock"), "{e}");
+        assert_eq!(
+            parse("x=daemon:"),
+            Err(ConfigError::Syntax("x=daemon:".into()))
+        );
     }
 
     #[test]
@@ -295,6 +361,7 @@ mod tests {
             mtu: Mtu::M1024,
             ifname: None,
             mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
+            daemon: None,
         };
         assert_eq!(p.node_guid(), 0x5054_00ff_fe12_3456);
     }

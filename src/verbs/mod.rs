@@ -50,6 +50,7 @@ use crate::backend::fault::Lossy;
 use crate::backend::shared::SharedBackend;
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, PortStats};
+use crate::daemon::client::DaemonBackend;
 use crate::driver::{Clock, Driver, IoStats};
 use crate::engine::{Engine, EngineConfig};
 use crate::mem::MrTable;
@@ -82,6 +83,12 @@ pub struct Device {
     /// Start the progress thread (default). Without it only the program's own calls
     /// drive the NIC: for single-threaded tests and benchmarks.
     pub progress_thread: bool,
+    /// Attach to the `roce-emu daemon` listening on this socket instead of opening a
+    /// port: the daemon's port it is (its first address replaces `ip`), the engine numbers
+    /// its QPs in the block the daemon leases and sends from the daemon's UDP source port
+    /// (`daemon::client`). `share` and `gso` then mean nothing; capture and faults wrap
+    /// the daemon's link as any port.
+    pub daemon: Option<PathBuf>,
 }
 
 impl Device {
@@ -94,6 +101,7 @@ impl Device {
             pcap: None,
             loss: None,
             progress_thread: true,
+            daemon: None,
         }
     }
 
@@ -168,7 +176,17 @@ pub struct Context {
 impl Context {
     fn open(dev: &Device) -> Result<Context, Error> {
         let mut cfg = dev.engine.clone();
-        let backend: Box<dyn Backend> = if dev.share {
+        let backend: Box<dyn Backend> = if let Some(path) = &dev.daemon {
+            let (daemon, at) =
+                DaemonBackend::connect(path).map_err(|e| Error::PortDown(e.to_string()))?;
+            (cfg.qpn_lo, cfg.qpn_hi) = at.qpn_range();
+            if at.src_port.is_some() {
+                cfg.udp_src_port = at.src_port;
+            }
+            // `connect` refuses a port without an address.
+            cfg.local_ip = daemon.local().ip();
+            Box::new(daemon)
+        } else if dev.share {
             let mut shared = SharedBackend::open(dev.ip)?;
             shared.set_gso(dev.gso);
             (cfg.qpn_lo, cfg.qpn_hi) = shared.qpn_range();

@@ -482,7 +482,10 @@ fn run_inner(args: &Args) -> Result<()> {
     // The UDP port first: "address in use" is better said before a peer is waiting.
     let dev = args.nic.device(bind, args.nic.pcap.clone());
     let max_rd = dev.engine.max_rd_atomic;
-    let ctx = dev.open().map_err(verbs("opening the NIC"))?;
+    let ctx = args
+        .nic
+        .open(&dev, bind)
+        .map_err(verbs("opening the NIC"))?;
     let mtu = mtu.unwrap_or_else(|| port_mtu(bind));
 
     let (s, peer, client) = match &server {

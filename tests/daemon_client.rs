@@ -1,0 +1,675 @@
+//! The process side of `roce-emu daemon` (`daemon::client`), against a small fake daemon
+//! in this test (a thread): it accepts on a Unix socket, answers `Hello` with `Welcome`
+//! and a ring link (`ring::Link::create`), answers `Info`, and moves packets between the
+//! attached processes by the QPN block of their BTH DestQP (the top byte), as the real
+//! daemon routes received packets. Two verbs contexts attach to it and run SEND, WRITE and
+//! READ with every byte checked; `PortDown` and the daemon's end fail their calls and
+//! raise the port error event; `info`, a refusal, a silent daemon and a missing socket
+//! give errors naming the socket. Every wait is bounded.
+
+use roce_emu::backend::{Backend, Outgoing, Received};
+use roce_emu::daemon::client::{self, DaemonBackend, DaemonError};
+use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
+use roce_emu::daemon::lease;
+use roce_emu::engine::{
+    Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr,
+    WcOpcode, WcStatus,
+};
+use roce_emu::mem::{Access, MemoryRegion, Pd, Sge};
+use roce_emu::ring::{DaemonEnd, Link, Meta};
+use roce_emu::verbs::{self, Context, Device, Event};
+use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
+use roce_emu::wire::Psn;
+use socket2::{Domain, SockAddr, Socket, Type};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(10);
+const IOVA: u64 = 0x1000_0000;
+const LEN: u64 = 1 << 19;
+const SEND_SRC: u64 = 0;
+const RECV_DST: u64 = 0x1000;
+const WRITE_SRC: u64 = 0x1_0000;
+const WRITE_DST: u64 = 0x2_0000;
+const READ_SRC: u64 = 0x3_0000;
+const READ_DST: u64 = 0x4_0000;
+const SEND_LEN: u32 = 3000;
+const WRITE_LEN: u32 = 40_000;
+const READ_LEN: u32 = 20_000;
+/// The fake daemon's port: a UDP port on loopback, sending from this source port.
+const PORT_IP: &str = "127.0.0.1";
+const SRC_PORT: u16 = 50_123;
+
+fn port_info() -> PortInfo {
+    PortInfo {
+        kind: "udp".into(),
+        name: PORT_IP.into(),
+        addrs: vec![PORT_IP.parse().unwrap()],
+        mac: [0x02, 0, 0, 0, 0, 1],
+        mtu: 1500,
+    }
+}
+
+fn sock_path(test: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "roce-emu-daemon-client-{}-{test}.sock",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// How the fake daemon answers `Hello`.
+#[derive(Clone)]
+enum Mode {
+    Welcome,
+    Refuse(String),
+    /// Accepts and never answers.
+    Silent,
+    /// Welcomes with the smallest rings and never reads what processes send.
+    Stalled,
+}
+
+enum Cmd {
+    /// `PortDown` to the process holding this block.
+    PortDown(u8, String),
+}
+
+struct Attached {
+    sock: Socket,
+    block: u8,
+    end: DaemonEnd,
+}
+
+/// What the fake daemon saw.
+#[derive(Default)]
+struct Seen {
+    moved: AtomicU64,
+    /// Packets whose addresses were not the port's with the source port given, to 4791.
+    bad_meta: AtomicU64,
+    /// Packets for a block nobody holds.
+    unrouted: AtomicU64,
+}
+
+struct Fake {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    cmd: mpsc::Sender<Cmd>,
+    seen: Arc<Seen>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Fake {
+    fn start(test: &str, mode: Mode) -> Fake {
+        let path = sock_path(test);
+        let listener = Socket::new(Domain::UNIX, Type::SEQPACKET, None).unwrap();
+        listener.bind(&SockAddr::unix(&path).unwrap()).unwrap();
+        listener.listen(8).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Seen::default());
+        let (tx, rx) = mpsc::channel();
+        let thread = {
+            let (stop, seen) = (Arc::clone(&stop), Arc::clone(&seen));
+            std::thread::spawn(move || run_fake(listener, mode, stop, seen, rx))
+        };
+        Fake {
+            path,
+            stop,
+            cmd: tx,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn port_down(&self, block: u8, why: &str) {
+        self.cmd.send(Cmd::PortDown(block, why.into())).unwrap();
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn run_fake(
+    listener: Socket,
+    mode: Mode,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Seen>,
+    cmds: mpsc::Receiver<Cmd>,
+) {
+    let port = port_info();
+    let mut procs: Vec<Attached> = Vec::new();
+    // Connections that said Hello to a silent daemon: kept open, never answered.
+    let mut silent: Vec<Socket> = Vec::new();
+    let mut next_block = 1u8;
+    let mut buf = vec![0u8; 65536];
+    while !stop.load(Ordering::Relaxed) {
+        let mut busy = false;
+        if let Ok((s, _)) = listener.accept() {
+            busy = true;
+            s.set_nonblocking(false).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            let Ok((msg, _)) = control::recv::<ToDaemon>(s.as_fd()) else {
+                continue;
+            };
+            match (msg, &mode) {
+                (ToDaemon::Info, _) => {
+                    let info = ToProcess::Info {
+                        version: control::VERSION,
+                        port: port.clone(),
+                    };
+                    control::send(s.as_fd(), &info, &[]).unwrap();
+                }
+                (ToDaemon::Hello { version, pid }, Mode::Welcome | Mode::Stalled) => {
+                    assert_eq!(version, control::VERSION);
+                    assert_eq!(pid, std::process::id());
+                    let block = next_block;
+                    next_block += 1;
+                    let cap = if matches!(mode, Mode::Stalled) {
+                        roce_emu::ring::MIN_CAPACITY
+                    } else {
+                        1 << 20
+                    };
+                    let (end, fds) = Link::create(cap).unwrap();
+                    let welcome = ToProcess::Welcome {
+                        version: control::VERSION,
+                        block,
+                        port: port.clone(),
+                        src_port: Some(SRC_PORT),
+                    };
+                    control::send(s.as_fd(), &welcome, &[]).unwrap();
+                    fds.send(s.as_fd()).unwrap();
+                    procs.push(Attached {
+                        sock: s,
+                        block,
+                        end,
+                    });
+                }
+                (ToDaemon::Hello { .. }, Mode::Refuse(why)) => {
+                    let no = ToProcess::Refused { why: why.clone() };
+                    control::send(s.as_fd(), &no, &[]).unwrap();
+                }
+                (ToDaemon::Hello { .. }, Mode::Silent) => silent.push(s),
+                (m, _) => panic!("fake daemon: unexpected {m:?}"),
+            }
+        }
+        while let Ok(Cmd::PortDown(block, why)) = cmds.try_recv() {
+            for p in procs.iter().filter(|p| p.block == block) {
+                let down = ToProcess::PortDown { why: why.clone() };
+                control::send(p.sock.as_fd(), &down, &[]).unwrap();
+            }
+        }
+        // Every process's packets, to the process holding their DestQP's block.
+        let drain = if matches!(mode, Mode::Stalled) {
+            0
+        } else {
+            procs.len()
+        };
+        for i in 0..drain {
+            while let Ok(Some((meta, len))) = procs[i].end.tx.pop(&mut buf) {
+                busy = true;
+                let pkt = &buf[..len];
+                let want_src = (PORT_IP.parse::<IpAddr>().unwrap(), SRC_PORT);
+                if (meta.src.ip(), meta.src.port()) != want_src
+                    || meta.dst.port() != roce_emu::wire::ROCE_UDP_PORT
+                {
+                    seen.bad_meta.fetch_add(1, Ordering::Relaxed);
+                }
+                let Some(&block) = pkt.get(5) else {
+                    seen.unrouted.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                let Some(to) = procs.iter_mut().find(|p| p.block == block) else {
+                    seen.unrouted.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                };
+                // As the port received it: from the sender, to the port's address.
+                let rx = Meta::new(meta.src, meta.dst);
+                if to.end.rx.try_push(&rx, pkt).is_ok() {
+                    seen.moved.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        for p in &mut procs {
+            p.end.rx.flush().unwrap();
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    drop(silent);
+}
+
+// ---- the verbs side: one NIC per attached context ---------------------------------------
+
+struct Nic {
+    ctx: Context,
+    mr: Arc<MemoryRegion>,
+    cq: u32,
+    pd: Pd,
+}
+
+#[derive(Clone, Copy)]
+struct Ep<'a> {
+    nic: &'a Nic,
+    qpn: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Info {
+    ip: IpAddr,
+    qpn: u32,
+    rkey: u32,
+}
+
+fn device(path: &Path) -> Device {
+    // The address given here is not the port's: the daemon's port wins.
+    let mut d = Device::new("127.0.0.9".parse().unwrap());
+    d.daemon = Some(path.to_path_buf());
+    d
+}
+
+fn nic(path: &Path) -> Nic {
+    let ctx = device(path).open().expect("attach to the fake daemon");
+    let pd = ctx.alloc_pd();
+    let mr = ctx.reg_mr(pd, IOVA, LEN, Access::ALL).unwrap();
+    let cq = ctx.create_cq(256, None).unwrap();
+    Nic { ctx, mr, cq, pd }
+}
+
+impl Nic {
+    fn qp(&self) -> Ep<'_> {
+        let cap = QpCap {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let qpn = self
+            .ctx
+            .create_qp(&QpInit {
+                sq_sig_all: true,
+                ..QpInit::rc(self.pd, self.cq, cap)
+            })
+            .unwrap();
+        Ep { nic: self, qpn }
+    }
+}
+
+impl Ep<'_> {
+    fn info(&self) -> Info {
+        Info {
+            ip: self.nic.ctx.local_ip(),
+            qpn: self.qpn,
+            rkey: self.nic.mr.rkey().0,
+        }
+    }
+
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: IOVA + off,
+            length: len,
+            lkey: self.nic.mr.lkey(),
+        }
+    }
+
+    fn connect(&self, peer: Info) {
+        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+        let rtr = QpAttr::rtr(
+            peer.ip,
+            Mtu::M1024,
+            peer.qpn,
+            Psn::new(0x100),
+            4,
+            DEFAULT_MIN_RNR_TIMER,
+        );
+        let rts = QpAttr::rts(
+            Psn::new(0x100),
+            DEFAULT_TIMEOUT,
+            MAX_RETRY_CNT,
+            RNR_RETRY_INFINITE,
+            4,
+        );
+        verbs::connect_rc(&self.nic.ctx, self.qpn, remote, &rtr, &rts).unwrap();
+    }
+
+    fn post(&self, op: SendOp, off: u64, len: u32) -> Result<(), verbs::Error> {
+        let sge = [self.sge(off, len)];
+        let wr = SendWr {
+            wr_id: u64::from(self.qpn),
+            op,
+            local: Local::Sges(&sge),
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
+        };
+        self.nic.ctx.post_send(self.qpn, &wr)
+    }
+
+    fn post_recv(&self) {
+        let sge = [self.sge(RECV_DST, 4096)];
+        let wr = RecvWr {
+            wr_id: u64::from(self.qpn),
+            sges: &sge,
+        };
+        self.nic.ctx.post_recv(self.qpn, &wr).unwrap();
+    }
+
+    fn poll_one(&self) -> Completion {
+        let deadline = Instant::now() + WAIT;
+        let mut c = [Completion::default()];
+        loop {
+            if self.nic.ctx.poll_cq(self.nic.cq, &mut c).unwrap() == 1 {
+                assert_eq!(c[0].status, WcStatus::Success, "{:?}", c[0]);
+                return c[0];
+            }
+            assert!(
+                Instant::now() < deadline,
+                "QP {:#x}: no completion within {WAIT:?}; port {:?}",
+                self.qpn,
+                self.nic.ctx.port_stats()
+            );
+            self.nic.ctx.wait(Duration::from_millis(1)).unwrap();
+        }
+    }
+
+    fn bytes(&self, off: u64, len: u32) -> Vec<u8> {
+        let mut v = vec![0; len as usize];
+        self.nic.mr.read(IOVA + off, &mut v).unwrap();
+        v
+    }
+}
+
+fn pattern(seed: u8, len: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 8) as u8)
+        .collect()
+}
+
+/// SEND, WRITE and READ each way, every byte checked.
+fn exchange(a: Ep<'_>, b: Ep<'_>) {
+    for (x, y, s) in [(a, b, 1u8), (b, a, 101)] {
+        y.post_recv();
+        let data = pattern(s, SEND_LEN);
+        x.nic.mr.write(IOVA + SEND_SRC, &data).unwrap();
+        x.post(SendOp::Send, SEND_SRC, SEND_LEN).unwrap();
+        assert_eq!(x.poll_one().opcode, WcOpcode::Send);
+        let c = y.poll_one();
+        assert_eq!(c.opcode, WcOpcode::Recv);
+        assert_eq!(y.bytes(RECV_DST, c.byte_len), data, "SEND {:#x}", x.qpn);
+
+        let data = pattern(s ^ 0x55, WRITE_LEN);
+        x.nic.mr.write(IOVA + WRITE_SRC, &data).unwrap();
+        let remote = Remote {
+            va: IOVA + WRITE_DST,
+            rkey: y.info().rkey,
+        };
+        x.post(SendOp::Write { remote }, WRITE_SRC, WRITE_LEN)
+            .unwrap();
+        assert_eq!(x.poll_one().opcode, WcOpcode::RdmaWrite);
+        assert_eq!(y.bytes(WRITE_DST, WRITE_LEN), data, "WRITE {:#x}", x.qpn);
+
+        let data = pattern(s ^ 0xaa, READ_LEN);
+        y.nic.mr.write(IOVA + READ_SRC, &data).unwrap();
+        let remote = Remote {
+            va: IOVA + READ_SRC,
+            rkey: y.info().rkey,
+        };
+        x.post(SendOp::Read { remote }, READ_DST, READ_LEN).unwrap();
+        assert_eq!(x.poll_one().opcode, WcOpcode::RdmaRead);
+        assert_eq!(x.bytes(READ_DST, READ_LEN), data, "READ {:#x}", x.qpn);
+    }
+}
+
+fn port_error(ctx: &Context) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match ctx.get_async_event(Duration::from_millis(100)) {
+            Some(Event::PortError(why)) => return why,
+            Some(_) => {}
+            None => assert!(Instant::now() < deadline, "no port error within {WAIT:?}"),
+        }
+    }
+}
+
+// ---- the tests --------------------------------------------------------------------------
+
+#[test]
+fn two_contexts_attached_to_a_daemon_exchange_every_operation() {
+    let fake = Fake::start("exchange", Mode::Welcome);
+    let a = nic(&fake.path);
+    let b = nic(&fake.path);
+    // The daemon's port is theirs, and each numbers its QPs in the block it leased.
+    assert_eq!(a.ctx.local_ip(), PORT_IP.parse::<IpAddr>().unwrap());
+    assert_eq!(b.ctx.local_ip(), PORT_IP.parse::<IpAddr>().unwrap());
+    let (qa, qb) = (a.qp(), b.qp());
+    let (lo1, hi1) = lease::range(1);
+    let (lo2, hi2) = lease::range(2);
+    assert!((lo1..=hi1).contains(&qa.qpn), "{:#x}", qa.qpn);
+    assert!((lo2..=hi2).contains(&qb.qpn), "{:#x}", qb.qpn);
+    qa.connect(qb.info());
+    qb.connect(qa.info());
+    exchange(qa, qb);
+    // A second QP pair, sharing the same rings.
+    let (qa2, qb2) = (a.qp(), b.qp());
+    qa2.connect(qb2.info());
+    qb2.connect(qa2.info());
+    exchange(qb2, qa2);
+
+    assert_eq!(fake.seen.bad_meta.load(Ordering::Relaxed), 0);
+    assert_eq!(fake.seen.unrouted.load(Ordering::Relaxed), 0);
+    let moved = fake.seen.moved.load(Ordering::Relaxed);
+    let (sa, sb) = (a.ctx.port_stats(), b.ctx.port_stats());
+    assert!(
+        sa.share_received > 0 && sb.share_received > 0,
+        "{sa:?} {sb:?}"
+    );
+    assert!(
+        sa.share_received + sb.share_received <= moved,
+        "{moved} {sa:?} {sb:?}"
+    );
+    assert_eq!((sa.tx_stalled, sa.truncated, sa.share_malformed), (0, 0, 0));
+}
+
+#[test]
+fn port_down_fails_later_calls_and_raises_the_port_error() {
+    let fake = Fake::start("portdown", Mode::Welcome);
+    let a = nic(&fake.path);
+    let b = nic(&fake.path);
+    let (qa, qb) = (a.qp(), b.qp());
+    qa.connect(qb.info());
+    qb.connect(qa.info());
+    exchange(qa, qb);
+
+    // The daemon stops: A's progress thread, asleep on the port, wakes and reports it.
+    fake.port_down(1, "daemon stopping (SIGTERM)");
+    let why = port_error(&a.ctx);
+    assert!(why.contains("daemon stopping (SIGTERM)"), "{why}");
+    assert!(why.contains(&fake.path.display().to_string()), "{why}");
+    // Every later call that uses the port fails, naming the reason.
+    let e = qa.post(SendOp::Send, SEND_SRC, 8).unwrap_err();
+    assert!(e.to_string().contains("daemon stopping"), "{e}");
+    let mut c = [Completion::default()];
+    let e = a.ctx.poll_cq(a.cq, &mut c).map(|_| ()).unwrap_err();
+    assert!(e.to_string().contains("daemon stopping"), "{e}");
+
+    // B still works until its daemon goes away altogether: then its port is down too.
+    qb.post(SendOp::Send, SEND_SRC, 8).unwrap();
+    drop(fake);
+    let why = port_error(&b.ctx);
+    assert!(why.contains("closed its socket"), "{why}");
+}
+
+#[test]
+fn info_gives_the_port_without_attaching() {
+    let fake = Fake::start("info", Mode::Silent);
+    // A silent daemon (for Hello) still answers Info.
+    let port = client::info(&fake.path).unwrap();
+    assert_eq!(port, port_info());
+
+    // A device list entry takes the daemon's port.
+    let spec = format!("d0=daemon:{}", fake.path.display());
+    let devs = verbs::discover::parse(&spec).unwrap();
+    assert_eq!(devs.len(), 1);
+    assert_eq!(devs[0].ip, PORT_IP.parse::<IpAddr>().unwrap());
+    assert_eq!(devs[0].mac, port_info().mac);
+    assert_eq!(devs[0].mtu, verbs::discover::active_mtu(1500));
+    assert_eq!(devs[0].daemon.as_deref(), Some(fake.path.as_path()));
+    let spec = format!("d0=daemon:{}@2048", fake.path.display());
+    assert_eq!(verbs::discover::parse(&spec).unwrap()[0].mtu, Mtu::M2048);
+}
+
+#[test]
+fn a_refusal_a_silent_daemon_and_no_daemon_are_clear_errors() {
+    let fake = Fake::start("refused", Mode::Refuse("no free QPN block".into()));
+    let Err(e) = DaemonBackend::connect(&fake.path) else {
+        panic!("attached to a daemon that refused");
+    };
+    assert!(matches!(e, DaemonError::Refused { .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("no free QPN block"), "{text}");
+    assert!(text.contains(&fake.path.display().to_string()), "{text}");
+    // Through verbs, the same words.
+    let Err(e) = device(&fake.path).open() else {
+        panic!("opened a device on a daemon that refused");
+    };
+    assert!(e.to_string().contains("no free QPN block"), "{e}");
+
+    let fake = Fake::start("silent", Mode::Silent);
+    let t = Instant::now();
+    let Err(e) = DaemonBackend::connect_within(&fake.path, Duration::from_millis(300)) else {
+        panic!("attached to a daemon that never answered");
+    };
+    assert!(t.elapsed() < WAIT);
+    assert!(matches!(e, DaemonError::Silent { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains(&fake.path.display().to_string()),
+        "{e}"
+    );
+
+    let missing = sock_path("missing");
+    let Err(e) = DaemonBackend::connect(&missing) else {
+        panic!("attached to no daemon");
+    };
+    assert!(matches!(e, DaemonError::Connect { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains(&missing.display().to_string()),
+        "{e}"
+    );
+    let e = client::info(&missing).unwrap_err();
+    assert!(
+        e.to_string().contains(&missing.display().to_string()),
+        "{e}"
+    );
+}
+
+fn readable(fd: BorrowedFd<'_>, within: Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = PollTimeout::try_from(within).unwrap();
+    let mut p = [PollFd::new(fd, PollFlags::POLLIN)];
+    poll(&mut p, ms).unwrap() == 1
+}
+
+/// The backend itself: an empty receive arms the ring, the daemon's push rings the rx
+/// doorbell (the backend's `rx_fd`), a receive takes the packet and drains the bell; a
+/// `PortDown` rings it too and fails every later call.
+#[test]
+fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
+    let fake = Fake::start("bell", Mode::Welcome);
+    let (mut a, at) = DaemonBackend::connect(&fake.path).unwrap();
+    let (mut b, bt) = DaemonBackend::connect(&fake.path).unwrap();
+    assert_eq!((at.block, bt.block), (1, 2));
+    assert_eq!(at.src_port, Some(SRC_PORT));
+    assert_eq!(bt.qpn_range(), lease::range(2));
+    let ip: IpAddr = PORT_IP.parse().unwrap();
+    assert_eq!(
+        b.local(),
+        SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT)
+    );
+
+    const SLOT: usize = 4096;
+    let mut pool = vec![0u8; 32 * SLOT];
+    let mut got = [Received {
+        src: a.local(),
+        dst: a.local(),
+        offset: 0,
+        len: 0,
+        segment: None,
+        ipv4_id: None,
+    }; 32];
+    assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 0);
+    assert!(!readable(b.rx_fd(), Duration::from_millis(50)));
+
+    // A packet for B's block (BTH DestQP in bytes 5..8), from A.
+    let mut tx = vec![0u8; 4 * SLOT];
+    let pkt: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    tx[..300].copy_from_slice(&pkt);
+    tx[5] = bt.block;
+    let sent = tx[..300].to_vec();
+    let src = SocketAddr::new(ip, SRC_PORT);
+    let dst = SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT);
+    let out = [Outgoing { src, dst, len: 300 }];
+    a.send_batch(&mut tx, SLOT, &out).unwrap();
+    assert!(readable(b.rx_fd(), WAIT), "B's doorbell never rang");
+    assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 1);
+    let r = got[0];
+    assert_eq!((r.src, r.dst, r.len), (src, dst, 300));
+    assert_eq!(&pool[r.offset..r.offset + r.len], &sent[..]);
+    // Empty again: the bell is drained as the ring is armed once more.
+    assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 0);
+    assert!(!readable(b.rx_fd(), Duration::from_millis(50)));
+    assert_eq!(b.stats().share_received, 1);
+
+    fake.port_down(2, "maintenance window");
+    assert!(
+        readable(b.rx_fd(), WAIT),
+        "PortDown did not wake the backend"
+    );
+    for e in [
+        b.recv_batch(&mut pool, &mut got).map(|_| ()).unwrap_err(),
+        b.send_batch(&mut tx, SLOT, &out).unwrap_err(),
+    ] {
+        let e = e.to_string();
+        assert!(e.contains("maintenance window"), "{e}");
+        assert!(e.contains(&fake.path.display().to_string()), "{e}");
+    }
+    // A, whose port is still up, still sends.
+    a.send_batch(&mut tx, SLOT, &out).unwrap();
+}
+
+/// A daemon that does not keep up: what does not fit in the tx ring is dropped and
+/// counted (RC retransmits), and the send never blocks.
+#[test]
+fn a_full_ring_drops_and_counts() {
+    let fake = Fake::start("stalled", Mode::Stalled);
+    let (mut a, _) = DaemonBackend::connect(&fake.path).unwrap();
+    const SLOT: usize = 4096;
+    let mut tx = vec![0u8; 4 * SLOT];
+    let ip: IpAddr = PORT_IP.parse().unwrap();
+    let o = Outgoing {
+        src: SocketAddr::new(ip, SRC_PORT),
+        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
+        len: 2000,
+    };
+    // A 4 KiB ring holds one 2000-byte packet (each takes 2056 bytes with its header).
+    let t = Instant::now();
+    a.send_batch(&mut tx, SLOT, &[o; 4]).unwrap();
+    a.send_batch(&mut tx, SLOT, &[o; 2]).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(1));
+    assert_eq!(a.stats().tx_stalled, 5);
+    assert_eq!(a.ring_stats().1.pushed, 1);
+}
