@@ -132,3 +132,132 @@ fn two_tap_daemons_on_a_bridge_answer_ping_and_ping6() {
     );
     assert!(!sock_a.exists(), "the socket outlived its daemon");
 }
+
+/// `roce-emu TOOL ARGS` in the namespace, attached to `d`; both outputs after it exits.
+fn tool_in(ns: &Netns, d: &Daemon, args: &[&str]) -> Child {
+    ns.cmd(BIN)
+        .args(args)
+        .arg("--daemon")
+        .arg(&d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn finish_ok(c: Child, who: &str) -> String {
+    let o = common::proc::finish(c, Duration::from_secs(90), who);
+    let (out, err) = common::proc::text(&o);
+    assert!(o.status.success(), "{who}: {}\n{out}\n{err}", o.status);
+    out
+}
+
+#[test]
+fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
+    if !nix::unistd::geteuid().is_root() {
+        skip(
+            "daemon_tap_tools",
+            "needs root for a namespace, TAPs and a bridge",
+        );
+        return;
+    }
+    let ns = Netns::new("dtapt");
+    ns.ip(&["link", "add", "br95", "type", "bridge"]);
+    ns.ip(&["addr", "add", "10.95.0.1/24", "dev", "br95"]);
+    ns.ip(&["link", "set", "br95", "up"]);
+    let a = daemon(&ns, "tap:rdua,10.95.0.2/24", "dua");
+    let b = daemon(&ns, "tap:rdub,10.95.0.3/24", "dub");
+    for t in ["rdua", "rdub"] {
+        ns.ip(&["link", "set", t, "master", "br95"]);
+    }
+    // The TCP exchanges run on the namespace's own address; the RoCE traffic goes from
+    // daemon to daemon over the bridge (each NIC's GID is its daemon's address).
+    let s = tool_in(
+        &ns,
+        &a,
+        &[
+            "pingpong",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18720",
+            "-n",
+            "300",
+            "-s",
+            "4096",
+            "--wait",
+            "20",
+        ],
+    );
+    let c = tool_in(
+        &ns,
+        &b,
+        &[
+            "pingpong",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18720",
+            "-n",
+            "300",
+            "-s",
+            "4096",
+            "--wait",
+            "10",
+            "10.95.0.1",
+        ],
+    );
+    let out = finish_ok(c, "pingpong client");
+    assert!(
+        out.contains("300 iters in") && out.contains("::ffff:10.95.0.3"),
+        "{out}"
+    );
+    assert!(finish_ok(s, "pingpong server").contains("300 iters in"));
+    for (i, args) in [
+        vec!["write", "-s", "65536", "-n", "200"],
+        vec!["read", "-s", "65536", "-n", "200"],
+        vec!["send", "-s", "4096", "-n", "200"],
+        vec!["atomic", "-A", "CMP_AND_SWAP", "-n", "200"],
+        vec!["atomic", "-A", "FETCH_AND_ADD", "-n", "200"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let p = (18721 + i).to_string();
+        let mut sa = vec![
+            "perf",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            &p,
+            "--check",
+            "--wait",
+            "20",
+        ];
+        sa.extend_from_slice(&args);
+        let mut ca = vec![
+            "perf",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            &p,
+            "--check",
+            "--wait",
+            "10",
+        ];
+        ca.extend_from_slice(&args);
+        ca.push("10.95.0.1");
+        let s = tool_in(&ns, &a, &sa);
+        let c = tool_in(&ns, &b, &ca);
+        let out = finish_ok(c, &format!("{args:?} client"));
+        assert!(
+            out.contains("--check: every byte verified"),
+            "{args:?}: {out}"
+        );
+        let out = finish_ok(s, &format!("{args:?} server"));
+        assert!(
+            out.contains("--check: every byte verified"),
+            "{args:?}: {out}"
+        );
+    }
+}

@@ -65,8 +65,9 @@ pub struct NicArgs {
     #[arg(long)]
     pub no_gso: bool,
     /// Attach to the `roce-emu daemon` listening on this Unix socket instead of opening a
-    /// port: the NIC's address is the daemon's port's (give it as --bind), its QPs are
-    /// numbered in the block the daemon leases. Not for the demo.
+    /// port: the NIC's address (its GID) is the daemon's port's, --bind is then only the
+    /// TCP exchange's address, and its QPs are numbered in the block the daemon leases.
+    /// Not for the demo.
     #[arg(long, value_name = "SOCKET")]
     pub daemon: Option<std::path::PathBuf>,
 }
@@ -83,34 +84,6 @@ impl NicArgs {
         dev.gso = !self.no_gso;
         dev.daemon.clone_from(&self.daemon);
         dev
-    }
-
-    /// Opens `dev` (from [`NicArgs::device`] on `bind`). With `--daemon`, the daemon's
-    /// port must be `bind`: the tools exchange it as the GID and listen on it.
-    pub fn open(
-        &self,
-        dev: &crate::verbs::Device,
-        bind: std::net::IpAddr,
-    ) -> Result<crate::verbs::Context, crate::verbs::Error> {
-        let ctx = dev.open()?;
-        if let Some(path) = &self.daemon {
-            let ip = ctx.local_ip();
-            if ip != bind {
-                return Err(crate::verbs::BackendError::Bind {
-                    addr: std::net::SocketAddr::new(bind, crate::wire::ROCE_UDP_PORT),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::AddrNotAvailable,
-                        format!(
-                            "the daemon at {} serves {ip}, not this address: give --bind {ip}",
-                            path.display()
-                        ),
-                    ),
-                    hint: "",
-                }
-                .into());
-            }
-        }
-        Ok(ctx)
     }
 
     pub fn spin(&self) -> std::time::Duration {

@@ -482,10 +482,11 @@ fn run_inner(args: &Args) -> Result<()> {
     // The UDP port first: "address in use" is better said before a peer is waiting.
     let dev = args.nic.device(bind, args.nic.pcap.clone());
     let max_rd = dev.engine.max_rd_atomic;
-    let ctx = args
-        .nic
-        .open(&dev, bind)
-        .map_err(verbs("opening the NIC"))?;
+    let ctx = dev.open().map_err(verbs("opening the NIC"))?;
+    // The TCP exchange runs on --bind; the NIC's address (its GID) is the daemon's port's
+    // when attached to one (a TAP daemon's address is not the host's), else --bind.
+    let tcp = bind;
+    let bind = ctx.local_ip();
     let mtu = mtu.unwrap_or_else(|| port_mtu(bind));
 
     let (s, peer, client) = match &server {
@@ -500,7 +501,7 @@ fn run_inner(args: &Args) -> Result<()> {
             if !args.json {
                 println!("Waiting for client to connect... (TCP port {})", args.port);
             }
-            let (s, peer) = oob::accept_for(bind, args.port, wait).map_err(oob_err(tool))?;
+            let (s, peer) = oob::accept_for(tcp, args.port, wait).map_err(oob_err(tool))?;
             (s, peer, false)
         }
     };

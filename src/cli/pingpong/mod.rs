@@ -297,6 +297,11 @@ fn run_inner(args: &Args) -> Result<()> {
         }
         e => e,
     })?;
+    // The TCP exchange runs on `bind`; the NIC's address (its GID) is the daemon's port's
+    // when attached to one (a TAP daemon's address is not the host's), else `bind`.
+    let tcp = bind;
+    let bind = pp.ctx.local_ip();
+    pp.bind = bind;
     // rc_pingpong posts its receives before the exchange.
     pp.routs = pp.post_recv(pp.rx_depth);
     if let Some(source) = pp.recv_error.take() {
@@ -323,7 +328,7 @@ fn run_inner(args: &Args) -> Result<()> {
             pp.connect(&my, &rem, rem_peer(&rem, bind, Some(peer))?)?;
             rem
         }
-        None => server_exchange(bind, args.port, wait, timeout, &my, |rem, peer| {
+        None => server_exchange(tcp, args.port, wait, timeout, &my, |rem, peer| {
             let ip = rem_peer(rem, bind, Some(peer))?;
             pp.connect(&my, rem, ip)
         })?,

@@ -31,10 +31,7 @@ impl Pingpong {
     /// 1, RC QP (1 send WR, rx_depth receive WRs, one SGE each), moved to INIT.
     pub(super) fn new(args: &Args, bind: IpAddr, mtu: Mtu) -> Result<Pingpong> {
         let dev = args.nic.device(bind, args.nic.pcap.clone());
-        let ctx = args
-            .nic
-            .open(&dev, bind)
-            .map_err(verbs("opening the NIC"))?;
+        let ctx = dev.open().map_err(verbs("opening the NIC"))?;
         let pd = ctx.alloc_pd();
         let mr = ctx
             .reg_mr(pd, IOVA, u64::from(args.size.max(1)), Access::LOCAL_WRITE)
