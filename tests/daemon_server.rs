@@ -261,3 +261,42 @@ fn a_process_of_another_protocol_version_is_refused() {
     assert_eq!(p.block, 1, "the daemon still serves");
     assert_eq!(counters(&d.socket)["counters"]["control_errors"], 1);
 }
+
+#[test]
+fn another_user_cannot_attach() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "\n*** SKIPPED another_user_cannot_attach: needs root to run as another user ***\n"
+        );
+        assert!(std::env::var_os("CI").is_none(), "CI must run this test");
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let d = start("127.0.31.5", "uid");
+    let as_nobody = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+            .args(["counters", "--socket"])
+            .arg(&d.socket)
+            .uid(65534)
+            .gid(65534)
+            .output()
+            .unwrap()
+    };
+    // The socket is 0660 and the daemon's: another user cannot even connect.
+    let out = as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("Permission denied"),
+        "{err}"
+    );
+    // Opened to everyone by mistake, the daemon still checks who connects.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&d.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = as_nobody();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("user 65534 may not use this daemon"),
+        "{err}"
+    );
+    assert_eq!(counters(&d.socket)["counters"]["refused"], 1);
+}

@@ -137,12 +137,14 @@ fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
     use std::os::fd::AsFd;
-    control::send(s.as_fd(), &ToDaemon::Counters, &[]).map_err(|e| e.to_string())?;
+    // A daemon that refuses us (another user) says why and closes at once: our request
+    // then fails, and its answer is still there to read.
+    let sent = control::send(s.as_fd(), &ToDaemon::Counters, &[]);
     match control::recv::<ToProcess>(s.as_fd()) {
         Ok((ToProcess::Counters { json }, _)) => Ok(json),
         Ok((ToProcess::Refused { why }, _)) => Err(format!("refused: {why}")),
         Ok((other, _)) => Err(format!("unexpected answer {other:?}")),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(sent.err().map_or(e.to_string(), |s| s.to_string())),
     }
 }
 

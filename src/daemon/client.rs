@@ -152,9 +152,11 @@ pub fn info(path: impl AsRef<Path>) -> Result<PortInfo, DaemonError> {
 /// [`info`] with its own bound on each wait.
 pub fn info_within(path: &Path, timeout: Duration) -> Result<PortInfo, DaemonError> {
     let sock = connect_socket(path, timeout)?;
-    control::send(sock.as_fd(), &ToDaemon::Info, &[]).map_err(|e| control_err(path, timeout, e))?;
-    let (m, _fds) =
-        control::recv::<ToProcess>(sock.as_fd()).map_err(|e| control_err(path, timeout, e))?;
+    // A daemon that refuses us says why and closes at once: the send may then fail while
+    // its answer waits to be read, so the answer decides.
+    let sent = control::send(sock.as_fd(), &ToDaemon::Info, &[]);
+    let (m, _fds) = control::recv::<ToProcess>(sock.as_fd())
+        .map_err(|e| control_err(path, timeout, sent.err().unwrap_or(e)))?;
     match m {
         ToProcess::Info { version, port } => {
             version_check(path, version)?;
@@ -228,8 +230,10 @@ impl DaemonBackend {
             version: control::VERSION,
             pid: std::process::id(),
         };
-        control::send(sock.as_fd(), &hello, &[]).map_err(cerr)?;
-        let (m, _fds) = control::recv::<ToProcess>(sock.as_fd()).map_err(cerr)?;
+        // As in `info_within`: a refusal's answer is read even if our send failed.
+        let sent = control::send(sock.as_fd(), &hello, &[]);
+        let (m, _fds) =
+            control::recv::<ToProcess>(sock.as_fd()).map_err(|e| cerr(sent.err().unwrap_or(e)))?;
         let attached = match m {
             ToProcess::Welcome {
                 version,
