@@ -262,6 +262,8 @@ pub struct Daemon {
     popped: Vec<crate::ring::Popped>,
     /// Poll or sleep when idle (`turn`).
     spin: Spin,
+    /// Refused connections, kept until the other side has read why (`accept`).
+    refused: Vec<(Socket, Instant)>,
     /// The last turn moved packets.
     busy: bool,
 }
@@ -299,6 +301,7 @@ impl Daemon {
             tx_pool: vec![0; TX_SLOT * TX_BATCH],
             tx_meta: Vec::with_capacity(TX_BATCH),
             spin: Spin::new(Duration::from_micros(DEFAULT_SPIN_US)),
+            refused: Vec::new(),
             busy: false,
             popped: vec![
                 crate::ring::Popped {
@@ -667,6 +670,13 @@ impl Daemon {
 
     /// Takes new connections: only the daemon's own user (and root) may attach.
     fn accept(&mut self) {
+        // Refused ones: discard what they send; drop them at their EOF or after a second.
+        self.refused.retain(|(s, since)| {
+            use std::io::Read;
+            let mut buf = [0u8; 256];
+            let gone = matches!((&*s).read(&mut buf), Ok(0));
+            !gone && since.elapsed() < Duration::from_secs(1)
+        });
         while let Ok((sock, _)) = self.listener.accept() {
             let uid = control::peer_uid(sock.as_fd()).unwrap_or(u32::MAX);
             if uid != self.uid && uid != 0 {
@@ -676,6 +686,12 @@ impl Daemon {
                     self.uid
                 );
                 let _ = control::send(sock.as_fd(), &ToProcess::Refused { why }, &[]);
+                // Closed only once the other side has read the refusal (its EOF) or after
+                // a moment: closing on an unread request of theirs would reset their
+                // socket (ECONNRESET) before they read why.
+                let _ = sock.shutdown(std::net::Shutdown::Write);
+                let _ = sock.set_nonblocking(true);
+                self.refused.push((sock, Instant::now()));
                 continue;
             }
             let id = self.next_id;
