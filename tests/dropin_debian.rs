@@ -270,3 +270,73 @@ fn zero_set_up_two_programs_on_one_machine_reach_each_other() {
     );
     assert!(stdout(&c).contains("100 iters in"), "{}", show(&c));
 }
+
+#[test]
+fn unmodified_programs_attached_to_a_daemon() {
+    // ROCE_EMU_DEVICES=rxe0=daemon:SOCKET: the drop-in's device is a lease from
+    // `roce-emu daemon` (here a UDP port on 127.0.20.200), the programs' engines in their
+    // own processes, the port shared.
+    let Some(env) = dropin::setup("dropin_daemon") else {
+        return;
+    };
+    let socket = std::env::temp_dir().join(format!("roce-emu-dropin-{}.sock", std::process::id()));
+    /// Stops the daemon (our child, by PID) however the test ends.
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.0.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Stop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+            .args(["daemon", "--port", "udp:127.0.20.200", "--socket"])
+            .arg(&socket)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(std::time::Instant::now() < deadline, "no daemon socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dev = format!("rxe0=daemon:{}", socket.display());
+    let devinfo = env.cmd("ibv_devinfo", &dev, &["-v"]).output().unwrap();
+    assert!(
+        stdout(&devinfo).contains("GID[  0]:\t\t::ffff:127.0.20.200, RoCE v2"),
+        "{}",
+        show(&devinfo)
+    );
+    let args = [
+        "-d", "rxe0", "-g", "0", "-p", "18808", "-n", "200", "-s", "4096",
+    ];
+    let mut server = env.cmd("ibv_rc_pingpong", &dev, &args);
+    let mut cargs = args.to_vec();
+    cargs.push("127.0.20.200");
+    let mut client = env.cmd("ibv_rc_pingpong", &dev, &cargs);
+    let (s, c) = pair(
+        &mut server,
+        &mut client,
+        18808,
+        LIMIT,
+        "rc_pingpong via daemon",
+    );
+    assert!(stdout(&c).contains("200 iters in") && stdout(&s).contains("200 iters in"));
+    let a = ["-d", "rxe0", "-p", "18809", "-s", "65536", "-n", "300"];
+    let mut server = env.cmd("ib_write_bw", &dev, &a);
+    let mut ca = a.to_vec();
+    ca.push("127.0.20.200");
+    let mut client = env.cmd("ib_write_bw", &dev, &ca);
+    let (_, c) = pair(
+        &mut server,
+        &mut client,
+        18809,
+        LIMIT,
+        "ib_write_bw via daemon",
+    );
+    assert!(stdout(&c).contains(" 65536      300"), "{}", show(&c));
+}
