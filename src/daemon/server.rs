@@ -262,6 +262,8 @@ pub struct Daemon {
     popped: Vec<crate::ring::Popped>,
     /// Poll or sleep when idle (`turn`).
     spin: Spin,
+    /// The popped packets of a batch that go to the wire (reused: no allocation per batch).
+    wire_slots: Vec<usize>,
     /// Refused connections, kept until the other side has read why (`accept`).
     refused: Vec<(Socket, Instant)>,
     /// The last turn moved packets.
@@ -302,6 +304,7 @@ impl Daemon {
             tx_meta: Vec::with_capacity(TX_BATCH),
             spin: Spin::new(Duration::from_micros(DEFAULT_SPIN_US)),
             refused: Vec::new(),
+            wire_slots: Vec::with_capacity(TX_BATCH),
             busy: false,
             popped: vec![
                 crate::ring::Popped {
@@ -489,7 +492,7 @@ impl Daemon {
                 }
                 moved += n;
                 self.tx_meta.clear();
-                let mut wire_slots = Vec::new();
+                self.wire_slots.clear();
                 for (i, p) in self.popped[..n].iter().enumerate() {
                     let ok_src = addrs.contains(&p.meta.src.ip())
                         && self.src_port.is_none_or(|sp| sp == p.meta.src.port());
@@ -506,17 +509,16 @@ impl Daemon {
                             ipv4_id: p.meta.src.is_ipv4().then_some(0),
                             ..p.meta
                         };
-                        let bytes = self.tx_pool[p.offset..p.offset + p.len].to_vec();
                         deliver(
                             &mut self.clients,
                             &self.leases,
                             &mut self.counters,
                             &meta,
-                            &bytes,
+                            &self.tx_pool[p.offset..p.offset + p.len],
                         );
                         continue;
                     }
-                    wire_slots.push(i);
+                    self.wire_slots.push(i);
                     self.tx_meta.push(Outgoing {
                         src: p.meta.src,
                         dst: p.meta.dst,
@@ -525,7 +527,7 @@ impl Daemon {
                 }
                 if !self.tx_meta.is_empty() {
                     // send_batch reads datagram j from slot j: move the kept ones down.
-                    for (j, &i) in wire_slots.iter().enumerate() {
+                    for (j, &i) in self.wire_slots.iter().enumerate() {
                         if i != j {
                             self.tx_pool.copy_within(
                                 i * TX_SLOT..i * TX_SLOT + self.popped[i].len,
