@@ -11,6 +11,7 @@
 //! AF_PACKET ports, the control protocol and the process side come next (issue 15).
 
 pub mod control;
+pub mod fault;
 pub mod lease;
 pub mod port;
 pub mod server;
