@@ -112,18 +112,50 @@ fn a_udp_daemon_captures_one_frame_per_datagram() {
     }
 }
 
-fn spawn_daemon(ns: &Netns, port: &str, tag: &str, pcap: Option<&Path>) -> (Child, PathBuf) {
+/// A daemon process of the test's own, stopped (SIGTERM, by PID) when dropped, so a
+/// failing test leaves none behind.
+struct Guard(Option<Child>);
+
+impl Guard {
+    /// Stops it; its stdout.
+    fn stop(mut self) -> String {
+        let child = self.0.take().unwrap();
+        term(&child);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            term(&c);
+            let _ = c.wait();
+        }
+    }
+}
+
+fn term(child: &Child) {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+}
+
+fn spawn_daemon(ns: &Netns, port: &str, tag: &str, pcap: Option<&Path>) -> (Guard, PathBuf) {
     let socket = std::env::temp_dir().join(format!("roce-emu-{tag}-{}.sock", std::process::id()));
     let mut c = ns.cmd(BIN);
     c.args(["daemon", "--port", port, "--socket"]).arg(&socket);
     if let Some(f) = pcap {
         c.arg("--pcap").arg(f);
     }
-    let child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let child = Guard(Some(
+        c.stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    ));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !socket.exists() {
         assert!(
@@ -133,17 +165,6 @@ fn spawn_daemon(ns: &Netns, port: &str, tag: &str, pcap: Option<&Path>) -> (Chil
         std::thread::sleep(Duration::from_millis(20));
     }
     (child, socket)
-}
-
-/// SIGTERM to the test's own child (by PID); its stdout.
-fn stop(child: Child) -> String {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]
@@ -181,7 +202,8 @@ fn a_tap_daemon_captures_its_real_frames() {
         String::from_utf8_lossy(&ping.stdout)
     );
 
-    // A process on each daemon: 30 packets A -> B and 20 B -> A.
+    // A process on each daemon: 1 + 30 packets A -> B and 1 + 20 B -> A; the first of
+    // each waits for ARP (an L2 holds only a few datagrams for an unresolved neighbour).
     let mut pa = attach(&sock_a);
     let mut pb = attach(&sock_b);
     let addr_a: SocketAddr = "10.97.0.2:49152".parse().unwrap();
@@ -189,6 +211,18 @@ fn a_tap_daemon_captures_its_real_frames() {
     let to = |a: SocketAddr| SocketAddr::new(a.ip(), 4791);
     let qa = lease::range(pa.block).0 | 0x21;
     let qb = lease::range(pb.block).0 | 0x22;
+    let first = packet(addr_a, to(addr_b), qb, 99, 64);
+    pa.link
+        .tx
+        .push(&Meta::new(addr_a, to(addr_b)), &first)
+        .unwrap();
+    assert_eq!(pop_all(&mut pb, Duration::from_millis(500)).len(), 1);
+    let first = packet(addr_b, to(addr_a), qa, 99, 64);
+    pb.link
+        .tx
+        .push(&Meta::new(addr_b, to(addr_a)), &first)
+        .unwrap();
+    assert_eq!(pop_all(&mut pa, Duration::from_millis(500)).len(), 1);
     for n in 0..30 {
         let p = packet(addr_a, to(addr_b), qb, n, 64 + 10 * n as usize);
         pa.link.tx.push(&Meta::new(addr_a, to(addr_b)), &p).unwrap();
@@ -200,8 +234,8 @@ fn a_tap_daemon_captures_its_real_frames() {
     assert_eq!(pop_all(&mut pb, Duration::from_millis(500)).len(), 30);
     assert_eq!(pop_all(&mut pa, Duration::from_millis(500)).len(), 20);
 
-    let line = stop(a);
-    drop(stop(b));
+    let line = a.stop();
+    drop(b.stop());
     // "... stopped; R packets received, S sent, ..."
     let tail = line
         .split("stopped; ")
@@ -210,7 +244,7 @@ fn a_tap_daemon_captures_its_real_frames() {
     let words: Vec<&str> = tail.split_whitespace().collect();
     let rcvd: u64 = words[0].parse().unwrap();
     let sent: u64 = words[3].trim_end_matches(',').parse().unwrap();
-    assert_eq!((rcvd, sent), (20, 30), "{line}");
+    assert_eq!((rcvd, sent), (21, 31), "{line}");
 
     let (frames, roce) = decode(&file);
     assert_eq!(

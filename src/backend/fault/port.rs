@@ -4,7 +4,8 @@
 //! the wire (a packet dropped on the way out is not in it; one dropped on the way in is).
 //!
 //! The rules are shared (`FaultHandle`): the daemon changes them at run time. With no
-//! rule and nothing held, every call goes straight to the inner backend, no copy.
+//! rule for a direction and nothing held, its calls go straight to the inner backend, no
+//! copy.
 //!
 //! Held packets (delay, reorder) must come out on time even when no other traffic
 //! wakes the daemon, so `rx_fd` is an epoll set of the inner backend's descriptor and a
@@ -146,12 +147,17 @@ impl<B: Backend> Faulty<B> {
         self.faults.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Nothing to do: no rule, nothing held or queued.
-    fn idle(&self) -> bool {
+    /// Nothing to do on receive: no rule for it, nothing held or queued either way.
+    fn rx_idle(&self) -> bool {
         self.rx.held.is_empty()
             && self.tx.held.is_empty()
             && self.rx_ready.is_empty()
-            && self.rules().is_empty()
+            && !self.rules().acts_on(Dir::In)
+    }
+
+    /// Nothing to do on send: no rule for it, nothing held to go out.
+    fn tx_idle(&self) -> bool {
+        self.tx.held.is_empty() && !self.rules().acts_on(Dir::Out)
     }
 
     /// Applies the rules to one packet going `dir`; what goes on is pushed to `ready`.
@@ -278,7 +284,7 @@ impl<B: Backend> Backend for Faulty<B> {
     }
 
     fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
-        if self.idle() {
+        if self.rx_idle() {
             if self.armed {
                 let _ = self.timer.unset();
                 self.armed = false;
@@ -343,7 +349,7 @@ impl<B: Backend> Backend for Faulty<B> {
         slot: usize,
         out: &[Outgoing],
     ) -> Result<(), BackendError> {
-        if self.idle() {
+        if self.tx_idle() {
             return self.inner.send_batch(pool, slot, out);
         }
         let now = Instant::now();

@@ -222,6 +222,13 @@ impl Faults {
         self.rules.is_empty()
     }
 
+    /// Whether any rule can act on packets going `dir`.
+    pub fn acts_on(&self, dir: Dir) -> bool {
+        self.rules
+            .iter()
+            .any(|a| a.rule.dir.is_none_or(|d| d == dir))
+    }
+
     /// The rules in force, with their counters.
     pub fn report(&self) -> Vec<RuleReport> {
         self.rules
