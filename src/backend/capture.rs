@@ -7,6 +7,7 @@
 //! synthesised Ethernet/IP/UDP headers carrying the addresses, ports and IPv4
 //! identification actually used, so every ICRC verifies in tshark and `roce-emu pcap`.
 
+use super::pcapng::{PcapngFile, Way};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::icrc::{Ipv4IdSolver, PseudoHeaders};
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
@@ -26,10 +27,17 @@ const HOP_LIMIT: u8 = 64;
 /// Largest frame written: the UDP backend's largest datagram plus headers.
 const SNAPLEN: u32 = 65_535 + 128;
 
-/// Writes every packet `inner` sends and receives to a pcap file.
+/// Where the frames go: a classic pcap (a NIC's `--pcap`) or a pcapng file with an
+/// interface block (the daemon's `--pcap`, [`super::pcapng`]).
+enum Sink {
+    Pcap(Option<PcapWriter<BufWriter<File>>>),
+    Pcapng(PcapngFile),
+}
+
+/// Writes every packet `inner` sends and receives to a pcap (or pcapng) file.
 pub struct Capture<B> {
     inner: B,
-    out: Option<PcapWriter<BufWriter<File>>>,
+    out: Sink,
     /// Recovers the IPv4 ID of packets whose backend did not report it (UDP sockets).
     solver: Ipv4IdSolver,
     frame: Vec<u8>,
@@ -60,14 +68,23 @@ impl<B: Backend> Capture<B> {
             ..PcapHeader::default()
         };
         let out = PcapWriter::with_header(BufWriter::new(file), header).map_err(err)?;
-        Ok(Capture {
+        Ok(Capture::with_sink(inner, Sink::Pcap(Some(out))))
+    }
+
+    /// Captures into a pcapng file (made with [`PcapngFile::create`]) instead.
+    pub fn pcapng(inner: B, file: PcapngFile) -> Capture<B> {
+        Capture::with_sink(inner, Sink::Pcapng(file))
+    }
+
+    fn with_sink(inner: B, out: Sink) -> Capture<B> {
+        Capture {
             inner,
-            out: Some(out),
+            out,
             solver: Ipv4IdSolver::new(),
             frame: Vec::with_capacity(SNAPLEN as usize),
             captured: 0,
             errors: 0,
-        })
+        }
     }
 
     pub fn inner(&self) -> &B {
@@ -75,8 +92,10 @@ impl<B: Backend> Capture<B> {
     }
 
     /// Writes one packet (BTH through ICRC) with headers for `src` -> `dst`.
-    fn record(&mut self, src: SocketAddr, dst: SocketAddr, id: Option<u16>, roce: &[u8]) {
-        let Some(out) = self.out.as_mut() else { return };
+    fn record(&mut self, way: Way, src: SocketAddr, dst: SocketAddr, id: Option<u16>, roce: &[u8]) {
+        if matches!(self.out, Sink::Pcap(None)) {
+            return;
+        }
         let id = match (id, src.ip(), dst.ip()) {
             (Some(id), ..) => id,
             (None, IpAddr::V4(_), IpAddr::V4(_)) => {
@@ -88,6 +107,15 @@ impl<B: Backend> Capture<B> {
         };
         self.frame.clear();
         frame(&mut self.frame, src, dst, id, roce);
+        let out = match &mut self.out {
+            Sink::Pcap(Some(out)) => out,
+            Sink::Pcap(None) => return,
+            Sink::Pcapng(f) => {
+                f.write(way, &self.frame);
+                self.captured += 1;
+                return;
+            }
+        };
         let ts = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
@@ -98,7 +126,7 @@ impl<B: Backend> Capture<B> {
         {
             // A full disk stops the capture, not the NIC.
             self.errors += 1;
-            self.out = None;
+            self.out = Sink::Pcap(None);
             return;
         }
         self.captured += 1;
@@ -152,7 +180,7 @@ impl<B: Backend> Backend for Capture<B> {
             // A GRO datagram is several packets: one frame each, as the engine sees them.
             let seg = r.segment.unwrap_or(r.len).max(1);
             for data in pool[r.offset..r.offset + r.len].chunks(seg) {
-                self.record(r.src, r.dst, r.ipv4_id, data);
+                self.record(Way::In, r.src, r.dst, r.ipv4_id, data);
             }
         }
         Ok(n)
@@ -166,7 +194,13 @@ impl<B: Backend> Backend for Capture<B> {
         // After the send: the backend may have rewritten ICRCs for the IDs it used.
         let r = self.inner.send_batch(pool, slot, out);
         for (i, o) in out.iter().enumerate() {
-            self.record(o.src, o.dst, None, &pool[i * slot..i * slot + o.len]);
+            self.record(
+                Way::Out,
+                o.src,
+                o.dst,
+                None,
+                &pool[i * slot..i * slot + o.len],
+            );
         }
         r
     }
@@ -184,9 +218,12 @@ impl<B: Backend> Backend for Capture<B> {
 
 impl<B> Drop for Capture<B> {
     fn drop(&mut self) {
-        if let Some(w) = self.out.take() {
-            use std::io::Write;
-            let _ = w.into_writer().flush();
+        // A pcapng file flushes itself when dropped.
+        if let Sink::Pcap(out) = &mut self.out {
+            if let Some(w) = out.take() {
+                use std::io::Write;
+                let _ = w.into_writer().flush();
+            }
         }
     }
 }

@@ -1,4 +1,14 @@
 //! Fault injection around any backend: the driver knows nothing of it.
+//!
+//! [`Lossy`] is the simple seeded transmit loss of `demo --loss` and `perf --loss`;
+//! [`port::Faulty`] applies the daemon's rules ([`rule::Rule`]: drop, duplicate, reorder,
+//! delay, corrupt; by direction, opcode and QPN), which can change at run time.
+
+pub mod port;
+pub mod rule;
+
+pub use port::{FaultHandle, Faulty};
+pub use rule::{Action, Dir, Faults, Rule, RuleReport};
 
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::rng::Rng;

@@ -12,6 +12,7 @@ pub mod capture;
 pub mod fault;
 pub mod l2;
 pub mod link;
+pub mod pcapng;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;

@@ -21,10 +21,42 @@ pub struct DaemonArgs {
     /// How long a departed process's QPN block stays unleased.
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub quarantine: Option<Duration>,
-    /// A file of `key = value` lines (port, socket, quarantine); options given here win.
+    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault); options
+    /// given here win (fault lines add to --fault).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// Write every frame of the port, in and out, to FILE (pcapng, one interface block for
+    /// the port; a UDP port gets one synthesised frame per datagram).
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// A fault rule from the start (repeatable), e.g. `drop 5% in`, `delay 10ms 5% out`,
+    /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
+    #[arg(long = "fault", value_name = "RULE")]
+    pub faults: Vec<String>,
 }
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = RULES_HELP)]
+pub struct FaultArgs {
+    /// The daemon's control socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: PathBuf,
+    /// The rule, as words (`drop 5% in`); several rules separated by `;`. `list` shows the
+    /// rules with their counters, `clear` removes them all.
+    #[arg(value_name = "RULE", required = true, num_args = 1.., allow_hyphen_values = true)]
+    pub rule: Vec<String>,
+}
+
+const RULES_HELP: &str = "Rules:
+  drop P% [in|out] [opcode=NAME|NUM] [qpn=N] [seed=S]
+  duplicate P% [filters]
+  reorder P% [depth=N] [filters]   held until N later packets went by (default 4)
+  delay TIME [P%] [filters]        TIME: 10ms, 500us, 1s
+  corrupt P% [filters]             one byte changed: the receiver's ICRC check catches it
+  clear | list
+The rate defaults to 100%; without in/out a rule acts both ways. Rules apply at the port to
+RoCE datagrams (never to ARP, ND or ICMP), each seeded (the same seed and packets give the
+same choices).";
 
 #[derive(clap::Args, Debug)]
 pub struct CountersArgs {
@@ -59,8 +91,14 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             "quarantine" if args.quarantine.is_none() => {
                 args.quarantine = Some(super::seconds(v).map_err(at)?)
             }
-            "port" | "socket" | "quarantine" => {}
-            _ => return Err(at(format!("no setting {k:?} (port, socket, quarantine)"))),
+            "pcap" if args.pcap.is_none() => args.pcap = Some(PathBuf::from(v)),
+            "fault" => args.faults.push(v.to_string()),
+            "port" | "socket" | "quarantine" | "pcap" => {}
+            _ => {
+                return Err(at(format!(
+                    "no setting {k:?} (port, socket, quarantine, pcap, fault)"
+                )))
+            }
         }
     }
     Ok(())
@@ -72,6 +110,8 @@ pub fn run(args: &DaemonArgs) -> i32 {
         socket: args.socket.clone(),
         quarantine: args.quarantine,
         config: None,
+        pcap: args.pcap.clone(),
+        faults: args.faults.clone(),
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -87,6 +127,20 @@ pub fn run(args: &DaemonArgs) -> i32 {
     let mut cfg = Config::new(port, socket.clone());
     if let Some(q) = a.quarantine {
         cfg.quarantine = q;
+    }
+    cfg.pcap = a.pcap.clone();
+    for text in &a.faults {
+        match crate::daemon::fault::parse(text) {
+            Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),
+            Ok(_) => {
+                eprintln!("roce-emu daemon: --fault {text:?}: give a rule (clear and list are for `roce-emu fault`)");
+                return 2;
+            }
+            Err(e) => {
+                eprintln!("roce-emu daemon: --fault {text:?}: {e}");
+                return 2;
+            }
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -114,10 +168,14 @@ pub fn run(args: &DaemonArgs) -> i32 {
     match daemon.run(&stop) {
         Ok(s) => {
             println!(
-                "roce-emu daemon: stopped; {} packets received, {} sent, {} processes served",
+                "roce-emu daemon: stopped; {} packets received, {} sent, {} processes served{}",
                 s.port.rcvd_pkts,
                 s.port.sent_pkts,
-                s.processes.len()
+                s.processes.len(),
+                a.pcap
+                    .as_ref()
+                    .map(|p| format!("; capture {}", p.display()))
+                    .unwrap_or_default()
             );
             0
         }
@@ -128,7 +186,8 @@ pub fn run(args: &DaemonArgs) -> i32 {
     }
 }
 
-fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
+/// One request on a new connection to the daemon, and its answer.
+fn ask(socket: &PathBuf, msg: &ToDaemon) -> Result<ToProcess, String> {
     let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
         .map_err(|e| e.to_string())?;
     let addr = socket2::SockAddr::unix(socket).map_err(|e| e.to_string())?;
@@ -139,12 +198,62 @@ fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     use std::os::fd::AsFd;
     // A daemon that refuses us (another user) says why and closes at once: our request
     // then fails, and its answer is still there to read.
-    let sent = control::send(s.as_fd(), &ToDaemon::Counters, &[]);
+    let sent = control::send(s.as_fd(), msg, &[]);
     match control::recv::<ToProcess>(s.as_fd()) {
-        Ok((ToProcess::Counters { json }, _)) => Ok(json),
         Ok((ToProcess::Refused { why }, _)) => Err(format!("refused: {why}")),
-        Ok((other, _)) => Err(format!("unexpected answer {other:?}")),
+        Ok((m, _)) => Ok(m),
         Err(e) => Err(sent.err().map_or(e.to_string(), |s| s.to_string())),
+    }
+}
+
+fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
+    match ask(socket, &ToDaemon::Counters)? {
+        ToProcess::Counters { json } => Ok(json),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+/// `roce-emu fault --socket PATH RULE...`: sets each `;`-separated rule, stopping at the
+/// first the daemon refuses; then prints the rules in force with their counters.
+pub fn fault(args: &FaultArgs) -> i32 {
+    let text = args.rule.join(" ");
+    for rule in text.split(';').map(str::trim).filter(|r| !r.is_empty()) {
+        match ask(&args.socket, &ToDaemon::Fault { rule: rule.into() }) {
+            Ok(ToProcess::FaultSet { error: None }) => {}
+            Ok(ToProcess::FaultSet { error: Some(e) }) => {
+                eprintln!("roce-emu fault: {rule:?}: {e}");
+                return 2;
+            }
+            Ok(other) => {
+                eprintln!("roce-emu fault: unexpected answer {other:?}");
+                return 1;
+            }
+            Err(e) => {
+                eprintln!("roce-emu fault: {e}");
+                return 1;
+            }
+        }
+    }
+    match fetch(&args.socket) {
+        Ok(v) => {
+            let rules = v["faults"]["rules"].as_array().cloned().unwrap_or_default();
+            if rules.is_empty() {
+                println!("no fault rules");
+            }
+            for r in rules {
+                println!(
+                    "{:<60} matched {:>10}  applied {:>10}",
+                    r["rule"].as_str().unwrap_or("?"),
+                    r["matched"],
+                    r["applied"]
+                );
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("roce-emu fault: {e}");
+            1
+        }
     }
 }
 

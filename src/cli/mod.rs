@@ -47,6 +47,9 @@ enum Command {
     Daemon(daemon::DaemonArgs),
     /// A daemon's counters: the port's and each process's.
     Counters(daemon::CountersArgs),
+    /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault --socket PATH
+    /// drop 5% in`.
+    Fault(daemon::FaultArgs),
 }
 
 /// The options of every command that opens a NIC.
@@ -151,5 +154,6 @@ pub fn main() -> i32 {
         Command::Devinfo(args) => dropin::devinfo(&args),
         Command::Daemon(args) => daemon::run(&args),
         Command::Counters(args) => daemon::counters(&args),
+        Command::Fault(args) => daemon::fault(&args),
     }
 }

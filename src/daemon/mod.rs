@@ -12,6 +12,7 @@
 
 pub mod client;
 pub mod control;
+pub mod fault;
 pub mod lease;
 pub mod port;
 pub mod server;

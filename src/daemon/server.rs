@@ -12,9 +12,13 @@
 //! attachment, never of the daemon.
 
 use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
+use super::fault::Command as FaultCommand;
 use super::lease::{self, Leases};
 use super::port::PortSpec;
+use crate::backend::capture::Capture;
+use crate::backend::fault::{FaultHandle, Faults, Faulty, Rule};
 use crate::backend::l2::{iface_config, L2Backend};
+use crate::backend::pcapng::{CaptureLink, CaptureStats, PcapngFile};
 use crate::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, FrameLink, Outgoing, PacketLink, Received, TapLink};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
@@ -27,6 +31,7 @@ use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Ring capacity per direction and process, by default.
@@ -45,6 +50,10 @@ pub struct Config {
     pub socket: PathBuf,
     pub quarantine: Duration,
     pub ring_bytes: usize,
+    /// Capture every frame of the port, in and out, to this pcapng file.
+    pub pcap: Option<PathBuf>,
+    /// Fault rules in force from the start (`roce-emu fault` changes them later).
+    pub faults: Vec<Rule>,
 }
 
 impl Config {
@@ -54,6 +63,8 @@ impl Config {
             socket,
             quarantine: lease::DEFAULT_QUARANTINE,
             ring_bytes: DEFAULT_RING_BYTES,
+            pcap: None,
+            faults: Vec::new(),
         }
     }
 }
@@ -148,8 +159,38 @@ fn first_v4(name: &str) -> Option<(std::net::Ipv4Addr, u8)> {
 /// packets must carry (UDP: the socket's own).
 type OpenPort = (Box<dyn Backend>, PortInfo, Option<u16>);
 
-fn open_port(spec: &PortSpec) -> Result<OpenPort, DaemonError> {
-    match spec {
+/// The capture file for `--pcap`, with the port's interface block.
+fn pcapng(path: &Path, name: &str, mac: Option<[u8; 6]>) -> Result<PcapngFile, DaemonError> {
+    PcapngFile::create(path, name, mac).map_err(|e| DaemonError::Config(e.to_string()))
+}
+
+/// A frame port: the L2 over `link`, recording its frames (ARP, ND, ICMP included) when
+/// there is a capture.
+fn l2_port<L: FrameLink + 'static>(
+    link: L,
+    cfg: crate::iface::IfaceConfig,
+    capture: Option<PcapngFile>,
+) -> Result<Box<dyn Backend>, DaemonError> {
+    Ok(match capture {
+        Some(f) => Box::new(L2Backend::new(CaptureLink::new(link, f), cfg)?),
+        None => Box::new(L2Backend::new(link, cfg)?),
+    })
+}
+
+/// Opens the port, with its capture (the counters' handle returned) when `pcap` names a
+/// file.
+fn open_port(
+    spec: &PortSpec,
+    pcap: Option<&Path>,
+) -> Result<(OpenPort, Option<Arc<CaptureStats>>), DaemonError> {
+    let mut stats = None;
+    let mut capture = |name: &str, mac: Option<[u8; 6]>| -> Result<_, DaemonError> {
+        let Some(path) = pcap else { return Ok(None) };
+        let f = pcapng(path, name, mac)?;
+        stats = Some(f.stats());
+        Ok(Some(f))
+    };
+    let port = match spec {
         PortSpec::Udp(ip) => {
             let b = UdpBackend::bind(*ip)?;
             let mtu = crate::backend::udp::link_mtu(*ip).unwrap_or(1500);
@@ -160,7 +201,12 @@ fn open_port(spec: &PortSpec) -> Result<OpenPort, DaemonError> {
                 mac: [0; 6],
                 mtu,
             };
-            Ok((Box::new(b), info, Some(ROCE_UDP_PORT)))
+            // No frames on a UDP port: one synthesised frame per datagram.
+            let b: Box<dyn Backend> = match capture(&format!("udp:{ip}"), None)? {
+                Some(f) => Box::new(Capture::pcapng(b, f)),
+                None => Box::new(b),
+            };
+            (b, info, Some(ROCE_UDP_PORT))
         }
         PortSpec::Tap { name, v4, v6 } => {
             // An existing (persistent) TAP of that name is attached to; otherwise created.
@@ -177,7 +223,8 @@ fn open_port(spec: &PortSpec) -> Result<OpenPort, DaemonError> {
                 mtu: link.mtu() as u32,
             };
             let cfg = iface_config(&link, *v4, *v6);
-            Ok((Box::new(L2Backend::new(link, cfg)?), info, None))
+            let f = capture(name, Some(link.mac()))?;
+            (l2_port(link, cfg, f)?, info, None)
         }
         PortSpec::AfPacket { iface, addr } => {
             let link = PacketLink::open(iface)?;
@@ -207,9 +254,11 @@ fn open_port(spec: &PortSpec) -> Result<OpenPort, DaemonError> {
                 mtu: link.mtu() as u32,
             };
             let cfg = iface_config(&link, v4, v6);
-            Ok((Box::new(L2Backend::new(link, cfg)?), info, None))
+            let f = capture(iface, Some(link.mac()))?;
+            (l2_port(link, cfg, f)?, info, None)
         }
-    }
+    };
+    Ok((port, stats))
 }
 
 /// Binds the control socket at `path` (0660). A leftover socket file of a daemon that is
@@ -268,14 +317,23 @@ pub struct Daemon {
     refused: Vec<(Socket, Instant)>,
     /// The last turn moved packets.
     busy: bool,
+    /// The port's fault rules (the port applies them; `roce-emu fault` changes them).
+    faults: FaultHandle,
+    /// The `--pcap` capture's counters.
+    capture: Option<Arc<CaptureStats>>,
 }
 
 impl Daemon {
     /// Opens the port and the control socket.
     pub fn open(cfg: Config) -> Result<Daemon, DaemonError> {
-        let (port, info, src_port) = open_port(&cfg.port)?;
+        let ((port, info, src_port), capture) = open_port(&cfg.port, cfg.pcap.as_deref())?;
+        // Always wrapped, so rules can be set at run time; with none it passes through.
+        let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
+        let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
         let listener = listen(&cfg.socket)?;
         Ok(Daemon {
+            faults,
+            capture,
             leases: Leases::new(cfg.quarantine),
             cfg,
             port,
@@ -600,13 +658,36 @@ impl Daemon {
                     "leases": self.leases.counts(self.now()),
                     "processes": self.summary().processes,
                     "port_stats": self.port.stats(),
+                    "faults": self.fault_report(),
+                    "capture": self.capture.as_ref().map(|c| serde_json::json!({
+                        "file": self.cfg.pcap,
+                        "frames": c.frames.load(Ordering::Relaxed),
+                        "errors": c.errors.load(Ordering::Relaxed),
+                    })),
                 });
                 control::send(sock, &ToProcess::Counters { json }, &[]).map_err(|e| e.to_string())
             }
-            ToDaemon::Fault { .. } => {
-                let m = ToProcess::FaultSet {
-                    error: Some("fault rules at run time are not built yet".into()),
+            ToDaemon::Fault { rule } => {
+                let error = match super::fault::parse(&rule) {
+                    Ok(cmd) => {
+                        let mut f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+                        match cmd {
+                            FaultCommand::Add(r) => {
+                                tracing::info!(rule = %r, "fault rule added");
+                                f.add(r);
+                            }
+                            FaultCommand::Clear => {
+                                tracing::info!("fault rules cleared");
+                                f.clear();
+                            }
+                            // The rules are in the counters: nothing changes.
+                            FaultCommand::List => {}
+                        }
+                        None
+                    }
+                    Err(e) => Some(e),
                 };
+                let m = ToProcess::FaultSet { error };
                 control::send(sock, &m, &[]).map_err(|e| e.to_string())
             }
             ToDaemon::Hello { version, pid } => {
@@ -656,6 +737,12 @@ impl Daemon {
                 Ok(())
             }
         }
+    }
+
+    /// The fault rules in force and those cleared, with their counters.
+    fn fault_report(&self) -> serde_json::Value {
+        let f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::json!({ "rules": f.report(), "cleared": f.cleared() })
     }
 
     fn detach(&mut self, k: usize, why: String) {

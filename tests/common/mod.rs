@@ -1,6 +1,7 @@
 //! Helpers shared by integration tests.
 #![allow(dead_code)]
 
+pub mod attach;
 pub mod dropin;
 pub mod netns;
 pub mod proc;
