@@ -14,5 +14,6 @@ pub mod client;
 pub mod control;
 pub mod fault;
 pub mod lease;
+mod open;
 pub mod port;
 pub mod server;
