@@ -260,4 +260,107 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "{args:?}: {out}"
         );
     }
+
+    // 5% loss each way at daemon a, set while it runs: RC retransmits, nothing is lost.
+    let fault = |rule: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["fault", "--socket"])
+            .arg(&a.socket)
+            .args(rule)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    fault(&["drop", "5%", "seed=11"]);
+    let s = tool_in(
+        &ns,
+        &a,
+        &[
+            "pingpong",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18730",
+            "-n",
+            "200",
+            "-s",
+            "4096",
+            "--wait",
+            "20",
+        ],
+    );
+    let c = tool_in(
+        &ns,
+        &b,
+        &[
+            "pingpong",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18730",
+            "-n",
+            "200",
+            "-s",
+            "4096",
+            "--wait",
+            "10",
+            "10.95.0.1",
+        ],
+    );
+    assert!(finish_ok(c, "lossy pingpong client").contains("200 iters in"));
+    assert!(finish_ok(s, "lossy pingpong server").contains("200 iters in"));
+    let s = tool_in(
+        &ns,
+        &a,
+        &[
+            "perf",
+            "write",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18731",
+            "--check",
+            "-s",
+            "65536",
+            "-n",
+            "200",
+            "--wait",
+            "20",
+        ],
+    );
+    let c = tool_in(
+        &ns,
+        &b,
+        &[
+            "perf",
+            "write",
+            "--bind",
+            "10.95.0.1",
+            "-p",
+            "18731",
+            "--check",
+            "-s",
+            "65536",
+            "-n",
+            "200",
+            "--wait",
+            "10",
+            "10.95.0.1",
+        ],
+    );
+    assert!(finish_ok(c, "lossy perf client").contains("--check: every byte verified"));
+    assert!(finish_ok(s, "lossy perf server").contains("--check: every byte verified"));
+    let out = Command::new(BIN)
+        .args(["counters", "--json", "--socket"])
+        .arg(&a.socket)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let applied = v["faults"]["rules"][0]["applied"].as_u64().unwrap_or(0);
+    assert!(applied > 10, "the rule dropped only {applied}: {v}");
+    fault(&["clear"]);
 }
