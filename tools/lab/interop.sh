@@ -4,7 +4,9 @@
 # The dropin-* tests run Debian 12's unmodified ibv_rc_pingpong, ib_write_bw and ib_read_bw
 # on the host side through roce-emu's drop-in libibverbs.so.1 (tools/dropin/build.sh builds
 # it next to the roce-emu binary, or ROCE_EMU_DROPIN_DIR names its folder;
-# tools/dropin/debian.sh fetches the programs into its cache).
+# tools/dropin/debian.sh fetches the programs into its cache). The daemon-* tests run the
+# same programs attached to a `roce-emu daemon` that owns its own L2 port on the lab bridge:
+# a TAP, or AF_PACKET on a veth.
 # Every test keeps its capture (tcpdump on the bridge) and both sides' output in OUT; a failed
 # test prints them, the capture decoded by `roce-emu pcap`.
 #
@@ -22,7 +24,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) FILTER=$1; shift ;;
   esac
 done
@@ -45,6 +47,9 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing aft
 DROPIN_TESTS="dropin-rc_pingpong-host-server dropin-rc_pingpong-host-client
 dropin-write_bw-host-server dropin-write_bw-host-client dropin-read_bw-host-server
 dropin-read_bw-host-client"
+for k in tap afpacket; do
+  for t in rc_pingpong write_bw; do DROPIN_TESTS="$DROPIN_TESTS daemon-$k-$t-host-server daemon-$k-$t-host-client"; done
+done
 want_any() { local n; for n in "$@"; do [ -z "$FILTER" ] || [[ "$n" =~ $FILTER ]] && return 0; done; return 1; }
 if want_any $DROPIN_TESTS; then
   DROPIN=${ROCE_EMU_DROPIN_DIR:-$(dirname "$BIN")/dropin}
@@ -62,7 +67,8 @@ OUT=${OUT:-$(mktemp -d /tmp/roce-emu-interop.XXXXXX)}
 mkdir -p "$OUT"
 LAB_RUN=$OUT/lab
 mkdir -p "$LAB_RUN"
-trap 'lab_down' EXIT
+# An interrupted test's capture and daemon (by PID) go before the namespace they live in.
+trap '[ -z "${DUMP:-}" ] || kill -INT "$DUMP" 2>/dev/null; [ -z "${DPID:-}" ] || kill -TERM "$DPID" 2>/dev/null; lab_down' EXIT
 trap 'exit 130' INT TERM
 
 S1=$(guest_ip4 1)
@@ -79,13 +85,15 @@ want() { [ -z "$FILTER" ] || [[ "$1" =~ $FILTER ]]; }
 run_test() {
   local name=$1 t0 rc; shift
   want "$name" || return 0
-  T=$OUT/$name; mkdir -p "$T"; FIG=; POST=
+  # A fresh folder: an --out DIR used before holds the last run's files.
+  T=$OUT/$name; rm -rf "$T"; mkdir -p "$T"; FIG=; POST=
   # -B: a 64 MiB capture buffer. roce-emu sends a 64 KiB WRITE as one GSO train of 16
   # 4-KiB frames, and tcpdump, sharing two cores with a TCG guest, fell behind a burst of
   # them with the default 2 MiB ("18 packets dropped by kernel"), losing the NAK after it.
   ip netns exec "$LAB_NS" tcpdump -i "$LAB_BR" -B 65536 --immediate-mode -U \
     -w "$T/capture.pcap" "udp port 4791 or tcp port 18515" 2>"$T/tcpdump.log" &
   local dump=$!
+  DUMP=$dump
   for _ in $(seq 1 50); do grep -q listening "$T/tcpdump.log" 2>/dev/null && break; sleep 0.1; done
   # Guest 2 runs only for the rxe-to-rxe tests; otherwise it is stopped, so that every test
   # has the same CPUs: one guest and one host-side NIC, or two guests.
@@ -94,7 +102,7 @@ run_test() {
   "$@"; rc=$?
   local secs
   secs=$(python3 -c "import time;print(f'{time.time()-$t0:.1f}')")
-  sleep 0.3; kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null
+  sleep 0.3; kill -INT "$dump" 2>/dev/null; wait "$dump" 2>/dev/null; DUMP=
   # A check on the closed capture, if the test asked for one.
   if [ $rc = 0 ] && [ -n "$POST" ]; then
     local dropped
@@ -305,10 +313,12 @@ nak_on_wire() { # FROM
 # The host side is the real ibv_rc_pingpong / perftest binary, run in the namespace with our
 # library first on its library path and one device, rxe0, whose only GID (index 0) is
 # ::ffff:198.18.0.1 (RoCE v2). The first line of host.txt is the command as run.
+# DROPIN_PORT, when set, is the device's port instead of the bridge's address (the daemon-*
+# tests: daemon:SOCKET).
 dropin_cmd() { # PROGRAM ARGS...: runs it on the host side, output in $T/host.txt
-  local prog=$1; shift
-  echo "+ LD_LIBRARY_PATH=$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu ROCE_EMU_DEVICES=rxe0=$LAB_HOST4 $prog $*" > "$T/host.txt"
-  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu" ROCE_EMU_DEVICES="rxe0=$LAB_HOST4" \
+  local prog=$1 port=${DROPIN_PORT:-$LAB_HOST4}; shift
+  echo "+ LD_LIBRARY_PATH=$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu ROCE_EMU_DEVICES=rxe0=$port $prog $*" > "$T/host.txt"
+  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu" ROCE_EMU_DEVICES="rxe0=$port" \
     timeout 100 "$DEBIAN/usr/bin/$prog" "$@" < /dev/null >> "$T/host.txt" 2>&1
 }
 # dropin_client GUEST_CMD PROGRAM ARGS...: guest 1 serves, the Debian program connects. Neither
@@ -318,7 +328,7 @@ dropin_cmd() { # PROGRAM ARGS...: runs it on the host side, output in $T/host.tx
 dropin_client() {
   local gcmd=$1 k rc grc w=0 flag=$LAB_RUN/g1/listening; shift
   rm -f "$flag"
-  k=$(g_start 1 "$gcmd & p=\$!; i=0; while [ \$i -lt 300 ] && ! grep -q ':4853 0*:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/listening; wait \$p" 110)
+  k=$(g_start 1 "${GUEST_PRE:-}$gcmd & p=\$!; i=0; while [ \$i -lt 300 ] && ! grep -q ':4853 0*:0000 0A' /proc/net/tcp /proc/net/tcp6 2>/dev/null; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/listening; wait \$p" 110)
   until [ -f "$flag" ]; do sleep 0.1; w=$((w + 1)); [ $w -lt 400 ] || break; done
   dropin_cmd "$@" "$S1"; rc=$?
   g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
@@ -334,7 +344,7 @@ dropin_server() {
   until h ss -Hltn 'sport = :18515' 2>/dev/null | grep -q .; do
     sleep 0.1; w=$((w + 1)); [ $w -lt 200 ] && kill -0 $hp 2>/dev/null || break
   done
-  k=$(g_start 1 "$gcmd $LAB_HOST4" 110)
+  k=$(g_start 1 "${GUEST_PRE:-}$gcmd $LAB_HOST4" 110)
   g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
   wait $hp; rc=$?
   HOST_RC=$rc
@@ -365,9 +375,9 @@ dropin_pp() { # host-server|host-client SIZE MTU ITERS
   fi
   [ $rc = 0 ] && grep -q "$3 iters in" "$T/host.txt" && grep -q "$3 iters in" "$T/guest.txt"
 }
-dropin_perf() { # host-server|host-client TEST SIZE ITERS (perftest ib_TEST_bw, both sides)
+dropin_perf() { # host-server|host-client TEST SIZE ITERS [MTU] (perftest ib_TEST_bw, both sides)
   local role=$1 test=$2 rc; shift 2
-  local args=(-s "$1" -n "$2" -m 4096)
+  local args=(-s "$1" -n "$2" -m "${3:-4096}")
   POST=icrc_ok
   if [ "$role" = host-server ]; then
     dropin_server "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 0 -F "${args[@]}"
@@ -377,6 +387,114 @@ dropin_perf() { # host-server|host-client TEST SIZE ITERS (perftest ib_TEST_bw, 
     rc=$?; FIG="$(mbps_table "$T/host.txt") (drop-in client)"
   fi
   [ $rc = 0 ] && pt_row "$T/host.txt" "$1" "$2" && pt_row "$T/guest.txt" "$1" "$2"
+}
+
+# ---- daemons: Debian's programs on the drop-in, attached to a roce-emu daemon --------------
+# `roce-emu daemon` owns a port with its own L2 on the lab bridge: a TAP it creates (a MAC of
+# its own behind it), or an AF_PACKET socket on one end of a veth pair whose other end is on
+# the bridge (the veth's MAC; no kernel address on it, arp_ignore=8: the daemon answers ARP
+# for its address, the kernel never does). The Debian program attaches with
+# ROCE_EMU_DEVICES=rxe0=daemon:SOCKET: its GID (index 0) is the daemon's address, while its
+# TCP exchange runs over the namespace's own address on the bridge (the daemon's address is
+# not the kernel's). The guest forgets the daemon's address first (each test's daemon has a
+# new MAC). Each test starts its own daemon and stops it by PID with SIGTERM: it must exit
+# 0 and remove its socket, and its TAP (the daemon's own) must be gone, the veth (not its
+# own) still there. The TAP has the kernel's default MTU, 1500 (RoCE MTU 1024); the veth
+# 9000 (RoCE MTU 4096).
+DAEMON_TAP_ADDR=198.18.0.21   # the namespace is .1, the guests .11 and .12
+DAEMON_AFP_ADDR=198.18.0.22
+DAEMON_TAP=rdlab0
+DAEMON_VETH=rdveth0           # on the bridge; its peer rdveth1 is the daemon's
+DPID=
+daemon_up() { # tap|afpacket: starts the test's daemon; sets DKIND DPID DSOCK DADDR DIFACE
+  local port w=0
+  DKIND=$1
+  DSOCK=${TMPDIR:-/tmp}/roce-emu-interop.$$.$DKIND.sock
+  rm -f "$DSOCK"
+  if [ "$DKIND" = tap ]; then
+    DADDR=$DAEMON_TAP_ADDR; DIFACE=$DAEMON_TAP; port=tap:$DIFACE,$DADDR/24
+  else
+    DADDR=$DAEMON_AFP_ADDR; DIFACE=rdveth1; port=afpacket:$DIFACE,$DADDR
+    h ip link add "$DAEMON_VETH" mtu 9000 type veth peer name "$DIFACE" mtu 9000 || return 1
+    h sysctl -qw "net.ipv6.conf.$DIFACE.disable_ipv6=1" "net.ipv4.conf.$DIFACE.arp_ignore=8"
+    h ip link set "$DIFACE" up
+    h ip link set "$DAEMON_VETH" master "$LAB_BR" up
+  fi
+  echo "+ roce-emu daemon --port $port --socket $DSOCK" > "$T/daemon.txt"
+  # `ip netns exec` execs: $! is the daemon itself.
+  ip netns exec "$LAB_NS" "$BIN" daemon --port "$port" --socket "$DSOCK" >> "$T/daemon.txt" 2>&1 &
+  DPID=$!
+  until [ -S "$DSOCK" ]; do
+    sleep 0.1; w=$((w + 1))
+    kill -0 "$DPID" 2>/dev/null && [ $w -lt 100 ] || { echo "no socket after $((w / 10)) s" >> "$T/daemon.txt"; return 1; }
+  done
+  if [ "$DKIND" = tap ]; then h ip link set "$DIFACE" master "$LAB_BR" || return 1; fi
+  h ip -d link show "$DIFACE" >> "$T/daemon.txt" 2>&1
+}
+daemon_down() { # stops the test's daemon (SIGTERM by PID); fails unless it exits 0 and cleans up
+  local rc=0 drc w=0
+  if [ -n "$DPID" ]; then
+    "$BIN" counters --socket "$DSOCK" --json > "$T/counters.json" 2>&1
+    # Where frames may have been lost on the way in: the interface's counters, and the
+    # daemon's packet socket (its receive buffer and drops: `d` in skmem).
+    { h ip -s link show "$DIFACE"; [ "$DKIND" = tap ] || h ss -0 -a -m -p; } > "$T/link.txt" 2>&1
+    kill -TERM "$DPID" 2>/dev/null
+    while kill -0 "$DPID" 2>/dev/null; do
+      sleep 0.1; w=$((w + 1))
+      [ $w -lt 100 ] || { echo "still running 10 s after SIGTERM: SIGKILL" >> "$T/daemon.txt"; kill -KILL "$DPID"; break; }
+    done
+    wait "$DPID"; drc=$?; DPID=
+    echo "+ daemon exit status $drc" >> "$T/daemon.txt"
+    [ $drc = 0 ] || rc=1
+  fi
+  if [ -e "$DSOCK" ]; then echo "its socket $DSOCK is still there" >> "$T/daemon.txt"; rc=1; rm -f "$DSOCK"; fi
+  if [ "$DKIND" = tap ]; then
+    if h ip link show "$DIFACE" >/dev/null 2>&1; then
+      echo "its TAP $DIFACE is still there" >> "$T/daemon.txt"; rc=1; h ip link del "$DIFACE"
+    fi
+  else
+    h ip link show "$DIFACE" >/dev/null 2>&1 || { echo "the veth $DIFACE is gone" >> "$T/daemon.txt"; rc=1; }
+    h ip link del "$DAEMON_VETH" 2>/dev/null
+  fi
+  return $rc
+}
+# The GID guest 1 was sent (ibv_rc_pingpong prints ::ffff:A.B.C.D, perftest the 16 bytes in
+# decimal) is the daemon's address.
+gid_sent_is() { # FILE ADDR
+  local o; IFS=. read -ra o <<< "$2"
+  grep -qE "GID ::ffff:$2\b|GID: (00:){10}255:255:$(printf '%02d:%02d:%02d:%02d' "${o[@]}")" "$1"
+}
+# The closed capture: valid ICRCs (icrc_ok), and every RoCE frame between the daemon's
+# address and guest 1's, both ways.
+daemon_capture_ok() {
+  icrc_ok || return 1
+  awk -v a="$DADDR" -v b="$S1" '
+    $3 == "->" { split($2, s, ":"); split($4, d, ":")
+      if (s[1] == a && d[1] == b) ab++; else if (s[1] == b && d[1] == a) ba++; else bad++ }
+    END { printf "%d frames daemon->rxe, %d rxe->daemon, %d other\n", ab, ba, bad; exit !(ab && ba && !bad) }' \
+    "$T/decoded.txt" > "$T/addresses.txt"
+}
+daemon_test() { # tap|afpacket pp|perf ARGS... (of dropin_pp / dropin_perf)
+  local kind=$1 what=$2 rc drc sent rcvd; shift 2
+  if daemon_up "$kind"; then
+    DROPIN_PORT=daemon:$DSOCK GUEST_PRE="/sbin/ip neigh flush to $DADDR 2>/dev/null; " "dropin_$what" "$@"; rc=$?
+    # Whose MAC rxe used for the daemon's address (ARP answered by the daemon's L2).
+    g_run 1 "/sbin/ip neigh show $DADDR" > "$T/guest-neigh.txt" 2>&1
+  else
+    rc=1; FIG="the daemon did not start"
+  fi
+  daemon_down; drc=$?
+  POST=daemon_capture_ok
+  read -r rcvd sent mac < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); c=j["counters"]; print(c["rcvd_pkts"], c["sent_pkts"], ":".join("%02x" % b for b in j["port"]["mac"]))' "$T/counters.json" 2>/dev/null)
+  FIG="$FIG; daemon ($kind, $DADDR): ${rcvd:-?} pkts in, ${sent:-?} out"
+  if [ "$kind" = afpacket ]; then
+    local d; d=$(sed -n 's/.*"roce-emu".*skmem:.*,d\([0-9]*\)).*/\1/p' "$T/link.txt")
+    FIG="$FIG, ${d:-?} dropped by its packet socket"
+  fi
+  [ $drc = 0 ] || FIG="$FIG; daemon did not stop cleanly (daemon.txt)"
+  gid_sent_is "$T/guest.txt" "$DADDR" || { FIG="$FIG; rxe was not sent the daemon's GID"; rc=1; }
+  grep -q "lladdr ${mac:-?} " "$T/guest-neigh.txt" || { FIG="$FIG; rxe's neighbour entry is not the daemon's MAC ${mac:-?}"; rc=1; }
+  [ $rc = 0 ] && [ $drc = 0 ]
 }
 
 # ---- the run ------------------------------------------------------------------------------
@@ -418,6 +536,16 @@ for op in write read; do
   run_test "dropin-${op}_bw-host-server" dropin_perf host-server "$op" 65536 200
   run_test "dropin-${op}_bw-host-client" dropin_perf host-client "$op" 65536 200
 done
+
+# The same programs through a roce-emu daemon on its own L2 port on the bridge.
+run_test "daemon-tap-rc_pingpong-host-server" daemon_test tap pp host-server 4096 1024 300
+run_test "daemon-tap-rc_pingpong-host-client" daemon_test tap pp host-client 4096 1024 300
+run_test "daemon-tap-write_bw-host-server" daemon_test tap perf host-server write 65536 200 1024
+run_test "daemon-tap-write_bw-host-client" daemon_test tap perf host-client write 65536 200 1024
+run_test "daemon-afpacket-rc_pingpong-host-server" daemon_test afpacket pp host-server 4096 4096 300
+run_test "daemon-afpacket-rc_pingpong-host-client" daemon_test afpacket pp host-client 4096 4096 300
+run_test "daemon-afpacket-write_bw-host-server" daemon_test afpacket perf host-server write 65536 200 4096
+run_test "daemon-afpacket-write_bw-host-client" daemon_test afpacket perf host-client write 65536 200 4096
 
 run_test "loss-pingpong-emu-client" with_loss pp_emu_client 4096 1024 200 -c
 run_test "loss-pingpong-emu-server" with_loss pp_emu_server 4096 1024 200 -c

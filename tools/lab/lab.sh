@@ -40,6 +40,10 @@ lab_up() {
   ip netns add "$LAB_NS"
   h ip link set lo up
   h ip link add "$LAB_BR" type bridge mcast_snooping 0
+  # A MAC of its own: a bridge left to itself takes its lowest port's, so a port added or
+  # removed later (the daemon-* tests' TAP and veth) could change it under the guests' ARP
+  # entries for the host (a guest's SYN to the host then went unanswered for a minute).
+  h ip link set "$LAB_BR" address "$LAB_BR_MAC"
   h ip addr add "$LAB_HOST4/24" dev "$LAB_BR"
   h ip -6 addr add "$LAB_HOST6/64" dev "$LAB_BR" nodad
   for i in $(seq 1 "$n"); do
@@ -52,6 +56,10 @@ lab_up() {
   [ "$accel" = kvm ] && acc=(-enable-kvm -cpu host)
   LAB_ACCEL=$accel
   for i in $(seq 1 "$n"); do
+    # A run folder used before (interop.sh --out DIR again) holds the last run's ready, gids,
+    # next, cmd/stop and res/: the host would take the old guest for ready and the new agent
+    # would run old commands, then stop.
+    rm -rf "$LAB_RUN/g$i"
     mkdir -p "$LAB_RUN/g$i"
     # `ip netns exec` execs: $! is the qemu (under timeout) itself, not a subshell.
     ip netns exec "$LAB_NS" timeout -k 5 3600 qemu-system-x86_64 "${acc[@]}" -m 768 -smp 1 -nodefaults \
