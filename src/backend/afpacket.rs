@@ -38,6 +38,9 @@ pub struct PacketLink {
     stats: LinkStats,
 }
 
+/// The receive buffer a packet socket asks for.
+const RCVBUF: usize = 8 << 20;
+
 impl PacketLink {
     /// Opens a packet socket on interface `name` (which must exist; needs CAP_NET_RAW).
     pub fn open(name: &str) -> Result<PacketLink, BackendError> {
@@ -48,6 +51,16 @@ impl PacketLink {
         let sock = Socket::new(Domain::PACKET, Type::RAW, None).map_err(err)?;
         sys::set_packet_ignore_outgoing(sock.as_fd()).map_err(err)?;
         sock.set_nonblocking(true).map_err(err)?;
+        // A peer's burst (rxe sends a 64 KiB WRITE as sixteen 4 KiB frames back to back,
+        // several WRITEs deep) overflows the default socket buffer (208 KiB; the lab saw
+        // hundreds of frames dropped by the socket and sequence NAKs): ask for 8 MiB, past
+        // net.core.rmem_max where we may (CAP_NET_ADMIN), else as much as it allows.
+        let want = RCVBUF;
+        if nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::RcvBufForce, &want)
+            .is_err()
+        {
+            let _ = sock.set_recv_buffer_size(want);
+        }
         sys::bind_packet(sock.as_fd(), ifindex).map_err(err)?;
         let (mtu, mac) = link::if_mtu_mac(name).map_err(err)?;
         Ok(PacketLink {

@@ -95,7 +95,13 @@ fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
     } else {
         super::sys::set_ipv4_dont_fragment(s.as_fd()).map_err(err)?;
     }
-    let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    // Past net.core.rmem_max (208 KiB by default) where we may (CAP_NET_ADMIN): a burst of
+    // full-MTU packets from a peer that does not pace (rxe) overflows the default.
+    if nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &SOCKET_BUFFER)
+        .is_err()
+    {
+        let _ = s.set_recv_buffer_size(SOCKET_BUFFER);
+    }
     let _ = s.set_send_buffer_size(SOCKET_BUFFER);
     s.bind(&addr.into()).map_err(err)?;
     s.set_nonblocking(true).map_err(err)?;
