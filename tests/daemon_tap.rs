@@ -7,56 +7,10 @@
 
 mod common;
 
+use common::daemon::{Daemon, BIN};
 use common::netns::{skip, Netns};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
-
-struct Daemon {
-    child: Child,
-    socket: std::path::PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // The test's own child, by PID.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn daemon(ns: &Netns, port: &str, tag: &str) -> Daemon {
-    let socket = std::env::temp_dir().join(format!("roce-emu-{tag}-{}.sock", std::process::id()));
-    let child = ns
-        .cmd(BIN)
-        .args(["daemon", "--port", port, "--socket"])
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "daemon {tag} never made its socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Daemon { child, socket }
-}
+use std::time::Duration;
 
 fn link_exists(ns: &Netns, name: &str) -> bool {
     Command::new("ip")
@@ -99,8 +53,8 @@ fn two_tap_daemons_on_a_bridge_answer_ping_and_ping6() {
     ns.ip(&["addr", "add", "10.96.0.1/24", "dev", "br96"]);
     ns.ip(&["addr", "add", "fd00:96::1/64", "dev", "br96", "nodad"]);
     ns.ip(&["link", "set", "br96", "up"]);
-    let a = daemon(&ns, "tap:rdta,10.96.0.2/24,fd00:96::2/64", "dta");
-    let b = daemon(&ns, "tap:rdtb,10.96.0.3/24,fd00:96::3/64", "dtb");
+    let a = Daemon::start(Some(&ns), "tap:rdta,10.96.0.2/24,fd00:96::2/64", "dta", &[]);
+    let b = Daemon::start(Some(&ns), "tap:rdtb,10.96.0.3/24,fd00:96::3/64", "dtb", &[]);
     for t in ["rdta", "rdtb"] {
         ns.ip(&["link", "set", t, "master", "br96"]);
     }
@@ -109,17 +63,7 @@ fn two_tap_daemons_on_a_bridge_answer_ping_and_ping6() {
     ping(&ns, &["-6", "fd00:96::2"]);
     ping(&ns, &["-6", "fd00:96::3"]);
 
-    let out = Command::new(BIN)
-        .args(["counters", "--json", "--socket"])
-        .arg(&a.socket)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = a.counters();
     assert_eq!(v["port"]["kind"], "tap", "{v}");
     assert_eq!(v["port"]["name"], "rdta", "{v}");
 
@@ -165,8 +109,8 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
     ns.ip(&["link", "add", "br95", "type", "bridge"]);
     ns.ip(&["addr", "add", "10.95.0.1/24", "dev", "br95"]);
     ns.ip(&["link", "set", "br95", "up"]);
-    let a = daemon(&ns, "tap:rdua,10.95.0.2/24", "dua");
-    let b = daemon(&ns, "tap:rdub,10.95.0.3/24", "dub");
+    let a = Daemon::start(Some(&ns), "tap:rdua,10.95.0.2/24", "dua", &[]);
+    let b = Daemon::start(Some(&ns), "tap:rdub,10.95.0.3/24", "dub", &[]);
     for t in ["rdua", "rdub"] {
         ns.ip(&["link", "set", t, "master", "br95"]);
     }
@@ -262,20 +206,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
     }
 
     // 5% loss each way at daemon a, set while it runs: RC retransmits, nothing is lost.
-    let fault = |rule: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["fault", "--socket"])
-            .arg(&a.socket)
-            .args(rule)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    fault(&["drop", "5%", "seed=11"]);
+    a.fault(&["drop", "5%", "seed=11"]);
     let s = tool_in(
         &ns,
         &a,
@@ -354,13 +285,8 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
     );
     assert!(finish_ok(c, "lossy perf client").contains("--check: every byte verified"));
     assert!(finish_ok(s, "lossy perf server").contains("--check: every byte verified"));
-    let out = Command::new(BIN)
-        .args(["counters", "--json", "--socket"])
-        .arg(&a.socket)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = a.counters();
     let applied = v["faults"]["rules"][0]["applied"].as_u64().unwrap_or(0);
     assert!(applied > 10, "the rule dropped only {applied}: {v}");
-    fault(&["clear"]);
+    a.fault(&["clear"]);
 }

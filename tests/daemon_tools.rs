@@ -7,84 +7,10 @@
 
 mod common;
 
+use common::daemon::Daemon;
 use common::proc::{finish, spawn, strings, text};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
-
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(ip: &str, tag: &str) -> Daemon {
-        let socket =
-            std::env::temp_dir().join(format!("roce-emu-{tag}-{}.sock", std::process::id()));
-        let child = Command::new(BIN)
-            .args(["daemon", "--port", &format!("udp:{ip}"), "--socket"])
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "the daemon never made its socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child, socket }
-    }
-
-    fn counters(&self) -> serde_json::Value {
-        let out = Command::new(BIN)
-            .args(["counters", "--json", "--socket"])
-            .arg(&self.socket)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// Resident memory (kB) of the daemon process.
-    fn rss_kb(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        s.lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let _ = finish_child(&mut self.child);
-    }
-}
-
-fn finish_child(c: &mut Child) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        if let Ok(Some(s)) = c.try_wait() {
-            return Some(s);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = c.kill();
-    c.wait().ok()
-}
 
 /// `roce-emu TOOL ARGS`, attached to `daemon` when given.
 fn tool(tool: &str, daemon: Option<&Daemon>, args: &[String]) -> Child {
@@ -157,7 +83,7 @@ fn verified(who: &str, o: &Output) {
 
 #[test]
 fn pingpong_and_every_perf_operation_through_a_daemon() {
-    let d = Daemon::start("127.0.33.1", "tools");
+    let d = Daemon::start(None, "udp:127.0.33.1", "tools", &[]);
     // Both ends attached: the daemon hands packets between its own processes.
     let server = tool(
         "pingpong",
@@ -256,7 +182,7 @@ fn pingpong_and_every_perf_operation_through_a_daemon() {
 
 #[test]
 fn a_program_killed_mid_transfer_leaves_the_other_three_running() {
-    let d = Daemon::start("127.0.33.3", "kill");
+    let d = Daemon::start(None, "udp:127.0.33.3", "kill", &[]);
     let before = d.rss_kb();
     // Four attached programs: a WRITE pair (both attached), a READ server (attached, its
     // client outside), and a long ping-pong server (attached, its client outside) that is

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod attach;
+pub mod daemon;
 pub mod dropin;
 pub mod netns;
 pub mod proc;
