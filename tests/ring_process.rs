@@ -85,6 +85,13 @@ fn child() {
         }
         std::thread::yield_now();
     }
+    if mode == "hostile" {
+        // Random scribbles break the ring only if one lands on an entry the parent has not
+        // read yet, which depends on timing: end with one that must, a tail published far
+        // past anything the ring can hold (the producer's index word, at offset 128).
+        let _ = scribble.write_at(&(1u64 << 60).to_le_bytes(), 128);
+        let _ = end.tx.flush();
+    }
     // Stay until the parent has read everything (it closes the socket).
     let _ = std::io::Read::read(&mut &sock, &mut [0u8; 1]);
 }
