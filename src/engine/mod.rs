@@ -21,6 +21,7 @@ pub mod config;
 pub mod cq;
 pub mod error;
 pub mod event;
+mod ids;
 pub mod qp;
 pub mod state;
 pub mod stats;
@@ -45,6 +46,7 @@ use crate::wire::icrc::{self, PseudoHeaders};
 use crate::wire::opcode::{Flags, Transport};
 use crate::wire::{RocePacket, RoceRepr, ICRC_LEN, ROCE_UDP_PORT};
 use cq::Cq;
+use ids::Ids;
 use qp::wqe::{LocalData, RecvWqe, SendWqe, SgeList};
 use qp::{Ctx, Qp};
 use rustc_hash::FxHashMap;
@@ -65,39 +67,6 @@ struct Slot {
     ready: bool,
     /// The deadline and generation of the QP's one live entry in `Engine::timers`.
     timer: Option<(Instant, u64)>,
-}
-
-/// Hands out numbers from `lo..=hi` in a cycle, skipping those in use: a handle is never
-/// given to two live objects, however long the program runs.
-#[derive(Debug, Clone, Copy)]
-struct Ids {
-    next: u32,
-    lo: u32,
-    hi: u32,
-}
-
-impl Ids {
-    fn after(&self, n: u32) -> u32 {
-        if n >= self.hi {
-            self.lo
-        } else {
-            n + 1
-        }
-    }
-
-    /// The first number from `next` on that is not `in_use`; `None` when all `live` of
-    /// them are (the count spares a walk over the whole space to find that out).
-    fn alloc(&mut self, live: usize, in_use: impl Fn(u32) -> bool) -> Option<u32> {
-        if live as u64 > u64::from(self.hi - self.lo) {
-            return None;
-        }
-        let mut n = self.next;
-        while in_use(n) {
-            n = self.after(n);
-        }
-        self.next = self.after(n);
-        Some(n)
-    }
 }
 
 /// One NIC: QPs, CQs and counters over a registered-memory table.
