@@ -38,6 +38,8 @@ pub const DEFAULT_RING_BYTES: usize = 4 << 20;
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// Transmit slot: a packet as the engine makes it (MTU 4096 plus headers).
 const TX_SLOT: usize = 4096 + 256;
+/// While the loop spins, the control sockets are looked at every this many turns.
+const CONTROL_EVERY: u64 = 256;
 /// Receive batches taken from the port per turn before the processes' rings are served.
 const RX_TURNS: usize = 8;
 
@@ -158,6 +160,10 @@ pub struct Daemon {
     refused: Vec<(Socket, Instant)>,
     /// The last turn moved packets.
     busy: bool,
+    /// The last sleep saw a control socket or the listener readable.
+    control_ready: bool,
+    /// Turns so far (control sockets are looked at every `CONTROL_EVERY` while spinning).
+    turns: u64,
     /// The port's fault rules (the port applies them; `roce-emu fault` changes them).
     faults: FaultHandle,
     /// The `--pcap` capture's counters.
@@ -205,6 +211,8 @@ impl Daemon {
             refused: Vec::new(),
             wire_slots: Vec::with_capacity(TX_BATCH),
             busy: false,
+            control_ready: true,
+            turns: 0,
             popped: vec![
                 crate::ring::Popped {
                     meta: Meta::new(unspecified(), unspecified()),
@@ -288,8 +296,15 @@ impl Daemon {
             // more spinners than cores).
             std::thread::yield_now();
         }
-        self.control();
-        self.accept();
+        // Control sockets need a look when the sleep saw one readable; while the loop
+        // spins (no sleep), every `CONTROL_EVERY` turns: a poll per process and an accept
+        // on every spinning turn were system calls on the data path.
+        self.turns = self.turns.wrapping_add(1);
+        if self.control_ready || self.turns % CONTROL_EVERY == 0 {
+            self.control_ready = false;
+            self.control();
+            self.accept();
+        }
         Ok(())
     }
 
@@ -321,6 +336,12 @@ impl Daemon {
             }
             let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
             let _ = poll(&mut fds, ms);
+            // Anything but the port woke us (the listener, a control socket, or a bell,
+            // which costs one needless look at the control sockets at most).
+            self.control_ready = fds
+                .iter()
+                .enumerate()
+                .any(|(i, f)| i != 1 && f.revents().is_some_and(|r| !r.is_empty()));
         }
         for c in &mut self.clients {
             if let Some(l) = &mut c.link {
@@ -369,7 +390,7 @@ impl Daemon {
 
     /// Sends what the processes queued (or hands it to a local owner); how many packets.
     fn send_queued(&mut self) -> Result<usize, DaemonError> {
-        let addrs = self.info.addrs.clone();
+        let addrs = &self.info.addrs;
         let mut moved = 0;
         for k in 0..self.clients.len() {
             while let Some(link) = self.clients[k].link.as_mut() {
