@@ -97,52 +97,12 @@ impl<B: Backend> Backend for Lossy<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nix::sys::eventfd::EventFd;
-    use std::os::fd::AsFd;
-
-    /// Records what it is asked to send (the bytes of each datagram).
-    struct Recorder {
-        sent: Vec<Vec<u8>>,
-        fd: EventFd,
-    }
-
-    impl Backend for Recorder {
-        fn local(&self) -> SocketAddr {
-            "127.0.0.1:4791".parse().unwrap()
-        }
-        fn recv_batch(&mut self, _: &mut [u8], _: &mut [Received]) -> Result<usize, BackendError> {
-            Ok(0)
-        }
-        fn send_batch(
-            &mut self,
-            pool: &mut [u8],
-            slot: usize,
-            out: &[Outgoing],
-        ) -> Result<(), BackendError> {
-            for (i, o) in out.iter().enumerate() {
-                self.sent.push(pool[i * slot..i * slot + o.len].to_vec());
-            }
-            Ok(())
-        }
-        fn rx_fd(&self) -> BorrowedFd<'_> {
-            self.fd.as_fd()
-        }
-        fn stats(&self) -> PortStats {
-            PortStats::default()
-        }
-    }
-
-    fn recorder() -> Recorder {
-        Recorder {
-            sent: Vec::new(),
-            fd: EventFd::new().unwrap(),
-        }
-    }
+    use crate::backend::fake::Fake;
 
     /// Sends batches of 32 numbered datagrams of different lengths through `Lossy`.
     fn run(p: f64, seed: u64) -> (Vec<Vec<u8>>, u64) {
         const SLOT: usize = 64;
-        let mut l = Lossy::new(recorder(), p, seed);
+        let mut l = Lossy::new(Fake::new(), p, seed);
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         for batch in 0..100u32 {
             let mut pool = vec![0u8; 32 * SLOT];

@@ -9,6 +9,8 @@
 
 pub mod afpacket;
 pub mod capture;
+#[cfg(test)]
+mod fake;
 pub mod fault;
 pub mod l2;
 pub mod link;

@@ -1,56 +1,7 @@
 use super::*;
+use crate::backend::fake::Fake;
 use crate::backend::fault::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::EventFd;
-
-/// Hands out what is queued in `rx` on receive; records every send.
-struct Fake {
-    rx: VecDeque<Vec<u8>>,
-    sent: Vec<Vec<u8>>,
-    fd: EventFd,
-}
-
-impl Backend for Fake {
-    fn local(&self) -> SocketAddr {
-        "127.0.0.1:4791".parse().unwrap()
-    }
-    fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
-        let mut n = 0;
-        let mut off = 0;
-        while n < out.len() {
-            let Some(d) = self.rx.pop_front() else { break };
-            pool[off..off + d.len()].copy_from_slice(&d);
-            out[n] = Received {
-                src: self.local(),
-                dst: self.local(),
-                offset: off,
-                len: d.len(),
-                segment: None,
-                ipv4_id: Some(1),
-            };
-            off += d.len();
-            n += 1;
-        }
-        Ok(n)
-    }
-    fn send_batch(
-        &mut self,
-        pool: &mut [u8],
-        slot: usize,
-        out: &[Outgoing],
-    ) -> Result<(), BackendError> {
-        for (i, o) in out.iter().enumerate() {
-            self.sent.push(pool[i * slot..i * slot + o.len].to_vec());
-        }
-        Ok(())
-    }
-    fn rx_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
-    fn stats(&self) -> PortStats {
-        PortStats::default()
-    }
-}
 
 fn port(rules: &[&str]) -> (Faulty<Fake>, FaultHandle) {
     let rules = rules.iter().map(|t| match crate::daemon::fault::parse(t) {
@@ -58,12 +9,7 @@ fn port(rules: &[&str]) -> (Faulty<Fake>, FaultHandle) {
         e => panic!("{t}: {e:?}"),
     });
     let h: FaultHandle = Arc::new(Mutex::new(Faults::new(rules.collect::<Vec<Rule>>())));
-    let fake = Fake {
-        rx: VecDeque::new(),
-        sent: Vec::new(),
-        fd: EventFd::new().unwrap(),
-    };
-    (Faulty::new(fake, Arc::clone(&h)).unwrap(), h)
+    (Faulty::new(Fake::new(), Arc::clone(&h)).unwrap(), h)
 }
 
 /// Packet `n`: RC SEND ONLY to QP `qpn`, its number in bytes 12..16.
