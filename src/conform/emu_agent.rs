@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 const MAX_LINE: usize = 4096;
 /// The largest region a script may register.
 const MAX_MR: u64 = 16 << 20;
+/// The deepest queue a script may ask for.
+const MAX_WR: u64 = 4096;
 /// Regions are placed at these iovas, one slot apart, like a program's heap addresses.
 const IOVA_BASE: u64 = 0x7f00_0000_0000;
 const IOVA_STRIDE: u64 = 1 << 32;
@@ -197,8 +199,12 @@ impl<'a> State<'a> {
         if self.qpn.is_some() {
             return Err("a QP exists: reset first".into());
         }
-        let sq = a.n_or("sq", 64)? as usize;
-        let rq = a.n_or("rq", 64)? as usize;
+        let sq = a.n_or("sq", 64)?;
+        let rq = a.n_or("rq", 64)?;
+        if !(1..=MAX_WR).contains(&sq) || !(1..=MAX_WR).contains(&rq) {
+            return Err(format!("sq={sq} rq={rq}: 1 to {MAX_WR} each"));
+        }
+        let (sq, rq) = (sq as usize, rq as usize);
         let cq = self
             .ctx
             .create_cq(sq + rq, None)
@@ -238,15 +244,15 @@ impl<'a> State<'a> {
                     mtu,
                     a.n("peer_qpn")? as u32,
                     Psn::new(a.n_or("peer_psn", 0)? as u32),
-                    a.n_or("max_dest_rd_atomic", 4)? as u8,
-                    a.n_or("min_rnr_timer", 1)? as u8,
+                    a.u8_or("max_dest_rd_atomic", 4)?,
+                    a.u8_or("min_rnr_timer", 1)?,
                 ),
                 _ => QpAttr::rts(
                     Psn::new(a.n_or("psn", 0)? as u32),
-                    a.n_or("timeout", 14)? as u8,
-                    a.n_or("retry", 7)? as u8,
-                    a.n_or("rnr_retry", 7)? as u8,
-                    a.n_or("max_rd_atomic", 4)? as u8,
+                    a.u8_or("timeout", 14)?,
+                    a.u8_or("retry", 7)?,
+                    a.u8_or("rnr_retry", 7)?,
+                    a.u8_or("max_rd_atomic", 4)?,
                 ),
             };
             self.ctx
@@ -460,6 +466,10 @@ impl A<'_> {
         Num::parse(self.s(k)?)
             .map(|n| n.0)
             .map_err(|e| format!("{k}: {e}"))
+    }
+    fn u8_or(&self, k: &str, d: u8) -> Result<u8, String> {
+        let v = self.n_or(k, d.into())?;
+        u8::try_from(v).map_err(|_| format!("{k}={v}: at most 255"))
     }
     fn n_or(&self, k: &str, d: u64) -> Result<u64, String> {
         match self.opt(k) {

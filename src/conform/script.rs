@@ -386,7 +386,12 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
 
 fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
     let within = a.num("within")?;
-    let what = a.word("an opcode, silence, completion, no_completion, state or memory")?;
+    // `expect opcode=0xNN ...` names the opcode by number, with no word first.
+    let what = if a.has("opcode") {
+        ""
+    } else {
+        a.word("an opcode, silence, completion, no_completion, state or memory")?
+    };
     Ok(match what {
         "silence" => Expect::Silence { within },
         "no_completion" => Expect::NoCompletion { within },
@@ -412,7 +417,9 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
             Expect::Memory { mr, off, bytes }
         }
         op => {
-            a.push_back(op);
+            if !op.is_empty() {
+                a.push_back(op);
+            }
             let skip_acks = a.flag("skip_acks");
             Expect::Packet {
                 fields: a.fields(false)?,
@@ -504,6 +511,10 @@ impl<'a> Args<'a> {
             }
             None => false,
         }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.pairs.iter().any(|p| p.0 == key)
     }
 
     fn take(&mut self, key: &str) -> Result<Option<&'a str>, String> {
