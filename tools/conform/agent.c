@@ -16,7 +16,11 @@
  *
  * Robustness: a request line is at most MAX_LINE bytes (longer ones are answered
  * `err line too long` and discarded up to their new line); every number, name and list is
- * checked before any verbs call; every failure is an `err` reply, never an exit. */
+ * checked before any verbs call; every failure is an `err` reply, never an exit.
+ *
+ * One extension of the protocol: `modify` also takes `peer_qpn= peer_ip=` (both), the
+ * remote QP for a later INIT->RTR, so that two agents can be pointed at each other
+ * (each QP's number is known only once it exists; tests/conform_agent.rs does that). */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
 
@@ -577,7 +581,9 @@ static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
 		mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
 	} else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
 		if (!qpp.has_peer)
-			return err("RTR needs peer_qpn= and peer_ip= (give them to qp)");
+			return err("RTR needs peer_qpn= and peer_ip= (to qp or modify)");
+		if (qpp.sgid_index < 0)
+			qpp.sgid_index = roce_v2_ipv4(NULL, 0);
 		if (qpp.sgid_index < 0)
 			return err("%s has no IPv4 RoCE v2 GID", ibv_get_device_name(dev));
 		a.path_mtu = qpp.mtu;
@@ -616,6 +622,33 @@ static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
 	return 0;
 }
 
+/* `peer_qpn=` and `peer_ip=` (both or neither) into qpp: the remote QP and its address as
+ * an IPv4-mapped GID. */
+static int parse_peer(void)
+{
+	const char *pip = get("peer_ip");
+	const char *pq = get("peer_qpn");
+	uint64_t peer_qpn;
+	struct in_addr in;
+	if (!pip && !pq)
+		return 0;
+	if (!pip || !pq)
+		return err("peer_qpn= and peer_ip= go together");
+	if (num("peer_qpn", 0xffffff, 1, 0, &peer_qpn))
+		return -1;
+	if (strchr(pip, ':'))
+		return unsupported("peer_ip=%.64s: IPv6 (this agent uses the IPv4 GID)", pip);
+	if (inet_pton(AF_INET, pip, &in) != 1)
+		return err("bad peer_ip=%.64s", pip);
+	memset(&qpp.peer_gid, 0, sizeof(qpp.peer_gid));
+	qpp.peer_gid.raw[10] = 0xff;
+	qpp.peer_gid.raw[11] = 0xff;
+	memcpy(&qpp.peer_gid.raw[12], &in, 4);
+	qpp.peer_qpn = (uint32_t)peer_qpn;
+	qpp.has_peer = 1;
+	return 0;
+}
+
 static int cmd_qp(void)
 {
 	static const char *const k[] = { "mtu",	    "psn",	    "peer_psn",
@@ -624,7 +657,7 @@ static int cmd_qp(void)
 					 "timeout",	    "retry",	    "rnr_retry",
 					 "min_rnr_timer",   "sq",	    "rq",
 					 "state",	    NULL };
-	uint64_t mtu, psn, peer_psn, peer_qpn = 0, mra, mdra, timeout, retry, rnr, mrt, sq, rq;
+	uint64_t mtu, psn, peer_psn, mra, mdra, timeout, retry, rnr, mrt, sq, rq;
 	unsigned access;
 	enum ibv_qp_state state = IBV_QPS_RTS;
 	if (only(k))
@@ -660,31 +693,14 @@ static int cmd_qp(void)
 	if (state != IBV_QPS_RESET && state != IBV_QPS_INIT && state != IBV_QPS_RTR &&
 	    state != IBV_QPS_RTS)
 		return err("bad state=%s (qp takes RESET INIT RTR RTS)", s);
-	const char *pip = get("peer_ip");
-	const char *pq = get("peer_qpn");
 	memset(&qpp, 0, sizeof(qpp));
-	if (pip || pq) {
-		struct in_addr in;
-		if (!pip || !pq)
-			return err("peer_qpn= and peer_ip= go together");
-		if (num("peer_qpn", 0xffffff, 1, 0, &peer_qpn))
-			return -1;
-		if (strchr(pip, ':'))
-			return unsupported("peer_ip=%.64s: IPv6 (this agent uses the IPv4 GID)", pip);
-		if (inet_pton(AF_INET, pip, &in) != 1)
-			return err("bad peer_ip=%.64s", pip);
-		memset(&qpp.peer_gid, 0, sizeof(qpp.peer_gid));
-		qpp.peer_gid.raw[10] = 0xff;
-		qpp.peer_gid.raw[11] = 0xff;
-		memcpy(&qpp.peer_gid.raw[12], &in, 4);
-		qpp.has_peer = 1;
-	} else if (state >= IBV_QPS_RTR) {
+	if (parse_peer())
+		return -1;
+	if (!qpp.has_peer && state >= IBV_QPS_RTR)
 		return err("state=%s needs peer_qpn= and peer_ip=", qp_state_names[state]);
-	}
 	qpp.mtu = m;
 	qpp.psn = (uint32_t)psn;
 	qpp.peer_psn = (uint32_t)peer_psn;
-	qpp.peer_qpn = (uint32_t)peer_qpn;
 	qpp.access = access;
 	qpp.max_rd_atomic = (uint8_t)mra;
 	qpp.max_dest_rd_atomic = (uint8_t)mdra;
@@ -755,7 +771,7 @@ static int current_state(enum ibv_qp_state *s)
 
 static int cmd_modify(void)
 {
-	static const char *const k[] = { "state", NULL };
+	static const char *const k[] = { "state", "peer_qpn", "peer_ip", NULL };
 	enum ibv_qp_state to, from = IBV_QPS_RESET;
 	if (only(k))
 		return -1;
@@ -766,6 +782,8 @@ static int cmd_modify(void)
 		return err("bad state=%.64s", s);
 	if (!qp)
 		return err("no qp");
+	if (parse_peer())
+		return -1;
 	if (current_state(&from) || modify_to(from, to))
 		return -1;
 	rprintf("ok");
