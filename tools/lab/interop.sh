@@ -513,7 +513,8 @@ daemon_test() { # tap|afpacket pp|perf ARGS... (of dropin_pp / dropin_perf)
 # under TCG here: every time bound is scaled by 5. The matrix (the runner's stdout) is
 # matrix.txt, also as matrix.json; the agent's output is guest.txt. The verdict is the
 # runner's: every script passed, or failed only where a `note rxe` line expects it. host.txt
-# has the command, the runner's stderr and its exit status.
+# has the command, the runner's stderr and its exit status. ROCE_CONFORM_SPEC names other
+# scripts (a file or a folder) instead of spec/.
 CONFORM_PORT=7471
 conform_rxe() {
   local k rc w=0 flag=$LAB_RUN/g1/conform-listening
@@ -526,12 +527,13 @@ conform_rxe() {
     FIG="the agent did not start in guest 1"
     rc=1
   else
-    echo "+ roce-emu conform --target $S1:$CONFORM_PORT --label rxe --peer-ip $LAB_HOST4 --time-scale 5 --json $T/matrix.json spec/" > "$T/host.txt"
-    h timeout 3000 "$BIN" conform --target "$S1:$CONFORM_PORT" --label rxe --peer-ip "$LAB_HOST4" \
-      --time-scale 5 --json "$T/matrix.json" "$root/spec/" > "$T/matrix.txt" 2>> "$T/host.txt"
+    local args=(conform --target "rxe=$S1:$CONFORM_PORT" --peer-ip "$LAB_HOST4" --time-scale 5
+                --json "$T/matrix.json" "${ROCE_CONFORM_SPEC:-$root/spec/}")
+    echo "+ roce-emu ${args[*]}" > "$T/host.txt"
+    h timeout 3000 "$BIN" "${args[@]}" > "$T/matrix.txt" 2>> "$T/host.txt"
     rc=$?
     echo "+ exit status $rc (the matrix: matrix.txt)" >> "$T/host.txt"
-    FIG=$(grep -v '^[[:space:]]*$' "$T/matrix.txt" | tail -1)
+    FIG=$(grep -v '^[[:space:]]*$' "$T/matrix.txt" | tail -1 | sed 's/^ *//')
     grep -q "unrecognized subcommand" "$T/host.txt" && FIG="$BIN has no conform subcommand"
   fi
   g_run 1 'kill "$(cat /lab/g1/conform-agent.pid)"' > /dev/null 2>&1
