@@ -4,7 +4,9 @@
 //! loopback address of its own (127.0.41.x), and this test speaks spec/FORMAT.md's agent
 //! protocol to both over TCP: a region and an RC QP on each, pointed at the other, then
 //! SEND, WRITE with immediate, READ, CMP_SWAP and FETCH_ADD with their completions and the
-//! memory they leave, a remote access error, and the error replies to bad requests.
+//! memory they leave, a remote access error, and the error replies to bad requests. Then
+//! `roce-emu conform` plays scripts against roce-emu twice, through its own in-process agent
+//! and through this one: the two columns of the matrix must agree.
 
 mod common;
 
@@ -448,4 +450,175 @@ fn the_agent_answers_bad_requests_with_err() {
     let mut c = a.connect();
     c.err("state", "no qp");
     c.ok("hello");
+}
+
+/// A few scripts of this test's own (spec/ may hold none yet), one per kind of step: the
+/// target as responder (SEND, WRITE with immediate, READ, atomics, a bad R_Key) and as
+/// requester (WRITE, SEND with immediate and READ answered by the peer).
+const SCRIPTS: &[(&str, &str)] = &[
+    (
+        "send-only",
+        r#"title "SEND_ONLY"
+cite - "9.7.5.1"
+role responder
+mr   buf len=4096 access=local_write fill=0x00
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+post recv wr=1 sge=buf:0:1024
+send SEND_ONLY psn=0x500 ackreq len=64
+expect ACKNOWLEDGE psn=0x500 syndrome=ack
+expect completion wr=1 status=SUCCESS op=RECV len=64
+expect memory buf off=0 len=64 fill=index
+"#,
+    ),
+    (
+        "write-imm",
+        r#"title "WRITE, then WRITE with immediate"
+cite - "9.4.3"
+role responder
+mr   buf len=4096 access=local_write,remote_write fill=0x00
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+post recv wr=7
+send RDMA_WRITE_ONLY psn=0x500 va=buf+128 rkey=buf len=32 fill=0xab
+send RDMA_WRITE_ONLY_WITH_IMMEDIATE psn=0x501 ackreq va=buf+256 rkey=buf len=8 fill=0xcd imm=0xdeadbeef
+expect ACKNOWLEDGE psn=0x501 syndrome=ack skip_acks
+expect completion wr=7 status=SUCCESS op=RECV_RDMA_WITH_IMM len=8 imm=0xdeadbeef
+expect memory buf off=128 len=32 fill=0xab
+expect memory buf off=256 len=8 fill=0xcd
+"#,
+    ),
+    (
+        "read",
+        r#"title "READ of 2500 bytes in three responses"
+cite - "9.7.4.1.3"
+role responder
+mr   buf len=4096 access=local_write,remote_read fill=index
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+send RDMA_READ_REQUEST psn=0x500 va=buf rkey=buf dmalen=2500
+expect RDMA_READ_RESPONSE_FIRST psn=0x500 syndrome=ack len=1024 data=mr:buf:0
+expect RDMA_READ_RESPONSE_MIDDLE psn=0x501 len=1024 data=mr:buf:1024
+expect RDMA_READ_RESPONSE_LAST psn=0x502 syndrome=ack len=452 data=mr:buf:2048
+"#,
+    ),
+    (
+        "atomics",
+        r#"title "COMPARE_SWAP, then FETCH_ADD"
+cite - "9.4.5"
+role responder
+mr   buf len=4096 access=local_write,remote_atomic fill=0x00
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+send COMPARE_SWAP psn=0x500 va=buf+8 rkey=buf compare=0 swap=0x1122334455667788
+expect ATOMIC_ACKNOWLEDGE psn=0x500 syndrome=ack orig=0
+expect memory buf off=8 len=8 data=hex:8877665544332211
+send FETCH_ADD psn=0x501 va=buf+8 rkey=buf add=1
+expect ATOMIC_ACKNOWLEDGE psn=0x501 syndrome=ack orig=0x1122334455667788
+expect memory buf off=8 len=8 data=hex:8977665544332211
+"#,
+    ),
+    (
+        "bad-rkey",
+        r#"title "A WRITE with a wrong R_Key"
+cite C9-88 "9.7.5.2.7"
+role responder
+mr   buf len=4096 access=local_write,remote_write fill=0x00
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+send RDMA_WRITE_ONLY psn=0x500 ackreq va=buf rkey=0x1 len=8
+expect ACKNOWLEDGE psn=0x500 syndrome=nak:rae
+expect state ERR
+"#,
+    ),
+    (
+        "requester",
+        r#"title "The target's WRITE, SEND with immediate and READ"
+cite - "9.7.5.1"
+role requester
+mr   buf len=4096 access=local_write fill=index
+qp   mtu=1024 psn=0x100 peer_psn=0x500
+post send wr=2 op=WRITE sge=buf:0:64 va=0x10000 rkey=0x1234
+expect RDMA_WRITE_ONLY psn=0x100 va=0x10000 rkey=0x1234 len=64 ackreq
+send ACKNOWLEDGE psn=0x100 syndrome=ack msn=1
+expect completion wr=2 status=SUCCESS op=RDMA_WRITE len=64
+post send wr=3 op=SEND_IMM imm=0xdeadbeef sge=buf:0:8
+expect SEND_ONLY_WITH_IMMEDIATE psn=0x101 imm=0xdeadbeef len=8
+send ACKNOWLEDGE psn=0x101 syndrome=ack msn=2
+expect completion wr=3 status=SUCCESS op=SEND len=8
+post send wr=4 op=READ sge=buf:16:4 va=0x20000 rkey=0x77
+expect RDMA_READ_REQUEST psn=0x102 va=0x20000 rkey=0x77 dmalen=4
+send RDMA_READ_RESPONSE_ONLY psn=0x102 syndrome=ack msn=3 data=hex:a0b1c2d3
+expect completion wr=4 status=SUCCESS op=RDMA_READ len=4
+expect memory buf off=16 len=4 data=hex:a0b1c2d3
+"#,
+    ),
+];
+
+/// `roce-emu conform` with two columns: roce-emu through the runner's own in-process agent,
+/// and roce-emu through this C agent on the drop-in. Both must give the same result for
+/// every script: this test's own, and spec/'s.
+#[test]
+fn the_runner_gets_the_same_matrix_through_the_c_agent() {
+    let tag = "conform_agent_runner";
+    let Some(a) = Agent::start(tag, "127.0.41.5") else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("roce-emu-conform-agent.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in SCRIPTS {
+        std::fs::write(dir.join(format!("{name}.rc")), text).unwrap();
+    }
+    let json = dir.join("matrix.json");
+    let mut paths = vec![dir.clone()];
+    let spec = repo().join("spec");
+    if conform_scripts_in(&spec) {
+        paths.push(spec);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .arg("conform")
+        .args(["--emu-ips", "127.0.41.7,127.0.41.8"])
+        .args(["--target", "roce-emu"])
+        .args(["--target", &format!("c-agent={}:{}", a.ip, a.port)])
+        .args(["--peer-ip", "127.0.41.6"])
+        .arg("--json")
+        .arg(&json)
+        .args(&paths)
+        .output()
+        .unwrap();
+    let text = show(&out);
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("no matrix ({e}):\n{text}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let rows = rows.as_array().expect("rows");
+    assert!(rows.len() >= SCRIPTS.len(), "{text}");
+    for row in rows {
+        let r = row["results"].as_array().expect("results");
+        let mark = |i: usize| r[i]["result"].as_str().unwrap_or("?").to_string();
+        assert_eq!(
+            (r[0]["target"].as_str(), r[1]["target"].as_str()),
+            (Some("roce-emu"), Some("c-agent"))
+        );
+        assert_eq!(
+            mark(0),
+            mark(1),
+            "{}: the two agents disagree\n{text}",
+            row["name"]
+        );
+        if SCRIPTS.iter().any(|(n, _)| row["name"].as_str() == Some(n)) {
+            assert_eq!(mark(1), "pass", "{}\n{text}", row["name"]);
+        }
+    }
+}
+
+/// Whether `dir` (spec/) holds any conformance script (*.rc), at any depth.
+fn conform_scripts_in(dir: &std::path::Path) -> bool {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    rd.flatten().any(|e| {
+        let p = e.path();
+        if p.is_dir() {
+            conform_scripts_in(&p)
+        } else {
+            p.extension().is_some_and(|x| x == "rc")
+        }
+    })
 }
