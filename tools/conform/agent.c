@@ -727,17 +727,18 @@ static int cmd_qp(void)
 	ia.cap.max_recv_wr = (uint32_t)rq;
 	ia.cap.max_send_sge = MAX_SGE;
 	ia.cap.max_recv_sge = MAX_SGE;
-	ia.cap.max_inline_data = 64;
 	if (dattr.max_sge > 0 && dattr.max_sge < MAX_SGE)
 		ia.cap.max_send_sge = ia.cap.max_recv_sge = (uint32_t)dattr.max_sge;
-	qp = ibv_create_qp(pd, &ia);
-	if (!qp) {
-		/* Without inline data, if that was what the device refused. */
-		ia.cap.max_inline_data = 0;
+	/* As much inline data as the device takes, of 256, 64 or none. */
+	static const uint32_t inline_sizes[] = { 256, 64, 0 };
+	int e = 0;
+	for (size_t i = 0; !qp && i < sizeof(inline_sizes) / sizeof(inline_sizes[0]); i++) {
+		ia.cap.max_inline_data = inline_sizes[i];
 		qp = ibv_create_qp(pd, &ia);
+		if (!qp && !e)
+			e = errno;
 	}
 	if (!qp) {
-		int e = errno;
 		ibv_destroy_cq(cq);
 		cq = NULL;
 		return verbs_err("ibv_create_qp", e);

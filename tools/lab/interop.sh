@@ -536,7 +536,7 @@ conform_rxe() {
     FIG=$(grep -v '^[[:space:]]*$' "$T/matrix.txt" | tail -1 | sed 's/^ *//')
     grep -q "unrecognized subcommand" "$T/host.txt" && FIG="$BIN has no conform subcommand"
   fi
-  g_run 1 'kill "$(cat /lab/g1/conform-agent.pid)"' > /dev/null 2>&1
+  g_run 1 "kill \"\$(cat /lab/g1/conform-agent.pid)\"" > /dev/null 2>&1
   g_wait 1 "$k" 30; g_out 1 "$k" > "$T/guest.txt"
   cat "$LAB_RUN/g1/conform-agent.txt" >> "$T/guest.txt" 2>/dev/null
   return $rc
