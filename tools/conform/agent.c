@@ -48,7 +48,7 @@ int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t siz
 #define MAX_MRS 16
 #define MAX_NAME 31
 #define MAX_SGE 16
-#define MAX_MR_LEN (256ul << 20)
+#define MAX_MR_LEN (256ul << 20) /* one region, and all of them together */
 #define MAX_READ (1ul << 20)
 #define MAX_POLL_MS 600000ul
 #define MAX_QUEUE 16384ul
@@ -535,6 +535,12 @@ static int cmd_mr(void)
 		return err("too many mrs (%d)", MAX_MRS);
 	if (num("len", MAX_MR_LEN, 1, 0, &len))
 		return -1;
+	size_t total = 0;
+	for (int i = 0; i < nregions; i++)
+		total += regions[i].len;
+	if (len > MAX_MR_LEN - total)
+		return err("len=%llu: the regions would exceed %lu MiB together",
+			   (unsigned long long)len, MAX_MR_LEN >> 20);
 	if (flags("access", get("access"), access_flags, &access))
 		return -1;
 	const char *f = get("fill");
