@@ -521,7 +521,7 @@ conform_rxe() {
   cp "$AGENT" "$LAB_RUN/conform-agent" || return 1
   rm -f "$flag" "$LAB_RUN/g1/conform-agent.pid"
   # The agent's first line on stdout says it listens; its PID is kept to stop it after.
-  k=$(g_start 1 "/lab/conform-agent -d rxe0 -p $CONFORM_PORT > /lab/g1/conform-agent.txt 2>&1 & p=\$!; echo \$p > /lab/g1/conform-agent.pid; i=0; while [ \$i -lt 300 ] && ! grep -q listening /lab/g1/conform-agent.txt; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/conform-listening; wait \$p" 3600)
+  k=$(g_start 1 "/lab/conform-agent -d rxe0 -p $CONFORM_PORT > /lab/g1/conform-agent.txt 2>&1 & p=\$!; echo \$p > /lab/g1/conform-agent.pid; i=0; while [ \$i -lt 300 ] && ! grep -q listening /lab/g1/conform-agent.txt 2>/dev/null; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/conform-listening; wait \$p" 3600)
   until [ -f "$flag" ]; do sleep 0.1; w=$((w + 1)); [ $w -lt 400 ] || break; done
   if ! grep -q listening "$LAB_RUN/g1/conform-agent.txt" 2>/dev/null; then
     FIG="the agent did not start in guest 1"
