@@ -2,6 +2,8 @@
 //! and the runner fails what it should (a wrong expectation, a script error, a silent
 //! target), so a pass means something.
 
+mod common;
+
 use roce_emu::conform::{self, Outcome, Target, TargetSpec};
 use std::path::PathBuf;
 
@@ -13,8 +15,29 @@ fn target(last: u8) -> Target {
     Target::open(&TargetSpec::Emu {
         ip: [127, 0, 78, last].into(),
         peer_ip: [127, 0, 78, last + 1].into(),
+        daemon: None,
     })
     .expect("in-process target")
+}
+
+fn play_all(t: &mut Target) {
+    let scripts = conform::load(&[spec_dir()]).unwrap_or_else(|e| panic!("{}", e.join("\n")));
+    assert!(!scripts.is_empty(), "no scripts in spec/");
+    let mut bad = Vec::new();
+    for (n, s) in scripts.iter().enumerate() {
+        let o = t.play(s, n, 1.0);
+        if o != Outcome::Pass && !matches!(o, Outcome::NotApplicable { .. }) {
+            bad.push(format!("{}: {o:?}", s.name));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} scripts did not pass on {}:\n{}",
+        bad.len(),
+        scripts.len(),
+        t.label,
+        bad.join("\n")
+    );
 }
 
 fn script(text: &str) -> conform::Script {

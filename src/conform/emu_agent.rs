@@ -10,6 +10,7 @@ use crate::verbs::{
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,14 +24,17 @@ const MAX_WR: u64 = 4096;
 const IOVA_BASE: u64 = 0x7f00_0000_0000;
 const IOVA_STRIDE: u64 = 1 << 32;
 
-/// Serves connections on `listener`, one at a time, with a NIC on `ip`.
-pub fn serve(listener: TcpListener, ip: IpAddr) -> Result<(), String> {
+/// Serves connections on `listener`, one at a time, with a NIC on `ip`, or attached to the
+/// daemon listening on `daemon`.
+pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Result<(), String> {
     let mut dev = Device::new(ip);
     // A port of its own: the peer's packets come to this address alone.
     dev.share = false;
-    let ctx = dev
-        .open()
-        .map_err(|e| format!("cannot open a NIC on {ip}: {e}"))?;
+    dev.daemon = daemon;
+    let ctx = dev.open().map_err(|e| match &dev.daemon {
+        Some(d) => format!("cannot attach to the daemon at {}: {e}", d.display()),
+        None => format!("cannot open a NIC on {ip}: {e}"),
+    })?;
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
