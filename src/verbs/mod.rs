@@ -471,7 +471,7 @@ impl Context {
 
     /// The engine's protocol counters.
     pub fn counters(&self) -> Counters {
-        self.shared.lock().driver.engine.counters().clone()
+        self.shared.lock().driver.engine.counters()
     }
 
     /// Datagrams moved by the driver.
