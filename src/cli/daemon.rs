@@ -4,6 +4,7 @@
 use crate::daemon::control::{self, ToDaemon, ToProcess};
 use crate::daemon::port::PortSpec;
 use crate::daemon::server::{self, Config, Daemon};
+use crate::daemon::{lease, report};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -188,6 +189,11 @@ pub fn run(args: &DaemonArgs) -> i32 {
 
 /// One request on a new connection to the daemon, and its answer.
 fn ask(socket: &PathBuf, msg: &ToDaemon) -> Result<ToProcess, String> {
+    ask_keep(socket, msg).map(|(_, m)| m)
+}
+
+/// [`ask`], keeping the connection (for an answer in several messages).
+fn ask_keep(socket: &PathBuf, msg: &ToDaemon) -> Result<(socket2::Socket, ToProcess), String> {
     let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
         .map_err(|e| e.to_string())?;
     let addr = socket2::SockAddr::unix(socket).map_err(|e| e.to_string())?;
@@ -201,15 +207,16 @@ fn ask(socket: &PathBuf, msg: &ToDaemon) -> Result<ToProcess, String> {
     let sent = control::send(s.as_fd(), msg, &[]);
     match control::recv::<ToProcess>(s.as_fd()) {
         Ok((ToProcess::Refused { why }, _)) => Err(format!("refused: {why}")),
-        Ok((m, _)) => Ok(m),
+        Ok((m, _)) => Ok((s, m)),
         Err(e) => Err(sent.err().map_or(e.to_string(), |s| s.to_string())),
     }
 }
 
 fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
-    match ask(socket, &ToDaemon::Counters)? {
-        ToProcess::Counters { json } => Ok(json),
-        other => Err(format!("unexpected answer {other:?}")),
+    use std::os::fd::AsFd;
+    match ask_keep(socket, &ToDaemon::Counters)? {
+        (s, ToProcess::Counters { json }) => report::collect_answer(s.as_fd(), json),
+        (_, other) => Err(format!("unexpected answer {other:?}")),
     }
 }
 
@@ -269,6 +276,14 @@ fn print_table(v: &serde_json::Value) {
             println!("  {k:<16} {val}");
         }
     }
+    if let Some(o) = v["l2"].as_object() {
+        let l2: Vec<String> = o
+            .iter()
+            .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!("  l2               {}", l2.join(", "));
+    }
     let l = &v["leases"];
     println!(
         "  leases           {} leased, {} in quarantine, {} free",
@@ -276,20 +291,65 @@ fn print_table(v: &serde_json::Value) {
     );
     println!("processes");
     println!(
-        "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>10}  left",
-        "pid", "uid", "block", "rcvd_pkts", "sent_pkts", "ring_full"
+        "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  left",
+        "pid",
+        "uid",
+        "block",
+        "qpns",
+        "rcvd_pkts",
+        "rcvd_bytes",
+        "sent_pkts",
+        "sent_bytes",
+        "drops"
     );
     for p in v["processes"].as_array().into_iter().flatten() {
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        let qpns = p["block"]
+            .as_u64()
+            .and_then(|b| u8::try_from(b).ok())
+            .map(|b| {
+                let (lo, hi) = lease::range(b);
+                format!("{lo:#08x}-{hi:#08x}")
+            })
+            .unwrap_or_default();
         println!(
-            "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>10}  {}",
+            "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  {}",
             p["pid"],
             p["uid"],
             p["block"],
-            p["rcvd_pkts"],
-            p["sent_pkts"],
-            p["ring_full"],
+            qpns,
+            n("rcvd_pkts"),
+            n("rcvd_bytes"),
+            n("sent_pkts"),
+            n("sent_bytes"),
+            n("ring_full") + n("bad_source"),
             p["left"].as_str().unwrap_or("")
         );
+        let line = |c: &serde_json::Value| {
+            c.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        let nic = line(&p["nic"]);
+        if !nic.is_empty() {
+            println!("      nic: {nic}");
+        }
+        for q in p["qps"].as_array().into_iter().flatten() {
+            let qpn = q["qpn"].as_u64().unwrap_or(0);
+            println!("      qp {qpn:#08x}: {}", line(&q["counters"]));
+        }
+        if n("report_errors") > 0 {
+            println!(
+                "      {} bad counter reports (last: {})",
+                n("report_errors"),
+                p["report_error"].as_str().unwrap_or("?")
+            );
+        }
     }
 }
 

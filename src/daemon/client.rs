@@ -324,6 +324,12 @@ impl DaemonBackend {
         Ok((backend, attached))
     }
 
+    /// What publishes this NIC's counters to the daemon (`daemon::report`), on the
+    /// control socket.
+    pub fn reporter(&self) -> super::report::Reporter {
+        super::report::Reporter::new(Arc::clone(&self.sock))
+    }
+
     /// The daemon's socket.
     pub fn path(&self) -> &Path {
         &self.path

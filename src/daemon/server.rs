@@ -110,11 +110,16 @@ pub struct ProcessCounters {
     pub uid: u32,
     pub block: u8,
     pub rcvd_pkts: u64,
+    pub rcvd_bytes: u64,
     pub sent_pkts: u64,
+    pub sent_bytes: u64,
     pub ring_full: u64,
     pub bad_source: u64,
     /// Why it left (None while attached).
     pub left: Option<String>,
+    /// What the process reported of its engine: the NIC's and every QP's counters.
+    #[serde(flatten)]
+    pub engine: super::report::ProcessReport,
 }
 
 struct Client {
@@ -422,6 +427,7 @@ impl Daemon {
                         continue;
                     }
                     self.clients[k].counters.sent_pkts += 1;
+                    self.clients[k].counters.sent_bytes += p.len as u64;
                     if addrs.contains(&p.meta.dst.ip()) {
                         // To ourselves: the owner gets it as the wire would have given it.
                         self.counters.hairpin_pkts += 1;
@@ -513,13 +519,23 @@ impl Daemon {
                 };
                 control::send(sock, &m, &[]).map_err(|e| e.to_string())
             }
+            ToDaemon::QpCounters { report } => {
+                let c = &mut self.clients[k];
+                let block = c.link.as_ref().map(|_| c.counters.block);
+                c.counters.engine.apply(&report, block);
+                Ok(())
+            }
             ToDaemon::Counters => {
+                let processes = self.summary().processes;
+                let processes = processes
+                    .iter()
+                    .filter_map(|p| serde_json::to_value(p).ok());
                 let json = serde_json::json!({
                     "port": self.info,
                     "counters": self.counters,
                     "leases": self.leases.counts(self.now()),
-                    "processes": self.summary().processes,
                     "port_stats": self.port.stats(),
+                    "l2": self.port.l2_stats(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -527,7 +543,10 @@ impl Daemon {
                         "errors": c.errors.load(Ordering::Relaxed),
                     })),
                 });
-                control::send(sock, &ToProcess::Counters { json }, &[]).map_err(|e| e.to_string())
+                super::report::counters_answer(json, processes.collect())
+                    .iter()
+                    .try_for_each(|m| control::send(sock, m, &[]))
+                    .map_err(|e| e.to_string())
             }
             ToDaemon::Fault { rule } => {
                 let error = match super::fault::parse(&rule) {
@@ -614,6 +633,9 @@ impl Daemon {
             self.counters.detached += 1;
             tracing::info!(pid = c.counters.pid, blocks = n, "process detached: {why}");
             c.counters.left.get_or_insert(why);
+            if self.departed.len() >= super::report::MAX_DEPARTED {
+                self.departed.remove(0);
+            }
             self.departed.push(c.counters.clone());
         }
         // Dropping `c` unmaps its rings and closes its socket.
@@ -695,6 +717,7 @@ fn deliver(
     match link.rx.try_push(meta, bytes) {
         Ok(()) => {
             c.counters.rcvd_pkts += 1;
+            c.counters.rcvd_bytes += bytes.len() as u64;
             c.dirty = true;
         }
         Err(_) => {
