@@ -314,9 +314,9 @@ fn print_table(v: &serde_json::Value) {
             .unwrap_or_default();
         println!(
             "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  {}",
-            p["pid"],
-            p["uid"],
-            p["block"],
+            n("pid"),
+            n("uid"),
+            n("block"),
             qpns,
             n("rcvd_pkts"),
             n("rcvd_bytes"),

@@ -550,6 +550,11 @@ fn spawn_control(
                             ControlError::Closed => {
                                 "the daemon closed its socket (it stopped or died)".to_string()
                             }
+                            // A reset: it went with messages of ours unread (counter
+                            // reports, `daemon::report`).
+                            ControlError::Io(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                                "the daemon closed its socket (it stopped or died)".to_string()
+                            }
                             e => e.to_string(),
                         };
                         tracing::warn!("daemon at {}: {why}", path.display());
