@@ -22,8 +22,8 @@ pub struct DaemonArgs {
     /// How long a departed process's QPN block stays unleased.
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub quarantine: Option<Duration>,
-    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault); options
-    /// given here win (fault lines add to --fault).
+    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault,
+    /// neigh_timeout); options given here win (fault lines add to --fault).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Write every frame of the port, in and out, to FILE (pcapng, one interface block for
@@ -34,6 +34,11 @@ pub struct DaemonArgs {
     /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// How long an ARP or ND entry lives on a tap: or afpacket: port (default 60; an entry
+    /// in use is re-confirmed by a unicast request in its last quarter, and one that
+    /// expires is resolved again, its datagrams held meanwhile).
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub neigh_timeout: Option<Duration>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -94,10 +99,13 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             }
             "pcap" if args.pcap.is_none() => args.pcap = Some(PathBuf::from(v)),
             "fault" => args.faults.push(v.to_string()),
-            "port" | "socket" | "quarantine" | "pcap" => {}
+            "neigh_timeout" if args.neigh_timeout.is_none() => {
+                args.neigh_timeout = Some(super::seconds(v).map_err(at)?)
+            }
+            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" => {}
             _ => {
                 return Err(at(format!(
-                    "no setting {k:?} (port, socket, quarantine, pcap, fault)"
+                    "no setting {k:?} (port, socket, quarantine, pcap, fault, neigh_timeout)"
                 )))
             }
         }
@@ -113,6 +121,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         config: None,
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
+        neigh_timeout: args.neigh_timeout,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -130,6 +139,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         cfg.quarantine = q;
     }
     cfg.pcap = a.pcap.clone();
+    cfg.neigh_timeout = a.neigh_timeout;
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),

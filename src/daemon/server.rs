@@ -54,6 +54,9 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// Fault rules in force from the start (`roce-emu fault` changes them later).
     pub faults: Vec<Rule>,
+    /// How long a neighbour (ARP, ND) entry lives on a frame port (TAP, AF_PACKET);
+    /// `iface::IfaceConfig::neighbor_ttl` (60 s) unless given.
+    pub neigh_timeout: Option<Duration>,
 }
 
 impl Config {
@@ -65,6 +68,7 @@ impl Config {
             ring_bytes: DEFAULT_RING_BYTES,
             pcap: None,
             faults: Vec::new(),
+            neigh_timeout: None,
         }
     }
 }
@@ -178,7 +182,8 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the port and the control socket.
     pub fn open(cfg: Config) -> Result<Daemon, DaemonError> {
-        let ((port, info, src_port), capture) = open_port(&cfg.port, cfg.pcap.as_deref())?;
+        let ((port, info, src_port), capture) =
+            open_port(&cfg.port, cfg.pcap.as_deref(), cfg.neigh_timeout)?;
         // Always wrapped, so rules can be set at run time; with none it passes through.
         let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
         let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
