@@ -76,6 +76,8 @@ fn per_qp_counters_match_the_transfer_and_the_daemon_and_outlive_the_programs() 
         assert!(p["left"].is_string(), "{p:#}");
         assert!(n(p, "reports") >= 1, "{p:#}");
         assert_eq!(n(p, "report_errors"), 0, "{p:#}");
+        // Nothing dropped between the process and the daemon, either way.
+        assert!(p["tx_dropped"] == 0 && p["ring_full"] == 0, "{p:#}");
     }
     let (sq, cq) = (only_qp(&s), only_qp(&c));
     // The transfer: each side sent 300 SENDs of 4 packets (4096 bytes at MTU 1024) and

@@ -332,7 +332,7 @@ fn print_table(v: &serde_json::Value) {
             n("rcvd_bytes"),
             n("sent_pkts"),
             n("sent_bytes"),
-            n("ring_full") + n("bad_source"),
+            n("ring_full") + n("bad_source") + n("tx_dropped"),
             p["left"].as_str().unwrap_or("")
         );
         let line = |c: &serde_json::Value| {

@@ -22,6 +22,7 @@
 
 use super::control::{self, ControlError, ToDaemon, ToProcess, MAX_MSG};
 use super::lease;
+use crate::backend::PortStats;
 use crate::engine::{Counter, Counters, Engine, Instant};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
@@ -68,25 +69,24 @@ impl Reporter {
         }
     }
 
-    /// From a call that drives the NIC: publishes if [`PUBLISH_EVERY`] has passed since the
-    /// last report, by `recent` (the driver's last clock reading) or, once in a while,
-    /// by `clock` (a program polling an idle NIC makes no new readings).
-    pub fn tick(&mut self, recent: Instant, clock: impl FnOnce() -> Instant, engine: &Engine) {
+    /// From a call that drives the NIC: the time to publish at, if [`PUBLISH_EVERY`] has
+    /// passed since the last report, by `recent` (the driver's last clock reading) or,
+    /// once in a while, by `clock` (a program polling an idle NIC makes no new readings).
+    pub fn due(&mut self, recent: Instant, clock: impl FnOnce() -> Instant) -> Option<Instant> {
         self.calls = self.calls.wrapping_add(1);
         let now = if self.calls % CLOCK_EVERY == 0 {
             clock()
         } else {
             recent
         };
-        if now >= self.due {
-            self.publish(now, engine);
-        }
+        (now >= self.due).then_some(now)
     }
 
-    /// Publishes now (before a QP goes, as the NIC closes).
-    pub fn publish(&mut self, now: Instant, engine: &Engine) {
+    /// Publishes now: the engine's counters and what the process's port dropped (its
+    /// side of the rings: packets to send that found the ring full).
+    pub fn publish(&mut self, now: Instant, engine: &Engine, port: &PortStats) {
         self.due = now.saturating_add(PUBLISH_EVERY);
-        for m in messages(engine) {
+        for m in messages(engine, port.tx_stalled) {
             // Never a wait: a daemon that does not read gets the next report instead.
             match control::try_send(self.sock.as_fd(), &m) {
                 Ok(()) => self.sent += 1,
@@ -103,15 +103,17 @@ fn named(c: &Counters) -> Map<String, Value> {
         .collect()
 }
 
-/// An engine's report: the NIC's totals in the first message, its QPs (in QPN order)
+/// An engine's report: the NIC's totals and the packets the process dropped on its way
+/// to the daemon (`tx_dropped`) in the first message, its QPs (in QPN order)
 /// [`MAX_QPS_PER_MSG`] a message.
-pub fn messages(engine: &Engine) -> Vec<ToDaemon> {
+pub fn messages(engine: &Engine, tx_dropped: u64) -> Vec<ToDaemon> {
     let mut qps: Vec<(u32, &Counters)> = engine.qp_counters().collect();
     qps.sort_unstable_by_key(|(q, _)| *q);
     let entry = |(qpn, c): &(u32, &Counters)| json!({ "qpn": qpn, "counters": named(c) });
     let mut out = vec![ToDaemon::QpCounters {
         report: json!({
             "nic": named(&engine.counters()),
+            "tx_dropped": tx_dropped,
             "qps": qps.iter().take(MAX_QPS_PER_MSG).map(entry).collect::<Vec<_>>(),
         }),
     }];
@@ -130,6 +132,8 @@ pub fn messages(engine: &Engine) -> Vec<ToDaemon> {
 pub struct ProcessReport {
     nic: Counters,
     qps: BTreeMap<u32, Counters>,
+    /// Packets the process dropped because its ring to the daemon was full.
+    tx_dropped: u64,
     reports: u64,
     errors: u64,
     last_error: Option<String>,
@@ -171,6 +175,11 @@ impl ProcessReport {
         let mut err = |e: String| {
             first_err.get_or_insert(e);
         };
+        match obj.get("tx_dropped").map(Value::as_u64) {
+            None => {}
+            Some(Some(t)) => self.tx_dropped = t,
+            Some(None) => err("tx_dropped: not an unsigned number".into()),
+        }
         if let Some(nic) = obj.get("nic") {
             match counters_of(nic) {
                 Ok(c) => self.nic = c,
@@ -223,12 +232,13 @@ impl ProcessReport {
     }
 }
 
-/// Flattened into a process's entry: `reports`, `report_errors`, `report_error`,
-/// `qps_dropped`, `nic` (the NIC's totals, nonzero counters by name) and `qps` (each
+/// Flattened into a process's entry: `tx_dropped`, `reports`, `report_errors`,
+/// `report_error`, `qps_dropped`, `nic` (the NIC's totals, nonzero counters by name) and `qps` (each
 /// `{qpn, counters}`).
 impl Serialize for ProcessReport {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut m = s.serialize_map(Some(6))?;
+        let mut m = s.serialize_map(Some(7))?;
+        m.serialize_entry("tx_dropped", &self.tx_dropped)?;
         m.serialize_entry("reports", &self.reports)?;
         m.serialize_entry("report_errors", &self.errors)?;
         m.serialize_entry("report_error", &self.last_error)?;
@@ -374,12 +384,13 @@ mod tests {
         let mut r = ProcessReport::default();
         let q = block_qpn(3, 0x11);
         r.apply(
-            &json!({ "nic": { "sent_pkts": 7 }, "qps": [{ "qpn": q, "counters": { "sent_pkts": 7, "rcvd_pkts": 2 } }] }),
+            &json!({ "nic": { "sent_pkts": 7 }, "tx_dropped": 3, "qps": [{ "qpn": q, "counters": { "sent_pkts": 7, "rcvd_pkts": 2 } }] }),
             Some(3),
         );
         assert_eq!(r.errors, 0, "{:?}", r.last_error);
         assert_eq!(r.qp(q).unwrap().get(Counter::SentPkts), 7);
         assert_eq!(r.nic.get(Counter::SentPkts), 7);
+        assert_eq!(r.tx_dropped, 3);
         // A later report replaces a QP's counters; the others stay.
         let q2 = block_qpn(3, 0x12);
         r.apply(
@@ -399,6 +410,7 @@ mod tests {
             json!({ "nic": { "no_such": 1 } }),
             json!({ "nic": { "sent_pkts": -1 } }),
             json!({ "nic": { "sent_pkts": 1.5 } }),
+            json!({ "tx_dropped": "x" }),
             json!({ "qps": {} }),
             json!({ "qps": [{ "qpn": other_block, "counters": {} }] }),
             json!({ "qps": [{ "qpn": "0x11", "counters": {} }] }),

@@ -56,18 +56,23 @@ impl Nic {
         }
     }
 
-    /// Publishes the counters to the daemon if it is time (`daemon::report`).
-    fn report_tick(&mut self) {
+    /// Publishes the counters to the daemon if it is time (`daemon::report`), by the
+    /// driver's last clock reading or `now`.
+    fn report_tick(&mut self, now: Option<Instant>) {
+        let d = &self.driver;
         if let Some(r) = &mut self.reporter {
-            let d = &self.driver;
-            r.tick(d.recent_now(), || d.clock.now(), &d.engine);
+            let recent = now.unwrap_or_else(|| d.recent_now());
+            if let Some(at) = r.due(recent, || d.clock.now()) {
+                r.publish(at, &d.engine, &d.backend.stats());
+            }
         }
     }
 
     /// Publishes the counters to the daemon now (a QP is about to go, the NIC closes).
     pub(crate) fn report_now(&mut self) {
         if let Some(r) = &mut self.reporter {
-            r.publish(self.driver.clock.now(), &self.driver.engine);
+            let d = &self.driver;
+            r.publish(d.clock.now(), &d.engine, &d.backend.stats());
         }
     }
 
@@ -94,7 +99,7 @@ impl Nic {
             .driver
             .transmit()
             .and_then(|tx| Ok(self.driver.receive()? || tx));
-        self.report_tick();
+        self.report_tick(None);
         r.map_err(|e| self.port_failed(shared, e))
     }
 
@@ -333,11 +338,7 @@ impl Shared {
         }
         nic.dispatch(self);
         // The program may be idle: the driver's last clock reading is old.
-        let n = &mut *nic;
-        if let Some(r) = &mut n.reporter {
-            let now = self.clock.now();
-            r.tick(now, || now, &n.driver.engine);
-        }
+        nic.report_tick(Some(self.clock.now()));
         let w = nic.driver.until_deadline(MAX_SLEEP);
         nic.thread_wake = Some(self.clock.now().saturating_add(w));
         (w, true)
