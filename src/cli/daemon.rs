@@ -77,8 +77,8 @@ pub struct CountersArgs {
     pub watch: Option<Duration>,
 }
 
-/// The config file's settings: `port = ...`, `socket = ...`, `quarantine = SECS`; `#`
-/// starts a comment.
+/// The config file's settings: `port = ...`, `socket = ...`, `quarantine = SECS`,
+/// `pcap = FILE`, `fault = RULE`, `neigh_timeout = SECS`; `#` starts a comment.
 fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     for (i, line) in text.lines().enumerate() {
