@@ -632,6 +632,10 @@ impl Daemon {
     }
 
     fn detach(&mut self, k: usize, why: String) {
+        // What it queued before it went (the ACK of its last message, as a NIC closing
+        // sends) leaves first: it may have come after this turn's `send_queued`. A port
+        // error here shows again on the next turn.
+        let _ = self.send_queued();
         let mut c = self.clients.swap_remove(k);
         if c.link.is_some() {
             let n = self.leases.release(self.now(), c.id);
