@@ -1,7 +1,8 @@
 //! Per-process and per-QP counters through `roce-emu daemon` (a UDP port): the attached
 //! programs publish their engines' counters, the daemon keeps them after the programs
 //! exit (or are killed), and `roce-emu counters` shows them, consistent with what the
-//! daemon itself counted and with the transfer. A report that is garbage is counted, not
+//! daemon itself counted and with the transfer (pingpong: its SENDs exactly; perf write
+//! `--check`: its packets). A report that is garbage is counted, not
 //! the end of the process's attachment. Addresses 127.0.34.1 and .2, TCP ports 18950-18959.
 
 mod common;
@@ -127,6 +128,52 @@ fn per_qp_counters_match_the_transfer_and_the_daemon_and_outlive_the_programs() 
         "{v:#}"
     );
 
+    let (pp_pid, pp_qpn) = (cpid, c["qps"][0]["qpn"].as_u64().unwrap());
+    // A perf write --check (64 KiB at an MTU of 1024: at least 64 packets a message): the
+    // client's QP sent them all and the server's received them, each packet once bar
+    // retransmissions, which both sides count alike.
+    let perf = |server: bool| {
+        let mut a = strings(&[
+            "write",
+            "-p",
+            "18952",
+            "--bind",
+            "127.0.34.1",
+            "-s",
+            "65536",
+            "-n",
+            "200",
+            "-m",
+            "1024",
+            "--check",
+            "--wait",
+            "20",
+            "--daemon",
+        ]);
+        a.push(d.socket.display().to_string());
+        if !server {
+            a.push("127.0.34.1".into());
+        }
+        spawn("perf", &a)
+    };
+    let server = perf(true);
+    let client = perf(false);
+    let (spid, cpid) = (server.id(), client.id());
+    assert!(ok("perf client", client).contains("--check: every byte verified"));
+    assert!(ok("perf server", server).contains("--check: every byte verified"));
+    let v = d.counters();
+    let (s, c) = (process(&v, spid), process(&v, cpid));
+    let (sq, cq) = (only_qp(&s), only_qp(&c));
+    assert!(n(&cq, "sent_pkts") >= 200 * 64, "{c:#}");
+    let (sent, rcvd) = (n(&cq, "sent_pkts"), n(&sq, "rcvd_pkts"));
+    assert!(rcvd <= sent && sent - rcvd <= 4, "{v:#}");
+    assert!(
+        n(&sq, "sent_pkts") > 0 && n(&sq, "acks_sent") > 0,
+        "ACKs: {s:#}"
+    );
+    assert_eq!(n(&s, "sent_pkts"), n(&sq, "sent_pkts"), "{s:#}");
+    assert_eq!(n(&c, "sent_pkts"), n(&cq, "sent_pkts"), "{c:#}");
+
     // The text table names the QPs with their counters.
     let out = Command::new(BIN)
         .args(["counters", "--socket"])
@@ -135,13 +182,12 @@ fn per_qp_counters_match_the_transfer_and_the_daemon_and_outlive_the_programs() 
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{table}");
-    let qpn = c["qps"][0]["qpn"].as_u64().unwrap();
     let line = table
         .lines()
-        .find(|l| l.contains(&format!("qp {qpn:#08x}:")))
-        .unwrap_or_else(|| panic!("no line for QP {qpn:#x}:\n{table}"));
+        .find(|l| l.contains(&format!("qp {pp_qpn:#08x}:")))
+        .unwrap_or_else(|| panic!("no line for QP {pp_qpn:#x}:\n{table}"));
     assert!(line.contains("rdma_sends 300"), "{line}");
-    assert!(table.contains(&format!(" {cpid} ")), "{table}");
+    assert!(table.contains(&format!(" {pp_pid} ")), "{table}");
 }
 
 #[test]

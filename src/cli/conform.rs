@@ -115,9 +115,11 @@ fn targets(a: &Args) -> Result<Vec<TargetSpec>, String> {
                 return Ok(TargetSpec::Emu { ip, peer_ip });
             }
             if t == "rxe" {
-                return Err("rxe runs in the lab's guest: `tools/lab/interop.sh conform-rxe` boots \
+                return Err(
+                    "rxe runs in the lab's guest: `tools/lab/interop.sh conform-rxe` boots \
                      it and its agent, or name a running agent as --target rxe=HOST:PORT"
-                    .into());
+                        .into(),
+                );
             }
             let (label, addr) = match t.split_once('=') {
                 Some((l, ad)) => (Some(l.to_string()), ad.to_string()),
