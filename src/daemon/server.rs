@@ -42,6 +42,9 @@ const TX_SLOT: usize = 4096 + 256;
 const CONTROL_EVERY: u64 = 256;
 /// Receive batches taken from the port per turn before the processes' rings are served.
 const RX_TURNS: usize = 8;
+/// Control messages served per process per turn: one that keeps sending (counter reports,
+/// or a flood) cannot hold the loop; the rest wait for the next turn.
+const CONTROL_MSGS: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -481,7 +484,7 @@ impl Daemon {
         let mut k = 0;
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
-            loop {
+            for _ in 0..CONTROL_MSGS {
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
