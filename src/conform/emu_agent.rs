@@ -4,8 +4,9 @@
 use super::agent::Reply;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
-    Access, Completion, Context, Device, Local, MemoryRegion, Mtu, Pd, Psn, QpAttr, QpCap, QpInit,
-    QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, AsyncEvent, Completion, Context, Device, Event, Local, MemoryRegion, Mtu, Pd, Psn,
+    QpAttr, QpCap, QpInit, QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -143,6 +144,7 @@ impl<'a> State<'a> {
             "poll" => self.poll(&a),
             "state" => self.state(),
             "read" => self.read(&a),
+            "event" => self.event(&a),
             "" => Err("empty request".into()),
             o => Err(format!("unknown request {o:?}")),
         };
@@ -166,6 +168,8 @@ impl<'a> State<'a> {
         if let Some(pd) = self.pd.take() {
             let _ = self.ctx.dealloc_pd(pd);
         }
+        // The last script's events are not the next one's (bounded: the queue is).
+        while self.ctx.poll_async_event().is_some() {}
     }
 
     fn mr(&mut self, a: &A) -> R {
@@ -429,6 +433,22 @@ impl<'a> State<'a> {
             }
             std::thread::sleep(Duration::from_micros(500));
         }
+    }
+
+    fn event(&self, a: &A) -> R {
+        let t = Duration::from_millis(a.n_or("ms", 0)?.min(600_000));
+        let name = match self.ctx.get_async_event(t) {
+            None => return Ok(ok(&[("none", String::new())])),
+            Some(Event::PortError(_)) => "PORT_ERR",
+            Some(Event::Engine(e)) => match e {
+                AsyncEvent::QpFatal { .. } => "QP_FATAL",
+                AsyncEvent::QpRequestError { .. } => "QP_REQ_ERR",
+                AsyncEvent::QpAccessError { .. } => "QP_ACCESS_ERR",
+                AsyncEvent::CqError { .. } => "CQ_ERR",
+                AsyncEvent::SqDrained { .. } => "SQ_DRAINED",
+            },
+        };
+        Ok(ok(&[("event", name.into())]))
     }
 
     fn state(&self) -> R {
