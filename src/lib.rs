@@ -22,6 +22,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod conform;
 pub mod daemon;
 pub mod driver;
 pub mod engine;

@@ -1,5 +1,6 @@
 //! People-facing tools: `roce-emu <command>`.
 
+pub mod conform;
 pub mod daemon;
 pub mod demo;
 pub mod dropin;
@@ -50,6 +51,9 @@ enum Command {
     /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault --socket PATH
     /// drop 5% in`.
     Fault(daemon::FaultArgs),
+    /// Play the conformance scripts of spec/ against roce-emu and other NICs' agents
+    /// (real rxe in the lab), packet by packet; print the matrix.
+    Conform(conform::Args),
 }
 
 /// The options of every command that opens a NIC.
@@ -155,5 +159,6 @@ pub fn main() -> i32 {
         Command::Daemon(args) => daemon::run(&args),
         Command::Counters(args) => daemon::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
+        Command::Conform(args) => conform::run(&args),
     }
 }

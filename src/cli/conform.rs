@@ -1,0 +1,133 @@
+//! `roce-emu conform`: plays the scripts of spec/ against targets and prints the matrix.
+
+use crate::conform::{self, report, TargetSpec};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// A target: `roce-emu` (this process, on loopback), or an agent as HOST:PORT or
+    /// LABEL=HOST:PORT (tools/conform/agent.c beside real rxe, say). Repeat for a column
+    /// each; default roce-emu.
+    #[arg(long = "target", value_name = "TARGET")]
+    targets: Vec<String>,
+    /// The peer's address for agent targets (one the target can reach; UDP 4791 on it
+    /// must be free).
+    #[arg(long = "peer-ip", value_name = "IP")]
+    peer_ip: Option<IpAddr>,
+    /// The in-process roce-emu target's address and its peer's.
+    #[arg(
+        long = "emu-ips",
+        value_name = "IP,IP",
+        default_value = "127.0.77.1,127.0.77.2"
+    )]
+    emu_ips: String,
+    /// Multiply every time bound of the scripts (a slow target: rxe in a TCG guest).
+    #[arg(long = "time-scale", value_name = "K", default_value_t = 1.0)]
+    time_scale: f64,
+    /// Also write the matrix as JSON here.
+    #[arg(long = "json", value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Serve the roce-emu agent on this TCP address instead (with --agent-ip), for a
+    /// runner elsewhere.
+    #[arg(long = "serve-agent", value_name = "ADDR:PORT")]
+    serve_agent: Option<String>,
+    /// The NIC address of the agent --serve-agent runs.
+    #[arg(long = "agent-ip", value_name = "IP")]
+    agent_ip: Option<IpAddr>,
+    /// Scripts, or folders of them (*.rc); default spec/.
+    paths: Vec<PathBuf>,
+}
+
+pub fn run(a: &Args) -> i32 {
+    match go(a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("roce-emu conform: {e}");
+            2
+        }
+    }
+}
+
+fn go(a: &Args) -> Result<i32, String> {
+    if let Some(addr) = &a.serve_agent {
+        let ip = a
+            .agent_ip
+            .ok_or("--serve-agent needs --agent-ip (the NIC's address)")?;
+        let l = std::net::TcpListener::bind(addr).map_err(|e| format!("{addr}: {e}"))?;
+        eprintln!("roce-emu conform: agent on {addr}, NIC on {ip}");
+        conform::emu_agent::serve(l, ip)?;
+        return Ok(0);
+    }
+    if !(a.time_scale > 0.0 && a.time_scale <= 1000.0) {
+        return Err(format!("--time-scale {}: from 0 to 1000", a.time_scale));
+    }
+    let paths = if a.paths.is_empty() {
+        vec![PathBuf::from("spec")]
+    } else {
+        a.paths.clone()
+    };
+    let scripts = conform::load(&paths).map_err(|errs| errs.join("\n"))?;
+    if scripts.is_empty() {
+        return Err(format!("no scripts (*.rc) in {paths:?}"));
+    }
+    let specs = targets(a)?;
+    let mut targets = Vec::new();
+    for s in &specs {
+        targets.push(conform::Target::open(s)?);
+    }
+    let labels: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
+    let mut rows = Vec::new();
+    for (n, s) in scripts.iter().enumerate() {
+        let results = targets
+            .iter_mut()
+            .map(|t| (t.label.clone(), t.play(s, n, a.time_scale)))
+            .collect();
+        let row = report::row(s, results);
+        tracing::info!(script = %s.name, marks = ?row.results.iter().map(|c| c.mark()).collect::<Vec<_>>());
+        rows.push(row);
+    }
+    print!("{}", report::text(&rows, &labels));
+    if let Some(j) = &a.json {
+        let body = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
+        std::fs::write(j, body).map_err(|e| format!("{}: {e}", j.display()))?;
+    }
+    let ok = rows
+        .iter()
+        .all(|r| r.results.iter().all(|c| c.acceptable()));
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn targets(a: &Args) -> Result<Vec<TargetSpec>, String> {
+    let (ip, peer_ip) = a
+        .emu_ips
+        .split_once(',')
+        .and_then(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?)))
+        .ok_or_else(|| format!("--emu-ips {}: two addresses, IP,IP", a.emu_ips))?;
+    let list = if a.targets.is_empty() {
+        vec!["roce-emu".to_string()]
+    } else {
+        a.targets.clone()
+    };
+    list.iter()
+        .map(|t| {
+            if t == "roce-emu" {
+                return Ok(TargetSpec::Emu { ip, peer_ip });
+            }
+            let (label, addr) = match t.split_once('=') {
+                Some((l, ad)) => (Some(l.to_string()), ad.to_string()),
+                None => (None, t.clone()),
+            };
+            let peer_ip = a.peer_ip.ok_or_else(|| {
+                format!(
+                    "--target {t} needs --peer-ip (the peer's address, reachable from the target)"
+                )
+            })?;
+            Ok(TargetSpec::Remote {
+                label,
+                addr,
+                peer_ip,
+            })
+        })
+        .collect()
+}

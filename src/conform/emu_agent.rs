@@ -1,0 +1,512 @@
+//! The roce-emu agent: the agent protocol (spec/FORMAT.md) served over the verbs layer, in
+//! the runner's process (`--target roce-emu`) or on its own (`roce-emu conform --agent`).
+
+use super::agent::Reply;
+use super::value::{to_hex, ByteSpec, Num};
+use crate::verbs::{
+    Access, Completion, Context, Device, Local, MemoryRegion, Mtu, Pd, Psn, QpAttr, QpCap, QpInit,
+    QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, TcpListener};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest request line: anything longer is refused unread.
+const MAX_LINE: usize = 4096;
+/// The largest region a script may register.
+const MAX_MR: u64 = 16 << 20;
+/// Regions are placed at these iovas, one slot apart, like a program's heap addresses.
+const IOVA_BASE: u64 = 0x7f00_0000_0000;
+const IOVA_STRIDE: u64 = 1 << 32;
+
+/// Serves connections on `listener`, one at a time, with a NIC on `ip`.
+pub fn serve(listener: TcpListener, ip: IpAddr) -> Result<(), String> {
+    let mut dev = Device::new(ip);
+    // A port of its own: the peer's packets come to this address alone.
+    dev.share = false;
+    let ctx = dev
+        .open()
+        .map_err(|e| format!("cannot open a NIC on {ip}: {e}"))?;
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let _ = conn.set_nodelay(true);
+        let mut st = State::new(&ctx);
+        let Ok(w) = conn.try_clone() else { continue };
+        let mut w = std::io::BufWriter::new(w);
+        let mut r = std::io::Read::take(BufReader::new(conn), u64::MAX);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            r.set_limit(MAX_LINE as u64);
+            match r.read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) if !line.ends_with('\n') => {
+                    let _ = writeln!(w, "err request line longer than {MAX_LINE} bytes");
+                    break;
+                }
+                Ok(_) => {}
+            }
+            let reply = st.handle(line.trim());
+            if writeln!(w, "{}", render(&reply))
+                .and_then(|_| w.flush())
+                .is_err()
+            {
+                break;
+            }
+        }
+        st.reset();
+    }
+    Ok(())
+}
+
+fn render(r: &Reply) -> String {
+    match r {
+        Reply::Ok(kv) => {
+            let mut s = String::from("ok");
+            for (k, v) in kv {
+                s.push(' ');
+                s.push_str(k);
+                if !v.is_empty() {
+                    s.push('=');
+                    s.push_str(v);
+                }
+            }
+            s
+        }
+        Reply::Err(e) => format!("err {e}"),
+        Reply::Unsupported(e) => format!("unsupported {e}"),
+    }
+}
+
+struct Mr {
+    mr: Arc<MemoryRegion>,
+}
+
+struct State<'a> {
+    ctx: &'a Context,
+    pd: Option<Pd>,
+    cq: Option<u32>,
+    qpn: Option<u32>,
+    mrs: HashMap<String, Mr>,
+}
+
+fn ok(kv: &[(&str, String)]) -> Reply {
+    Reply::Ok(kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect())
+}
+
+type R = Result<Reply, String>;
+
+impl<'a> State<'a> {
+    fn new(ctx: &'a Context) -> State<'a> {
+        State {
+            ctx,
+            pd: None,
+            cq: None,
+            qpn: None,
+            mrs: HashMap::new(),
+        }
+    }
+
+    fn handle(&mut self, line: &str) -> Reply {
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or("");
+        let mut args = HashMap::new();
+        for w in words {
+            match w.split_once('=') {
+                Some((k, v)) => args.insert(k, v),
+                None => return Reply::Err(format!("{w:?} is not key=value")),
+            };
+        }
+        let a = A(args);
+        let r = match cmd {
+            "hello" => Ok(ok(&[
+                ("name", "roce-emu".into()),
+                ("ip", self.ctx.local_ip().to_string()),
+            ])),
+            "reset" => {
+                self.reset();
+                Ok(ok(&[]))
+            }
+            "mr" => self.mr(&a),
+            "qp" => self.qp(&a),
+            "modify" => self.modify(&a),
+            "post_recv" => self.post_recv(&a),
+            "post_send" => self.post_send(&a),
+            "poll" => self.poll(&a),
+            "state" => self.state(),
+            "read" => self.read(&a),
+            "" => Err("empty request".into()),
+            o => Err(format!("unknown request {o:?}")),
+        };
+        r.unwrap_or_else(Reply::Err)
+    }
+
+    fn pd(&mut self) -> Pd {
+        *self.pd.get_or_insert_with(|| self.ctx.alloc_pd())
+    }
+
+    fn reset(&mut self) {
+        if let Some(q) = self.qpn.take() {
+            let _ = self.ctx.destroy_qp(q);
+        }
+        if let Some(c) = self.cq.take() {
+            let _ = self.ctx.destroy_cq(c);
+        }
+        for (_, m) in self.mrs.drain() {
+            let _ = self.ctx.dereg_mr(m.mr.lkey());
+        }
+        if let Some(pd) = self.pd.take() {
+            let _ = self.ctx.dealloc_pd(pd);
+        }
+    }
+
+    fn mr(&mut self, a: &A) -> R {
+        let name = a.s("name")?;
+        if self.mrs.contains_key(name) {
+            return Err(format!("a region named {name} exists"));
+        }
+        let len = a.n("len")?;
+        if len == 0 || len > MAX_MR {
+            return Err(format!("len={len}: 1 to {MAX_MR}"));
+        }
+        let access = access(a.opt("access").unwrap_or(""))?;
+        let fill = ByteSpec::parse(a.opt("fill").unwrap_or("0"))?;
+        let iova = IOVA_BASE + IOVA_STRIDE * self.mrs.len() as u64;
+        let pd = self.pd();
+        let mr = self
+            .ctx
+            .reg_mr(pd, iova, len, access)
+            .map_err(|e| format!("reg_mr: {e}"))?;
+        mr.with_bytes_mut(|b| {
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = fill.at(i as u64);
+            }
+        });
+        let r = ok(&[
+            ("addr", format!("{iova:#x}")),
+            ("rkey", format!("{:#x}", mr.rkey().0)),
+            ("lkey", format!("{:#x}", mr.lkey().0)),
+        ]);
+        self.mrs.insert(name.to_string(), Mr { mr });
+        Ok(r)
+    }
+
+    fn qp(&mut self, a: &A) -> R {
+        if self.qpn.is_some() {
+            return Err("a QP exists: reset first".into());
+        }
+        let sq = a.n_or("sq", 64)? as usize;
+        let rq = a.n_or("rq", 64)? as usize;
+        let cq = self
+            .ctx
+            .create_cq(sq + rq, None)
+            .map_err(|e| format!("create_cq: {e}"))?;
+        self.cq = Some(cq);
+        let cap = QpCap {
+            max_send_wr: sq,
+            max_recv_wr: rq,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            max_inline_data: 256,
+        };
+        let pd = self.pd();
+        let qpn = self
+            .ctx
+            .create_qp(&QpInit::rc(pd, cq, cap))
+            .map_err(|e| format!("create_qp: {e}"))?;
+        self.qpn = Some(qpn);
+        let state = a.opt("state").unwrap_or("RTS");
+        let steps: &[QpState] = match state {
+            "RESET" => &[],
+            "INIT" => &[QpState::Init],
+            "RTR" => &[QpState::Init, QpState::Rtr],
+            "RTS" => &[QpState::Init, QpState::Rtr, QpState::Rts],
+            o => return Err(format!("state={o}: RESET INIT RTR or RTS")),
+        };
+        let mtu = Mtu::from_bytes(a.n_or("mtu", 1024)? as u32).ok_or("mtu: 256 to 4096")?;
+        let peer: IpAddr = a.s("peer_ip")?.parse().map_err(|_| "peer_ip: an address")?;
+        for s in steps {
+            let attr = match s {
+                QpState::Init => QpAttr::init(access(
+                    a.opt("access")
+                        .unwrap_or("remote_write,remote_read,remote_atomic"),
+                )?),
+                QpState::Rtr => QpAttr::rtr(
+                    peer,
+                    mtu,
+                    a.n("peer_qpn")? as u32,
+                    Psn::new(a.n_or("peer_psn", 0)? as u32),
+                    a.n_or("max_dest_rd_atomic", 4)? as u8,
+                    a.n_or("min_rnr_timer", 1)? as u8,
+                ),
+                _ => QpAttr::rts(
+                    Psn::new(a.n_or("psn", 0)? as u32),
+                    a.n_or("timeout", 14)? as u8,
+                    a.n_or("retry", 7)? as u8,
+                    a.n_or("rnr_retry", 7)? as u8,
+                    a.n_or("max_rd_atomic", 4)? as u8,
+                ),
+            };
+            self.ctx
+                .modify_qp(qpn, &attr)
+                .map_err(|e| format!("modify_qp to {s}: {e}"))?;
+        }
+        Ok(ok(&[("qpn", format!("{qpn:#x}"))]))
+    }
+
+    fn modify(&mut self, a: &A) -> R {
+        let qpn = self.qpn.ok_or("no QP yet")?;
+        let state = match a.s("state")? {
+            "RESET" => QpState::Reset,
+            "ERR" => QpState::Err,
+            "SQD" => QpState::Sqd,
+            "RTS" => QpState::Rts,
+            o => {
+                return Ok(Reply::Unsupported(format!(
+                    "modify to {o} without attributes"
+                )))
+            }
+        };
+        let attr = QpAttr {
+            state: Some(state),
+            ..Default::default()
+        };
+        self.ctx
+            .modify_qp(qpn, &attr)
+            .map_err(|e| format!("modify_qp: {e}"))?;
+        Ok(ok(&[]))
+    }
+
+    fn sges(&self, a: &A) -> Result<Vec<Sge>, String> {
+        let Some(list) = a.opt("sge") else {
+            return Ok(Vec::new());
+        };
+        list.split(',')
+            .map(|s| {
+                let mut p = s.split(':');
+                let (Some(name), Some(off), Some(len), None) =
+                    (p.next(), p.next(), p.next(), p.next())
+                else {
+                    return Err(format!("sge {s:?}: NAME:OFFSET:LENGTH"));
+                };
+                let m = self
+                    .mrs
+                    .get(name)
+                    .ok_or_else(|| format!("no region {name}"))?;
+                let off = Num::parse(off)?.0;
+                let len = u32::try_from(Num::parse(len)?.0).map_err(|_| "sge length: 32 bits")?;
+                Ok(Sge {
+                    addr: m.mr.iova().wrapping_add(off),
+                    length: len,
+                    lkey: m.mr.lkey(),
+                })
+            })
+            .collect()
+    }
+
+    fn post_recv(&mut self, a: &A) -> R {
+        let qpn = self.qpn.ok_or("no QP yet")?;
+        let sges = self.sges(a)?;
+        let wr = RecvWr {
+            wr_id: a.n_or("wr", 0)?,
+            sges: &sges,
+        };
+        self.ctx
+            .post_recv(qpn, &wr)
+            .map_err(|e| format!("post_recv: {e}"))?;
+        Ok(ok(&[]))
+    }
+
+    fn post_send(&mut self, a: &A) -> R {
+        let qpn = self.qpn.ok_or("no QP yet")?;
+        let sges = self.sges(a)?;
+        let remote = || -> Result<Remote, String> {
+            Ok(Remote {
+                va: a.n_or("va", 0)?,
+                rkey: a.n_or("rkey", 0)? as u32,
+            })
+        };
+        let op = match a.s("op")? {
+            "SEND" => SendOp::Send,
+            "SEND_IMM" => SendOp::SendWithImm {
+                imm: a.n_or("imm", 0)? as u32,
+            },
+            "SEND_INV" => SendOp::SendWithInv {
+                rkey: a.n_or("inv", 0)? as u32,
+            },
+            "WRITE" => SendOp::Write { remote: remote()? },
+            "WRITE_IMM" => SendOp::WriteWithImm {
+                remote: remote()?,
+                imm: a.n_or("imm", 0)? as u32,
+            },
+            "READ" => SendOp::Read { remote: remote()? },
+            "CMP_SWAP" => SendOp::CompareSwap {
+                remote: remote()?,
+                compare: a.n_or("compare", 0)?,
+                swap: a.n_or("swap", 0)?,
+            },
+            "FETCH_ADD" => SendOp::FetchAdd {
+                remote: remote()?,
+                add: a.n_or("add", 0)?,
+            },
+            o => return Ok(Reply::Unsupported(format!("op {o}"))),
+        };
+        let flags_s = a.opt("flags").unwrap_or("");
+        let has = |f: &str| flags_s.split(',').any(|x| x == f);
+        let flags = SendFlags {
+            signaled: has("signaled"),
+            fence: has("fence"),
+            solicited: has("solicited"),
+        };
+        let inline: Vec<u8>;
+        let local = if has("inline") {
+            let mut v = Vec::new();
+            for s in &sges {
+                let m = self
+                    .mrs
+                    .values()
+                    .find(|m| m.mr.lkey() == s.lkey)
+                    .ok_or("inline: no region")?;
+                let mut b = vec![0; s.length as usize];
+                m.mr.read(s.addr, &mut b)
+                    .map_err(|e| format!("inline: {e}"))?;
+                v.extend_from_slice(&b);
+            }
+            inline = v;
+            Local::Inline(&inline)
+        } else {
+            Local::Sges(&sges)
+        };
+        let wr = SendWr {
+            wr_id: a.n_or("wr", 0)?,
+            op,
+            local,
+            flags,
+        };
+        self.ctx
+            .post_send(qpn, &wr)
+            .map_err(|e| format!("post_send: {e}"))?;
+        Ok(ok(&[]))
+    }
+
+    fn poll(&mut self, a: &A) -> R {
+        let cq = self.cq.ok_or("no CQ yet")?;
+        let until = Instant::now() + Duration::from_millis(a.n_or("ms", 0)?.min(600_000));
+        let mut wc = [Completion::default()];
+        loop {
+            if self
+                .ctx
+                .poll_cq(cq, &mut wc)
+                .map_err(|e| format!("poll_cq: {e}"))?
+                == 1
+            {
+                let c = wc[0];
+                let mut kv = vec![
+                    ("wr", c.wr_id.to_string()),
+                    ("status", status_name(c.status).into()),
+                    ("op", op_name(c.opcode).into()),
+                    ("len", c.byte_len.to_string()),
+                ];
+                if let Some(i) = c.imm {
+                    kv.push(("imm", format!("{i:#x}")));
+                }
+                return Ok(ok(&kv));
+            }
+            if Instant::now() >= until {
+                return Ok(ok(&[("none", String::new())]));
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+
+    fn state(&self) -> R {
+        let qpn = self.qpn.ok_or("no QP yet")?;
+        self.ctx
+            .qp_state(qpn)
+            .map(|s| ok(&[("state", s.to_string())]))
+            .map_err(|e| format!("query_qp: {e}"))
+    }
+
+    fn read(&mut self, a: &A) -> R {
+        let m = self.mrs.get(a.s("name")?).ok_or("no such region")?;
+        let off = a.n("off")?;
+        let len = a.n("len")?;
+        if off.checked_add(len).is_none_or(|e| e > m.mr.length()) {
+            return Err(format!(
+                "{off}+{len} is past the region's {} bytes",
+                m.mr.length()
+            ));
+        }
+        let mut b = vec![0; len as usize];
+        m.mr.read(m.mr.iova() + off, &mut b)
+            .map_err(|e| format!("read: {e}"))?;
+        Ok(ok(&[("hex", to_hex(&b))]))
+    }
+}
+
+/// A request's `key=value` arguments.
+struct A<'a>(HashMap<&'a str, &'a str>);
+
+impl A<'_> {
+    fn opt(&self, k: &str) -> Option<&str> {
+        self.0.get(k).copied()
+    }
+    fn s(&self, k: &str) -> Result<&str, String> {
+        self.opt(k).ok_or_else(|| format!("missing {k}="))
+    }
+    fn n(&self, k: &str) -> Result<u64, String> {
+        Num::parse(self.s(k)?)
+            .map(|n| n.0)
+            .map_err(|e| format!("{k}: {e}"))
+    }
+    fn n_or(&self, k: &str, d: u64) -> Result<u64, String> {
+        match self.opt(k) {
+            Some(_) => self.n(k),
+            None => Ok(d),
+        }
+    }
+}
+
+fn access(list: &str) -> Result<Access, String> {
+    let mut a = Access::empty();
+    for f in list.split(',').filter(|s| !s.is_empty()) {
+        a = a.union(match f {
+            "local_write" => Access::LOCAL_WRITE,
+            "remote_write" => Access::REMOTE_WRITE,
+            "remote_read" => Access::REMOTE_READ,
+            "remote_atomic" => Access::REMOTE_ATOMIC,
+            o => return Err(format!("access flag {o:?}")),
+        });
+    }
+    Ok(a)
+}
+
+pub fn status_name(s: WcStatus) -> &'static str {
+    match s {
+        WcStatus::Success => "SUCCESS",
+        WcStatus::LocLenErr => "LOC_LEN_ERR",
+        WcStatus::LocQpOpErr => "LOC_QP_OP_ERR",
+        WcStatus::LocProtErr => "LOC_PROT_ERR",
+        WcStatus::WrFlushErr => "WR_FLUSH_ERR",
+        WcStatus::BadRespErr => "BAD_RESP_ERR",
+        WcStatus::RemInvReqErr => "REM_INV_REQ_ERR",
+        WcStatus::RemAccessErr => "REM_ACCESS_ERR",
+        WcStatus::RemOpErr => "REM_OP_ERR",
+        WcStatus::RetryExcErr => "RETRY_EXC_ERR",
+        WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+    }
+}
+
+pub fn op_name(o: WcOpcode) -> &'static str {
+    match o {
+        WcOpcode::Send => "SEND",
+        WcOpcode::RdmaWrite => "RDMA_WRITE",
+        WcOpcode::RdmaRead => "RDMA_READ",
+        WcOpcode::CompSwap => "COMP_SWAP",
+        WcOpcode::FetchAdd => "FETCH_ADD",
+        WcOpcode::Recv => "RECV",
+        WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+    }
+}

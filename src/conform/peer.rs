@@ -1,0 +1,121 @@
+//! The scripted peer's port: UDP 4791 on an address of its own, packets in and out one at
+//! a time (a script is a trace, not a stream), ICRCs computed and checked.
+
+use super::packet::Got;
+use crate::backend::udp::{wait_readable, RX_SLOT};
+use crate::backend::{Backend, Outgoing, Received};
+use crate::wire::icrc::{self, Ipv4IdSolver, PseudoHeaders};
+use crate::wire::ROCE_UDP_PORT;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+pub struct Peer {
+    udp: crate::backend::udp::UdpBackend,
+    pool: Vec<u8>,
+    queue: VecDeque<Got>,
+    solver: Ipv4IdSolver,
+}
+
+impl Peer {
+    pub fn bind(ip: IpAddr) -> Result<Peer, String> {
+        let mut udp = crate::backend::udp::UdpBackend::bind(ip).map_err(|e| e.to_string())?;
+        // One datagram per packet, exactly as the script wrote them.
+        udp.set_gso(false);
+        Ok(Peer {
+            udp,
+            pool: vec![0; RX_SLOT * 8],
+            queue: VecDeque::new(),
+            solver: Ipv4IdSolver::new(),
+        })
+    }
+
+    pub fn local(&self) -> SocketAddr {
+        Backend::local(&self.udp)
+    }
+
+    /// Sends `roce` (BTH through ICRC) to `to`:4791 with its ICRC filled in (inverted
+    /// when `bad_icrc`).
+    pub fn send(&mut self, to: IpAddr, mut roce: Vec<u8>, bad_icrc: bool) -> Result<(), String> {
+        let src = self.local();
+        let dst = SocketAddr::new(to, ROCE_UDP_PORT);
+        // The IPv4 identification is 0: the UDP backend sends with DF from an
+        // unconnected socket (see backend::udp).
+        let ph = PseudoHeaders::new(src, dst, 0, roce.len());
+        icrc::fill(ph.ip(), ph.udp(), &mut roce).map_err(|e| e.to_string())?;
+        if bad_icrc {
+            let n = roce.len();
+            for b in &mut roce[n - 4..] {
+                *b = !*b;
+            }
+        }
+        let len = roce.len();
+        if len > RX_SLOT {
+            return Err(format!("a {len}-byte packet is larger than a datagram"));
+        }
+        self.pool[..len].copy_from_slice(&roce);
+        let out = [Outgoing { src, dst, len }];
+        self.udp
+            .send_batch(&mut self.pool, RX_SLOT, &out)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The next packet before `deadline`, or `None`.
+    pub fn next(&mut self, deadline: Instant) -> Option<Got> {
+        loop {
+            self.pump();
+            if let Some(g) = self.queue.pop_front() {
+                return Some(g);
+            }
+            let left = deadline.checked_duration_since(Instant::now())?;
+            if left.is_zero() {
+                return None;
+            }
+            wait_readable(&[self.udp.rx_fd()], left.min(Duration::from_millis(50)));
+        }
+    }
+
+    /// Forgets what has arrived (between scripts).
+    pub fn drain(&mut self) {
+        self.pump();
+        self.queue.clear();
+    }
+
+    fn pump(&mut self) {
+        let mut rx = [Received {
+            src: self.local(),
+            dst: self.local(),
+            offset: 0,
+            len: 0,
+            segment: None,
+            ipv4_id: None,
+        }; 8];
+        loop {
+            let n = match self.udp.recv_batch(&mut self.pool, &mut rx) {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!("conform peer: {e}");
+                    0
+                }
+            };
+            if n == 0 {
+                return;
+            }
+            for r in &rx[..n] {
+                let data = &self.pool[r.offset..r.offset + r.len];
+                let seg = r.segment.unwrap_or(r.len).max(1);
+                for d in data.chunks(seg) {
+                    let ph = PseudoHeaders::new(r.src, r.dst, 0, d.len());
+                    let icrc_ok = match r.src.ip() {
+                        IpAddr::V4(_) => self.solver.solve(ph.ip(), ph.udp(), d).is_ok(),
+                        IpAddr::V6(_) => icrc::verify(ph.ip(), ph.udp(), d).is_ok(),
+                    };
+                    self.queue.push_back(Got {
+                        bytes: d.to_vec(),
+                        icrc_ok,
+                    });
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The result matrix: script × target, as a table and as JSON.
+
+use super::run::Outcome;
+use super::script::{Role, Script};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// One script's results, a column per target.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Row {
+    pub name: String,
+    pub title: String,
+    pub role: Role,
+    pub cites: Vec<String>,
+    pub results: Vec<Cell>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Cell {
+    pub target: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// The script's note for this target (a known deviation), if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Cell {
+    /// What the matrix prints.
+    pub fn mark(&self) -> &'static str {
+        match (&self.outcome, &self.note) {
+            (Outcome::Pass, _) => "pass",
+            (Outcome::Fail { .. }, Some(_)) => "deviates",
+            (Outcome::Fail { .. }, None) => "FAIL",
+            (Outcome::NotApplicable { .. }, _) => "n/a",
+            (Outcome::Error { .. }, _) => "ERROR",
+        }
+    }
+
+    /// Whether the run may still succeed: passed, not applicable, or a noted deviation.
+    pub fn acceptable(&self) -> bool {
+        matches!(
+            (&self.outcome, &self.note),
+            (Outcome::Pass, _)
+                | (Outcome::NotApplicable { .. }, _)
+                | (Outcome::Fail { .. }, Some(_))
+        )
+    }
+}
+
+pub fn row(s: &Script, results: Vec<(String, Outcome)>) -> Row {
+    Row {
+        name: s.name.clone(),
+        title: s.title.clone(),
+        role: s.role,
+        cites: s.cites.iter().map(|c| c.clause.clone()).collect(),
+        results: results
+            .into_iter()
+            .map(|(target, outcome)| Cell {
+                note: s.notes.get(&target).cloned(),
+                target,
+                outcome,
+            })
+            .collect(),
+    }
+}
+
+/// The table, the details of everything that did not pass, and the totals.
+pub fn text(rows: &[Row], targets: &[String]) -> String {
+    let mut o = String::new();
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
+    let _ = write!(o, "{:w$}  {:9}", "script", "role");
+    for t in targets {
+        let _ = write!(o, "  {t:>9}");
+    }
+    let _ = writeln!(o, "  cites");
+    for r in rows {
+        let role = match r.role {
+            Role::Responder => "responder",
+            Role::Requester => "requester",
+        };
+        let _ = write!(o, "{:w$}  {role:9}", r.name);
+        for c in &r.results {
+            let _ = write!(o, "  {:>9}", c.mark());
+        }
+        let _ = writeln!(o, "  {}", r.cites.join(" "));
+    }
+    for r in rows {
+        for c in &r.results {
+            let detail = match &c.outcome {
+                Outcome::Pass => {
+                    if let Some(n) = &c.note {
+                        let _ = writeln!(
+                            o,
+                            "\n{} on {}: passes, but the script notes a deviation: {n}",
+                            r.name, c.target
+                        );
+                    }
+                    continue;
+                }
+                Outcome::Fail {
+                    line,
+                    statement,
+                    why,
+                    got,
+                } => {
+                    let mut d = format!("line {line}: `{statement}`\n    {why}");
+                    for g in got {
+                        let _ = write!(d, "\n    got: {g}");
+                    }
+                    d
+                }
+                Outcome::NotApplicable { line, why } => {
+                    format!("line {line}: not applicable: {why}")
+                }
+                Outcome::Error { line, why } => format!("line {line}: error: {why}"),
+            };
+            let _ = writeln!(o, "\n{} on {} ({}): {detail}", r.name, c.target, c.mark());
+            if let (Outcome::Fail { .. }, Some(n)) = (&c.outcome, &c.note) {
+                let _ = writeln!(o, "    note: {n}");
+            }
+        }
+    }
+    let clauses: BTreeSet<&str> = rows
+        .iter()
+        .flat_map(|r| r.cites.iter().map(String::as_str))
+        .filter(|c| *c != "-")
+        .collect();
+    let _ = writeln!(
+        o,
+        "\nconform: {} scripts, {} compliance statements",
+        rows.len(),
+        clauses.len()
+    );
+    for (i, t) in targets.iter().enumerate() {
+        let count = |m: &str| rows.iter().filter(|r| r.results[i].mark() == m).count();
+        let _ = writeln!(
+            o,
+            "  {t}: {} pass, {} fail, {} deviate (noted), {} not applicable, {} error",
+            count("pass"),
+            count("FAIL"),
+            count("deviates"),
+            count("n/a"),
+            count("ERROR")
+        );
+    }
+    o
+}

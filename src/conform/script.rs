@@ -1,0 +1,698 @@
+//! The script format of `spec/FORMAT.md`: a line-oriented text a person writes, parsed into
+//! [`Script`]. Hand-written rather than TOML or YAML because a conformance case reads as a
+//! packet trace (`send SEND_ONLY psn=5 ackreq len=64`), one line per packet, which those
+//! formats would turn into nested tables; the grammar is a dozen keywords of `key=value`s.
+//!
+//! A script is a user's input: every mistake is a [`ScriptError`] naming the line, the key
+//! and what would be accepted.
+
+use super::value::{ByteSpec, Num, Payload, Ref};
+use crate::wire::Opcode;
+use std::collections::BTreeMap;
+
+/// One script, as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Script {
+    /// The file name without `.rc` (or what the caller named it).
+    pub name: String,
+    pub title: String,
+    pub cites: Vec<Cite>,
+    pub role: Role,
+    /// Known deviations by target label (`note rxe "..."`).
+    pub notes: BTreeMap<String, String>,
+    pub steps: Vec<Step>,
+}
+
+/// A compliance statement and the section it is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cite {
+    /// `C9-104`, `o9-20`, or `-` for a section's unnumbered text.
+    pub clause: String,
+    pub section: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Responder,
+    Requester,
+}
+
+/// A statement with the line it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    pub line: usize,
+    pub text: String,
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Mr(MrSpec),
+    Qp(QpSpec),
+    PostRecv { wr: u64, sges: Vec<String> },
+    PostSend(SendWrSpec),
+    Modify { state: String },
+    Send(Fields),
+    Expect(Expect),
+    Wait { ms: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MrSpec {
+    pub name: String,
+    pub len: u64,
+    pub access: String,
+    pub fill: ByteSpec,
+}
+
+/// The QP's attributes, each the agent's key and its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QpSpec {
+    pub attrs: Vec<(&'static str, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendWrSpec {
+    pub wr: u64,
+    pub op: String,
+    pub sges: Vec<String>,
+    /// `va`, `rkey`, `imm`, `inv`, `compare`, `swap`, `add`: references resolved when run.
+    pub values: Vec<(&'static str, Ref)>,
+    pub flags: Vec<&'static str>,
+}
+
+/// The fields of a packet: what `send` builds, or what `expect` checks (only those given).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Fields {
+    pub opcode: Option<Opcode>,
+    pub psn: Option<u32>,
+    pub ackreq: Option<bool>,
+    pub se: Option<bool>,
+    pub migreq: Option<bool>,
+    pub pad: Option<u8>,
+    pub pkey: Option<u16>,
+    pub tver: Option<u8>,
+    pub qpn: Option<u32>,
+    pub va: Option<Ref>,
+    pub rkey: Option<Ref>,
+    pub dmalen: Option<u32>,
+    pub compare: Option<u64>,
+    pub swap: Option<u64>,
+    pub add: Option<u64>,
+    pub syndrome: Option<SyndromeSpec>,
+    pub msn: Option<u32>,
+    pub orig: Option<u64>,
+    pub imm: Option<u32>,
+    pub inv: Option<Ref>,
+    pub payload: Option<Payload>,
+    pub bad_icrc: bool,
+}
+
+/// An AETH syndrome as a script names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyndromeSpec {
+    Ack,
+    /// `rnr` (any timer) or `rnr:T`.
+    Rnr(Option<u8>),
+    /// `nak` (any code) or `nak:seq` ... (the 5-bit NAK code).
+    Nak(Option<u8>),
+    Raw(u8),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expect {
+    Packet {
+        fields: Fields,
+        within: Option<u64>,
+        skip_acks: bool,
+    },
+    Silence {
+        within: Option<u64>,
+    },
+    Completion {
+        wr: Option<u64>,
+        status: Option<String>,
+        op: Option<String>,
+        len: Option<u64>,
+        imm: Option<u64>,
+        within: Option<u64>,
+    },
+    NoCompletion {
+        within: Option<u64>,
+    },
+    State(String),
+    Memory {
+        mr: String,
+        off: u64,
+        bytes: Payload,
+    },
+}
+
+/// What is wrong with a script, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {what}")]
+pub struct ScriptError {
+    pub file: String,
+    pub line: usize,
+    pub what: String,
+}
+
+pub const STATES: &[&str] = &["RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"];
+pub const SEND_OPS: &[&str] = &[
+    "SEND",
+    "SEND_IMM",
+    "SEND_INV",
+    "WRITE",
+    "WRITE_IMM",
+    "READ",
+    "CMP_SWAP",
+    "FETCH_ADD",
+];
+pub const WC_STATUSES: &[&str] = &[
+    "SUCCESS",
+    "LOC_LEN_ERR",
+    "LOC_QP_OP_ERR",
+    "LOC_PROT_ERR",
+    "WR_FLUSH_ERR",
+    "BAD_RESP_ERR",
+    "REM_INV_REQ_ERR",
+    "REM_ACCESS_ERR",
+    "REM_OP_ERR",
+    "RETRY_EXC_ERR",
+    "RNR_RETRY_EXC_ERR",
+    "LOC_ACCESS_ERR",
+    "REM_ABORT_ERR",
+    "GENERAL_ERR",
+    "FATAL_ERR",
+];
+pub const WC_OPS: &[&str] = &[
+    "SEND",
+    "RDMA_WRITE",
+    "RDMA_READ",
+    "COMP_SWAP",
+    "FETCH_ADD",
+    "RECV",
+    "RECV_RDMA_WITH_IMM",
+];
+const ACCESS: &[&str] = &[
+    "local_write",
+    "remote_write",
+    "remote_read",
+    "remote_atomic",
+];
+/// The `qp` keys and the agent's names for them.
+const QP_KEYS: &[&str] = &[
+    "mtu",
+    "psn",
+    "peer_psn",
+    "access",
+    "max_rd_atomic",
+    "max_dest_rd_atomic",
+    "timeout",
+    "retry",
+    "rnr_retry",
+    "min_rnr_timer",
+    "sq",
+    "rq",
+    "state",
+];
+
+/// Parses `text` (from `file`, named `name` in reports).
+pub fn parse(file: &str, name: &str, text: &str) -> Result<Script, ScriptError> {
+    let mut s = Script {
+        name: name.to_string(),
+        title: String::new(),
+        cites: Vec::new(),
+        role: Role::Responder,
+        notes: BTreeMap::new(),
+        steps: Vec::new(),
+    };
+    let mut role = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line = i + 1;
+        let step = statement(raw, &mut s, &mut role).map_err(|what| ScriptError {
+            file: file.to_string(),
+            line,
+            what,
+        })?;
+        if let Some(action) = step {
+            s.steps.push(Step {
+                line,
+                text: raw.trim().to_string(),
+                action,
+            });
+        }
+    }
+    let err = |what: &str| ScriptError {
+        file: file.to_string(),
+        line: 0,
+        what: what.to_string(),
+    };
+    if s.title.is_empty() {
+        return Err(err("no title line"));
+    }
+    if s.cites.is_empty() {
+        return Err(err("no cite line: name the compliance statement checked"));
+    }
+    s.role = role.ok_or_else(|| err("no role line (responder or requester)"))?;
+    if !s.steps.iter().any(|s| matches!(s.action, Action::Qp(_))) {
+        return Err(err("no qp line"));
+    }
+    Ok(s)
+}
+
+/// One line: header lines fill `s` and give no step.
+fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Option<Action>, String> {
+    let toks = tokenize(raw)?;
+    let Some((kw, rest)) = toks.split_first() else {
+        return Ok(None);
+    };
+    let mut a = Args::new(rest);
+    let action =
+        match kw.as_str() {
+            "title" => {
+                s.title = a.text("the title")?.to_string();
+                None
+            }
+            "cite" => {
+                let clause = a.word("a compliance statement (C9-nn, o9-nn or -)")?;
+                let section = a.text("the IBA section, quoted")?;
+                s.cites.push(Cite {
+                    clause: clause.to_string(),
+                    section: section.to_string(),
+                });
+                None
+            }
+            "role" => {
+                *role = Some(match a.word("responder or requester")? {
+                    "responder" => Role::Responder,
+                    "requester" => Role::Requester,
+                    o => return Err(format!("role {o:?}: responder or requester")),
+                });
+                None
+            }
+            "note" => {
+                let target = a.word("a target label (rxe, roce-emu)")?.to_string();
+                let text = a.text("the note, quoted")?;
+                s.notes.insert(target, text.to_string());
+                None
+            }
+            "mr" => Some(Action::Mr(MrSpec {
+                name: a.word("the region's name")?.to_string(),
+                len: a.num("len")?.ok_or_else(|| "mr needs len=".to_string())?,
+                access: a.list("access", ACCESS)?.unwrap_or_default(),
+                fill: a.byte_spec("fill")?.unwrap_or(ByteSpec::Byte(0)),
+            })),
+            "qp" => {
+                let mut attrs = Vec::new();
+                for &k in QP_KEYS {
+                    let v = match k {
+                        "access" => a.list(k, &ACCESS[1..])?,
+                        "state" => a.choice(k, &STATES[..4])?.map(str::to_string),
+                        _ => a.num(k)?.map(|n| n.to_string()),
+                    };
+                    if let Some(v) = v {
+                        attrs.push((k, v));
+                    }
+                }
+                Some(Action::Qp(QpSpec { attrs }))
+            }
+            "post" => match a.word("recv or send")? {
+                "recv" => Some(Action::PostRecv {
+                    wr: a.num("wr")?.unwrap_or(0),
+                    sges: a.all("sge"),
+                }),
+                "send" => {
+                    let wr = a.num("wr")?.unwrap_or(0);
+                    let op = a
+                        .choice("op", SEND_OPS)?
+                        .ok_or_else(|| format!("post send needs op= ({})", SEND_OPS.join(" ")))?
+                        .to_string();
+                    let sges = a.all("sge");
+                    let mut values = Vec::new();
+                    for k in ["va", "rkey", "imm", "inv", "compare", "swap", "add"] {
+                        if let Some(v) = a.reference(k)? {
+                            values.push((k, v));
+                        }
+                    }
+                    let mut flags = vec![];
+                    if !a.flag("unsignaled") {
+                        flags.push("signaled");
+                    }
+                    for f in ["solicited", "fence", "inline"] {
+                        if a.flag(f) {
+                            flags.push(f);
+                        }
+                    }
+                    Some(Action::PostSend(SendWrSpec {
+                        wr,
+                        op,
+                        sges,
+                        values,
+                        flags,
+                    }))
+                }
+                o => return Err(format!("post {o:?}: post recv or post send")),
+            },
+            "modify" => Some(Action::Modify {
+                state: a
+                    .choice("state", STATES)?
+                    .ok_or_else(|| "modify needs state=".to_string())?
+                    .to_string(),
+            }),
+            "send" => {
+                let f = a.fields(true)?;
+                if f.psn.is_none() {
+                    return Err("send needs psn=".into());
+                }
+                Some(Action::Send(f))
+            }
+            "expect" => Some(Action::Expect(expect(&mut a)?)),
+            "wait" => Some(Action::Wait {
+                ms: a
+                    .word("milliseconds")?
+                    .parse()
+                    .map_err(|_| "wait takes milliseconds".to_string())?,
+            }),
+            o => return Err(format!(
+                "unknown statement {o:?}: title cite role note mr qp post modify send expect wait"
+            )),
+        };
+    a.finish(kw)?;
+    Ok(action)
+}
+
+fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
+    let within = a.num("within")?;
+    let what = a.word("an opcode, silence, completion, no_completion, state or memory")?;
+    Ok(match what {
+        "silence" => Expect::Silence { within },
+        "no_completion" => Expect::NoCompletion { within },
+        "completion" => Expect::Completion {
+            wr: a.num("wr")?,
+            status: a.choice("status", WC_STATUSES)?.map(str::to_string),
+            op: a.choice("op", WC_OPS)?.map(str::to_string),
+            len: a.num("len")?,
+            imm: a.num("imm")?,
+            within,
+        },
+        "state" => Expect::State(
+            a.word_in(STATES)
+                .ok_or_else(|| format!("expect state needs one of {}", STATES.join(" ")))?
+                .to_string(),
+        ),
+        "memory" => {
+            let mr = a.word("the region's name")?.to_string();
+            let off = a.num("off")?.unwrap_or(0);
+            let bytes = a
+                .payload()?
+                .ok_or("expect memory needs len= with fill=, or data=")?;
+            Expect::Memory { mr, off, bytes }
+        }
+        op => {
+            a.push_back(op);
+            let skip_acks = a.flag("skip_acks");
+            Expect::Packet {
+                fields: a.fields(false)?,
+                within,
+                skip_acks,
+            }
+        }
+    })
+}
+
+/// Splits a line into words; a quoted string (`"..."`, no escapes) is one word. A `#`
+/// outside quotes ends the line.
+fn tokenize(line: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            '#' if !quoted => break,
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    out.push(std::mem::take(&mut cur));
+                    any = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                any = true;
+            }
+        }
+    }
+    if quoted {
+        return Err("unterminated quote".into());
+    }
+    if any {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// The arguments of one statement: bare words in order and `key=value` pairs, each taken
+/// at most once; `finish` refuses what no one took.
+struct Args<'a> {
+    words: Vec<&'a str>,
+    pairs: Vec<(&'a str, &'a str, bool)>,
+}
+
+impl<'a> Args<'a> {
+    fn new(toks: &'a [String]) -> Args<'a> {
+        let mut words = Vec::new();
+        let mut pairs = Vec::new();
+        for t in toks {
+            match t.split_once('=') {
+                Some((k, v)) if !k.is_empty() && !k.contains(' ') => pairs.push((k, v, false)),
+                _ => words.push(t.as_str()),
+            }
+        }
+        words.reverse();
+        Args { words, pairs }
+    }
+
+    fn push_back(&mut self, w: &'a str) {
+        self.words.push(w);
+    }
+
+    fn word(&mut self, what: &str) -> Result<&'a str, String> {
+        self.words.pop().ok_or_else(|| format!("missing {what}"))
+    }
+
+    fn text(&mut self, what: &str) -> Result<&'a str, String> {
+        self.word(what)
+    }
+
+    fn word_in(&mut self, set: &[&str]) -> Option<&'a str> {
+        let w = *self.words.last()?;
+        set.contains(&w).then(|| self.words.pop()).flatten()
+    }
+
+    fn flag(&mut self, f: &str) -> bool {
+        match self.words.iter().position(|w| *w == f) {
+            Some(i) => {
+                self.words.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn take(&mut self, key: &str) -> Result<Option<&'a str>, String> {
+        let mut found = None;
+        for (k, v, used) in &mut self.pairs {
+            if *k == key {
+                if found.is_some() {
+                    return Err(format!("{key}= given twice"));
+                }
+                *used = true;
+                found = Some(*v);
+            }
+        }
+        Ok(found)
+    }
+
+    fn all(&mut self, key: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (k, v, used) in &mut self.pairs {
+            if *k == key {
+                *used = true;
+                out.push(v.to_string());
+            }
+        }
+        out
+    }
+
+    fn num(&mut self, key: &str) -> Result<Option<u64>, String> {
+        self.take(key)?
+            .map(|v| {
+                Num::parse(v)
+                    .map(|n| n.0)
+                    .map_err(|e| format!("{key}={v}: {e}"))
+            })
+            .transpose()
+    }
+
+    fn num_as<T: TryFrom<u64>>(&mut self, key: &str, max: u64) -> Result<Option<T>, String> {
+        match self.num(key)? {
+            None => Ok(None),
+            Some(n) if n <= max => Ok(T::try_from(n).ok()),
+            Some(n) => Err(format!("{key}={n:#x}: at most {max:#x}")),
+        }
+    }
+
+    fn reference(&mut self, key: &str) -> Result<Option<Ref>, String> {
+        self.take(key)?
+            .map(|v| Ref::parse(v).map_err(|e| format!("{key}={v}: {e}")))
+            .transpose()
+    }
+
+    fn choice(&mut self, key: &str, set: &[&'static str]) -> Result<Option<&'static str>, String> {
+        match self.take(key)? {
+            None => Ok(None),
+            Some(v) => set
+                .iter()
+                .find(|s| s.eq_ignore_ascii_case(v))
+                .map(|s| Some(*s))
+                .ok_or_else(|| format!("{key}={v}: one of {}", set.join(" "))),
+        }
+    }
+
+    fn list(&mut self, key: &str, set: &[&str]) -> Result<Option<String>, String> {
+        let Some(v) = self.take(key)? else {
+            return Ok(None);
+        };
+        for item in v.split(',').filter(|s| !s.is_empty()) {
+            if !set.contains(&item) {
+                return Err(format!("{key}: {item:?} is not one of {}", set.join(",")));
+            }
+        }
+        Ok(Some(v.to_string()))
+    }
+
+    fn byte_spec(&mut self, key: &str) -> Result<Option<ByteSpec>, String> {
+        self.take(key)?
+            .map(|v| ByteSpec::parse(v).map_err(|e| format!("{key}={v}: {e}")))
+            .transpose()
+    }
+
+    /// `len=` with `fill=`, or `data=`.
+    fn payload(&mut self) -> Result<Option<Payload>, String> {
+        let len = self.num("len")?;
+        let fill = self.byte_spec("fill")?;
+        let data = self.take("data")?;
+        Payload::from_parts(len, fill, data)
+    }
+
+    fn fields(&mut self, sending: bool) -> Result<Fields, String> {
+        let mut f = Fields::default();
+        if let Some(v) = self.take("opcode")? {
+            f.opcode = Some(Opcode(
+                u8::try_from(Num::parse(v)?.0).map_err(|_| format!("opcode={v}: one byte"))?,
+            ));
+        } else {
+            let name = self.word("an opcode (SEND_ONLY, ACKNOWLEDGE, ...)")?;
+            f.opcode = Some(opcode_by_name(name)?);
+        }
+        f.psn = self.num_as("psn", 0xff_ffff)?;
+        for (name, slot) in [
+            ("ackreq", &mut f.ackreq),
+            ("se", &mut f.se),
+            ("migreq", &mut f.migreq),
+        ] {
+            if self.flag(name) {
+                *slot = Some(true);
+            } else if self.flag(&format!("no_{name}")) {
+                *slot = Some(false);
+            }
+        }
+        f.pad = self.num_as("pad", 3)?;
+        f.pkey = self.num_as("pkey", 0xffff)?;
+        f.tver = self.num_as("tver", 15)?;
+        f.qpn = self.num_as("qpn", 0xff_ffff)?;
+        f.va = self.reference("va")?;
+        f.rkey = self.reference("rkey")?;
+        f.dmalen = self.num_as("dmalen", u64::from(u32::MAX))?;
+        f.compare = self.num("compare")?;
+        f.swap = self.num("swap")?;
+        f.add = self.num("add")?;
+        f.syndrome = self
+            .take("syndrome")?
+            .map(|v| syndrome(v, sending))
+            .transpose()?;
+        f.msn = self.num_as("msn", 0xff_ffff)?;
+        f.orig = self.num("orig")?;
+        f.imm = self.num_as("imm", u64::from(u32::MAX))?;
+        f.inv = self.reference("inv")?;
+        f.payload = self.payload()?;
+        f.bad_icrc = match self.take("icrc")? {
+            None | Some("good") => false,
+            Some("bad") if sending => true,
+            Some(v) => return Err(format!("icrc={v}: only `send ... icrc=bad`")),
+        };
+        Ok(f)
+    }
+
+    fn finish(self, kw: &str) -> Result<(), String> {
+        if let Some(w) = self.words.last() {
+            return Err(format!("{kw}: unexpected {w:?}"));
+        }
+        if let Some((k, _, _)) = self.pairs.iter().find(|p| !p.2) {
+            return Err(format!("{kw}: unknown key {k}="));
+        }
+        Ok(())
+    }
+}
+
+/// An RC opcode by the wire layer's name, with or without `RC_`.
+pub fn opcode_by_name(name: &str) -> Result<Opcode, String> {
+    let want = name.to_ascii_uppercase();
+    let want = want.strip_prefix("RC_").unwrap_or(&want);
+    (0..=0x1fu8)
+        .map(Opcode)
+        .find(|op| op.info().is_some_and(|i| &i.name[3..] == want))
+        .ok_or_else(|| {
+            format!("{name:?} is not an RC opcode name (IBA table 38): use opcode=0xNN for others")
+        })
+}
+
+fn syndrome(v: &str, sending: bool) -> Result<SyndromeSpec, String> {
+    const NAKS: &[(&str, u8)] = &[
+        ("seq", 0),
+        ("inv", 1),
+        ("rae", 2),
+        ("rop", 3),
+        ("inv_rd", 4),
+    ];
+    let (kind, arg) = match v.split_once(':') {
+        Some((k, a)) => (k, Some(a)),
+        None => (v, None),
+    };
+    let bad = || format!("syndrome={v}: ack, rnr:TIMER, nak:seq|inv|rae|rop|inv_rd or raw:0xNN");
+    let s = match (kind, arg) {
+        ("ack", None) => SyndromeSpec::Ack,
+        ("rnr", None) if !sending => SyndromeSpec::Rnr(None),
+        ("rnr", Some(t)) => SyndromeSpec::Rnr(Some(
+            Num::parse(t)?
+                .0
+                .try_into()
+                .ok()
+                .filter(|t| *t < 32)
+                .ok_or_else(bad)?,
+        )),
+        ("nak", None) if !sending => SyndromeSpec::Nak(None),
+        ("nak", Some(c)) => {
+            SyndromeSpec::Nak(Some(NAKS.iter().find(|n| n.0 == c).ok_or_else(bad)?.1))
+        }
+        ("raw", Some(r)) => SyndromeSpec::Raw(Num::parse(r)?.0.try_into().map_err(|_| bad())?),
+        _ => return Err(bad()),
+    };
+    Ok(s)
+}
