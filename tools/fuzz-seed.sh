@@ -14,7 +14,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -77,7 +77,7 @@ def udp_payload(f):
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "share_proto": 0, "iface_rx": 0,
-     "ring_consume": 0}
+     "ring_consume": 0, "conform_peer": 0}
 
 def iface_header(f):
     """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
@@ -144,6 +144,8 @@ for path in files:
         p = udp_payload(f)
         if p is not None:
             n["roce_parse"] += save("roce_parse", p)
+            # conform_peer: what a target sends the conformance peer, BTH through ICRC.
+            n["conform_peer"] += save("conform_peer", p)
             records += struct.pack("<HB", len(p), len(records) & 1) + p
     if records:
         n["engine_rx"] += save("engine_rx", records[:16384])

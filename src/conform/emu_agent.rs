@@ -10,6 +10,7 @@ use crate::verbs::{
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,18 +18,23 @@ use std::time::{Duration, Instant};
 const MAX_LINE: usize = 4096;
 /// The largest region a script may register.
 const MAX_MR: u64 = 16 << 20;
+/// The deepest queue a script may ask for.
+const MAX_WR: u64 = 4096;
 /// Regions are placed at these iovas, one slot apart, like a program's heap addresses.
 const IOVA_BASE: u64 = 0x7f00_0000_0000;
 const IOVA_STRIDE: u64 = 1 << 32;
 
-/// Serves connections on `listener`, one at a time, with a NIC on `ip`.
-pub fn serve(listener: TcpListener, ip: IpAddr) -> Result<(), String> {
+/// Serves connections on `listener`, one at a time, with a NIC on `ip`, or attached to the
+/// daemon listening on `daemon`.
+pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Result<(), String> {
     let mut dev = Device::new(ip);
     // A port of its own: the peer's packets come to this address alone.
     dev.share = false;
-    let ctx = dev
-        .open()
-        .map_err(|e| format!("cannot open a NIC on {ip}: {e}"))?;
+    dev.daemon = daemon;
+    let ctx = dev.open().map_err(|e| match &dev.daemon {
+        Some(d) => format!("cannot attach to the daemon at {}: {e}", d.display()),
+        None => format!("cannot open a NIC on {ip}: {e}"),
+    })?;
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
@@ -197,8 +203,12 @@ impl<'a> State<'a> {
         if self.qpn.is_some() {
             return Err("a QP exists: reset first".into());
         }
-        let sq = a.n_or("sq", 64)? as usize;
-        let rq = a.n_or("rq", 64)? as usize;
+        let sq = a.n_or("sq", 64)?;
+        let rq = a.n_or("rq", 64)?;
+        if !(1..=MAX_WR).contains(&sq) || !(1..=MAX_WR).contains(&rq) {
+            return Err(format!("sq={sq} rq={rq}: 1 to {MAX_WR} each"));
+        }
+        let (sq, rq) = (sq as usize, rq as usize);
         let cq = self
             .ctx
             .create_cq(sq + rq, None)
@@ -238,15 +248,15 @@ impl<'a> State<'a> {
                     mtu,
                     a.n("peer_qpn")? as u32,
                     Psn::new(a.n_or("peer_psn", 0)? as u32),
-                    a.n_or("max_dest_rd_atomic", 4)? as u8,
-                    a.n_or("min_rnr_timer", 1)? as u8,
+                    a.u8_or("max_dest_rd_atomic", 4)?,
+                    a.u8_or("min_rnr_timer", 1)?,
                 ),
                 _ => QpAttr::rts(
                     Psn::new(a.n_or("psn", 0)? as u32),
-                    a.n_or("timeout", 14)? as u8,
-                    a.n_or("retry", 7)? as u8,
-                    a.n_or("rnr_retry", 7)? as u8,
-                    a.n_or("max_rd_atomic", 4)? as u8,
+                    a.u8_or("timeout", 14)?,
+                    a.u8_or("retry", 7)?,
+                    a.u8_or("rnr_retry", 7)?,
+                    a.u8_or("max_rd_atomic", 4)?,
                 ),
             };
             self.ctx
@@ -460,6 +470,10 @@ impl A<'_> {
         Num::parse(self.s(k)?)
             .map(|n| n.0)
             .map_err(|e| format!("{k}: {e}"))
+    }
+    fn u8_or(&self, k: &str, d: u8) -> Result<u8, String> {
+        let v = self.n_or(k, d.into())?;
+        u8::try_from(v).map_err(|_| format!("{k}={v}: at most 255"))
     }
     fn n_or(&self, k: &str, d: u64) -> Result<u64, String> {
         match self.opt(k) {

@@ -269,123 +269,129 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
         return Ok(None);
     };
     let mut a = Args::new(rest);
-    let action =
-        match kw.as_str() {
-            "title" => {
-                s.title = a.text("the title")?.to_string();
-                None
-            }
-            "cite" => {
-                let clause = a.word("a compliance statement (C9-nn, o9-nn or -)")?;
-                let section = a.text("the IBA section, quoted")?;
-                s.cites.push(Cite {
-                    clause: clause.to_string(),
-                    section: section.to_string(),
-                });
-                None
-            }
-            "role" => {
-                *role = Some(match a.word("responder or requester")? {
-                    "responder" => Role::Responder,
-                    "requester" => Role::Requester,
-                    o => return Err(format!("role {o:?}: responder or requester")),
-                });
-                None
-            }
-            "note" => {
-                let target = a.word("a target label (rxe, roce-emu)")?.to_string();
-                let text = a.text("the note, quoted")?;
-                s.notes.insert(target, text.to_string());
-                None
-            }
-            "mr" => Some(Action::Mr(MrSpec {
-                name: a.word("the region's name")?.to_string(),
-                len: a.num("len")?.ok_or_else(|| "mr needs len=".to_string())?,
-                access: a.list("access", ACCESS)?.unwrap_or_default(),
-                fill: a.byte_spec("fill")?.unwrap_or(ByteSpec::Byte(0)),
-            })),
-            "qp" => {
-                let mut attrs = Vec::new();
-                for &k in QP_KEYS {
-                    let v = match k {
-                        "access" => a.list(k, &ACCESS[1..])?,
-                        "state" => a.choice(k, &STATES[..4])?.map(str::to_string),
-                        _ => a.num(k)?.map(|n| n.to_string()),
-                    };
-                    if let Some(v) = v {
-                        attrs.push((k, v));
-                    }
+    let action = match kw.as_str() {
+        "title" => {
+            s.title = a.text("the title")?.to_string();
+            None
+        }
+        "cite" => {
+            let clause = a.word("a compliance statement (C9-nn, o9-nn or -)")?;
+            let section = a.text("the IBA section, quoted")?;
+            s.cites.push(Cite {
+                clause: clause.to_string(),
+                section: section.to_string(),
+            });
+            None
+        }
+        "role" => {
+            *role = Some(match a.word("responder or requester")? {
+                "responder" => Role::Responder,
+                "requester" => Role::Requester,
+                o => return Err(format!("role {o:?}: responder or requester")),
+            });
+            None
+        }
+        "note" => {
+            let target = a.word("a target label (rxe, roce-emu)")?.to_string();
+            let text = a.text("the note, quoted")?;
+            s.notes.insert(target, text.to_string());
+            None
+        }
+        "mr" => Some(Action::Mr(MrSpec {
+            name: a.word("the region's name")?.to_string(),
+            len: a.num("len")?.ok_or_else(|| "mr needs len=".to_string())?,
+            access: a.list("access", ACCESS)?.unwrap_or_default(),
+            fill: a.byte_spec("fill")?.unwrap_or(ByteSpec::Byte(0)),
+        })),
+        "qp" => {
+            let mut attrs = Vec::new();
+            for &k in QP_KEYS {
+                let v = match k {
+                    "access" => a.list(k, &ACCESS[1..])?,
+                    "state" => a.choice(k, &STATES[..4])?.map(str::to_string),
+                    _ => a.num(k)?.map(|n| n.to_string()),
+                };
+                if let Some(v) = v {
+                    attrs.push((k, v));
                 }
-                Some(Action::Qp(QpSpec { attrs }))
             }
-            "post" => match a.word("recv or send")? {
-                "recv" => Some(Action::PostRecv {
-                    wr: a.num("wr")?.unwrap_or(0),
-                    sges: a.all("sge"),
-                }),
-                "send" => {
-                    let wr = a.num("wr")?.unwrap_or(0);
-                    let op = a
-                        .choice("op", SEND_OPS)?
-                        .ok_or_else(|| format!("post send needs op= ({})", SEND_OPS.join(" ")))?
-                        .to_string();
-                    let sges = a.all("sge");
-                    let mut values = Vec::new();
-                    for k in ["va", "rkey", "imm", "inv", "compare", "swap", "add"] {
-                        if let Some(v) = a.reference(k)? {
-                            values.push((k, v));
-                        }
-                    }
-                    let mut flags = vec![];
-                    if !a.flag("unsignaled") {
-                        flags.push("signaled");
-                    }
-                    for f in ["solicited", "fence", "inline"] {
-                        if a.flag(f) {
-                            flags.push(f);
-                        }
-                    }
-                    Some(Action::PostSend(SendWrSpec {
-                        wr,
-                        op,
-                        sges,
-                        values,
-                        flags,
-                    }))
-                }
-                o => return Err(format!("post {o:?}: post recv or post send")),
-            },
-            "modify" => Some(Action::Modify {
-                state: a
-                    .choice("state", STATES)?
-                    .ok_or_else(|| "modify needs state=".to_string())?
-                    .to_string(),
+            Some(Action::Qp(QpSpec { attrs }))
+        }
+        "post" => match a.word("recv or send")? {
+            "recv" => Some(Action::PostRecv {
+                wr: a.num("wr")?.unwrap_or(0),
+                sges: a.all("sge"),
             }),
             "send" => {
-                let f = a.fields(true)?;
-                if f.psn.is_none() {
-                    return Err("send needs psn=".into());
+                let wr = a.num("wr")?.unwrap_or(0);
+                let op = a
+                    .choice("op", SEND_OPS)?
+                    .ok_or_else(|| format!("post send needs op= ({})", SEND_OPS.join(" ")))?
+                    .to_string();
+                let sges = a.all("sge");
+                let mut values = Vec::new();
+                for k in ["va", "rkey", "imm", "inv", "compare", "swap", "add"] {
+                    if let Some(v) = a.reference(k)? {
+                        values.push((k, v));
+                    }
                 }
-                Some(Action::Send(f))
+                let mut flags = vec![];
+                if !a.flag("unsignaled") {
+                    flags.push("signaled");
+                }
+                for f in ["solicited", "fence", "inline"] {
+                    if a.flag(f) {
+                        flags.push(f);
+                    }
+                }
+                Some(Action::PostSend(SendWrSpec {
+                    wr,
+                    op,
+                    sges,
+                    values,
+                    flags,
+                }))
             }
-            "expect" => Some(Action::Expect(expect(&mut a)?)),
-            "wait" => Some(Action::Wait {
-                ms: a
-                    .word("milliseconds")?
-                    .parse()
-                    .map_err(|_| "wait takes milliseconds".to_string())?,
-            }),
-            o => return Err(format!(
+            o => return Err(format!("post {o:?}: post recv or post send")),
+        },
+        "modify" => Some(Action::Modify {
+            state: a
+                .choice("state", STATES)?
+                .ok_or_else(|| "modify needs state=".to_string())?
+                .to_string(),
+        }),
+        "send" => {
+            let f = a.fields(true)?;
+            if f.psn.is_none() {
+                return Err("send needs psn=".into());
+            }
+            Some(Action::Send(f))
+        }
+        "expect" => Some(Action::Expect(expect(&mut a)?)),
+        "wait" => Some(Action::Wait {
+            ms: a
+                .word("milliseconds")?
+                .parse()
+                .map_err(|_| "wait takes milliseconds".to_string())?,
+        }),
+        o => {
+            return Err(format!(
                 "unknown statement {o:?}: title cite role note mr qp post modify send expect wait"
-            )),
-        };
+            ))
+        }
+    };
     a.finish(kw)?;
     Ok(action)
 }
 
 fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
     let within = a.num("within")?;
-    let what = a.word("an opcode, silence, completion, no_completion, state or memory")?;
+    // `expect opcode=0xNN ...` names the opcode by number, with no word first.
+    let what = if a.has("opcode") {
+        ""
+    } else {
+        a.word("an opcode, silence, completion, no_completion, state or memory")?
+    };
     Ok(match what {
         "silence" => Expect::Silence { within },
         "no_completion" => Expect::NoCompletion { within },
@@ -411,7 +417,9 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
             Expect::Memory { mr, off, bytes }
         }
         op => {
-            a.push_back(op);
+            if !op.is_empty() {
+                a.push_back(op);
+            }
             let skip_acks = a.flag("skip_acks");
             Expect::Packet {
                 fields: a.fields(false)?,
@@ -503,6 +511,10 @@ impl<'a> Args<'a> {
             }
             None => false,
         }
+    }
+
+    fn has(&self, key: &str) -> bool {
+        self.pairs.iter().any(|p| p.0 == key)
     }
 
     fn take(&mut self, key: &str) -> Result<Option<&'a str>, String> {

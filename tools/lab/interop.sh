@@ -7,6 +7,9 @@
 # tools/dropin/debian.sh fetches the programs into its cache). The daemon-* tests run the
 # same programs attached to a `roce-emu daemon` that owns its own L2 port on the lab bridge:
 # a TAP, or AF_PACKET on a veth.
+# conform-rxe runs the conformance scripts (spec/) against rxe: the agent
+# (tools/conform/agent.c, built by tools/conform/build-agent.sh) in guest 1, `roce-emu conform`
+# on the host side as the scripted peer; its matrix (matrix.txt, matrix.json) stays in OUT.
 # Every test keeps its capture (tcpdump on the bridge) and both sides' output in OUT; a failed
 # test prints them, the capture decoded by `roce-emu pcap`.
 #
@@ -24,7 +27,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --bin) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) FILTER=$1; shift ;;
   esac
 done
@@ -60,6 +63,13 @@ if want_any $DROPIN_TESTS; then
   DEBIAN=$("$root/tools/dropin/debian.sh") || { echo "FAIL: tools/dropin/debian.sh (Debian 12's RDMA packages)"; exit 1; }
   DEBIAN=$DEBIAN/tree
   [ -x "$DEBIAN/usr/bin/ibv_rc_pingpong" ] || { echo "FAIL: no ibv_rc_pingpong in $DEBIAN"; exit 1; }
+fi
+
+# The conformance agent for rxe: a plain libibverbs program built against Debian 12's
+# rdma-core (the guest's), copied into the guests' share by its test.
+AGENT=
+if want_any conform-rxe; then
+  AGENT=$("$root/tools/conform/build-agent.sh") || { echo "FAIL: tools/conform/build-agent.sh"; exit 1; }
 fi
 
 . "$here/lab.sh"
@@ -497,6 +507,41 @@ daemon_test() { # tap|afpacket pp|perf ARGS... (of dropin_pp / dropin_perf)
   [ $rc = 0 ] && [ $drc = 0 ]
 }
 
+# ---- conformance: the spec/ scripts against rxe ------------------------------------------
+# The agent listens on TCP 7471 in guest 1 (rxe0; its hello gives the IPv4 RoCE v2 GID's
+# address); `roce-emu conform` plays each script's peer from the bridge's address. rxe runs
+# under TCG here: every time bound is scaled by 5. The matrix (the runner's stdout) is
+# matrix.txt, also as matrix.json; the agent's output is guest.txt. The verdict is the
+# runner's: every script passed, or failed only where a `note rxe` line expects it. host.txt
+# has the command, the runner's stderr and its exit status. ROCE_CONFORM_SPEC names other
+# scripts (a file or a folder) instead of spec/.
+CONFORM_PORT=7471
+conform_rxe() {
+  local k rc w=0 flag=$LAB_RUN/g1/conform-listening
+  cp "$AGENT" "$LAB_RUN/conform-agent" || return 1
+  rm -f "$flag" "$LAB_RUN/g1/conform-agent.pid"
+  # The agent's first line on stdout says it listens; its PID is kept to stop it after.
+  k=$(g_start 1 "/lab/conform-agent -d rxe0 -p $CONFORM_PORT > /lab/g1/conform-agent.txt 2>&1 & p=\$!; echo \$p > /lab/g1/conform-agent.pid; i=0; while [ \$i -lt 300 ] && ! grep -q listening /lab/g1/conform-agent.txt 2>/dev/null; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/conform-listening; wait \$p" 3600)
+  until [ -f "$flag" ]; do sleep 0.1; w=$((w + 1)); [ $w -lt 400 ] || break; done
+  if ! grep -q listening "$LAB_RUN/g1/conform-agent.txt" 2>/dev/null; then
+    FIG="the agent did not start in guest 1"
+    rc=1
+  else
+    local args=(conform --target "rxe=$S1:$CONFORM_PORT" --peer-ip "$LAB_HOST4" --time-scale 5
+                --json "$T/matrix.json" "${ROCE_CONFORM_SPEC:-$root/spec/}")
+    echo "+ roce-emu ${args[*]}" > "$T/host.txt"
+    h timeout 3000 "$BIN" "${args[@]}" > "$T/matrix.txt" 2>> "$T/host.txt"
+    rc=$?
+    echo "+ exit status $rc (the matrix: matrix.txt)" >> "$T/host.txt"
+    FIG=$(grep -v '^[[:space:]]*$' "$T/matrix.txt" | tail -1 | sed 's/^ *//')
+    [ -n "$FIG" ] || FIG=$(grep -v '^+ ' "$T/host.txt" | tail -1)
+  fi
+  g_run 1 "kill \"\$(cat /lab/g1/conform-agent.pid)\"" > /dev/null 2>&1
+  g_wait 1 "$k" 30; g_out 1 "$k" > "$T/guest.txt"
+  cat "$LAB_RUN/g1/conform-agent.txt" >> "$T/guest.txt" 2>/dev/null
+  return $rc
+}
+
 # ---- the run ------------------------------------------------------------------------------
 t_boot=$(date +%s.%N)
 lab_up 2
@@ -559,6 +604,8 @@ run_test "rnr-emu-requester" rnr_emu_client
 run_test "rnr-rxe-requester" rnr_emu_server
 run_test "access-emu-requester" access_emu_requester
 run_test "access-rxe-requester" access_rxe_requester
+
+run_test "conform-rxe" conform_rxe
 
 echo
 echo "summary (rxe under TCG in qemu: the guest is the bottleneck; figures: roce-emu side's view)"

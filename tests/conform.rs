@@ -1,0 +1,160 @@
+//! The conformance runner against roce-emu in this process: every script in spec/ passes,
+//! and the runner fails what it should (a wrong expectation, a script error, a silent
+//! target), so a pass means something.
+
+mod common;
+
+use roce_emu::conform::{self, Outcome, Target, TargetSpec};
+use std::path::PathBuf;
+
+fn spec_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("spec")
+}
+
+fn target(last: u8) -> Target {
+    Target::open(&TargetSpec::Emu {
+        ip: [127, 0, 78, last].into(),
+        peer_ip: [127, 0, 78, last + 1].into(),
+        daemon: None,
+    })
+    .expect("in-process target")
+}
+
+fn play_all(t: &mut Target) {
+    let scripts = conform::load(&[spec_dir()]).unwrap_or_else(|e| panic!("{}", e.join("\n")));
+    assert!(!scripts.is_empty(), "no scripts in spec/");
+    let mut bad = Vec::new();
+    for (n, s) in scripts.iter().enumerate() {
+        let o = t.play(s, n, 1.0);
+        if o != Outcome::Pass && !matches!(o, Outcome::NotApplicable { .. }) {
+            bad.push(format!("{}: {o:?}", s.name));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} scripts did not pass on {}:\n{}",
+        bad.len(),
+        scripts.len(),
+        t.label,
+        bad.join("\n")
+    );
+}
+
+fn script(text: &str) -> conform::Script {
+    conform::parse("inline", "inline", text).expect("script parses")
+}
+
+#[test]
+fn every_spec_script_passes_on_roce_emu() {
+    let scripts = conform::load(&[spec_dir()]).unwrap_or_else(|e| panic!("{}", e.join("\n")));
+    assert!(!scripts.is_empty(), "no scripts in spec/");
+    let mut t = target(1);
+    let mut bad = Vec::new();
+    for (n, s) in scripts.iter().enumerate() {
+        let o = t.play(s, n, 1.0);
+        if o != Outcome::Pass && !matches!(o, Outcome::NotApplicable { .. }) {
+            bad.push(format!("{}: {o:?}", s.name));
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} scripts did not pass:\n{}",
+        bad.len(),
+        scripts.len(),
+        bad.join("\n")
+    );
+}
+
+const HEAD: &str = "title \"t\"\ncite C9-104 \"9.7.5.1.1\"\nrole responder\n";
+
+#[test]
+fn a_wrong_expectation_fails_with_the_packet_that_came() {
+    let s = script(&format!(
+        "{HEAD}mr buf len=4096 access=local_write\nqp peer_psn=10\npost recv wr=1 sge=buf:0:64\n\
+         send SEND_ONLY psn=10 ackreq len=8\nexpect ACKNOWLEDGE psn=11 syndrome=ack\n"
+    ));
+    let mut t = target(3);
+    match t.play(&s, 0, 1.0) {
+        Outcome::Fail { line, why, got, .. } => {
+            assert_eq!(line, 8);
+            assert!(why.contains("psn: expected 0xb, got 0xa"), "{why}");
+            assert_eq!(got.len(), 1);
+            assert!(got[0].contains("RC_ACKNOWLEDGE"), "{got:?}");
+        }
+        o => panic!("expected a failure, got {o:?}"),
+    }
+}
+
+#[test]
+fn silence_and_missing_completions_are_checked() {
+    // No receive posted: the SEND is answered (RNR NAK), so silence fails; with the
+    // right expectation there is no completion, and expecting one fails.
+    let s = script(&format!(
+        "{HEAD}qp peer_psn=0\nsend SEND_ONLY psn=0 len=4\nexpect silence within=200\n"
+    ));
+    let mut t = target(5);
+    assert!(matches!(t.play(&s, 0, 1.0), Outcome::Fail { .. }));
+    let s = script(&format!(
+        "{HEAD}qp peer_psn=0 min_rnr_timer=3\nsend SEND_ONLY psn=0 len=4\nexpect ACKNOWLEDGE psn=0 syndrome=rnr:3\n\
+         expect completion within=100\n"
+    ));
+    match t.play(&s, 1, 1.0) {
+        Outcome::Fail { why, .. } => assert!(why.contains("no completion"), "{why}"),
+        o => panic!("expected a failure, got {o:?}"),
+    }
+}
+
+#[test]
+fn a_bad_icrc_is_dropped_then_the_good_packet_is_taken() {
+    let s = script(&format!(
+        "{HEAD}mr buf len=64 access=local_write\nqp peer_psn=0x20\npost recv wr=9 sge=buf:0:64\n\
+         send SEND_ONLY psn=0x20 ackreq len=16 fill=0x55 icrc=bad\nexpect silence within=200\n\
+         send SEND_ONLY psn=0x20 ackreq len=16 fill=0x55\nexpect ACKNOWLEDGE psn=0x20 syndrome=ack\n\
+         expect completion wr=9 status=SUCCESS op=RECV len=16\nexpect memory buf len=16 fill=0x55\n"
+    ));
+    assert_eq!(target(7).play(&s, 0, 1.0), Outcome::Pass);
+}
+
+#[test]
+fn script_errors_name_the_line_and_the_fix() {
+    let cases = [
+        ("send SEND_ONLY len=4\n", "send needs psn="),
+        ("send SENDONLY psn=1\n", "not an RC opcode name"),
+        ("send SEND_ONLY psn=1 colour=red\n", "unknown key colour="),
+        (
+            "send SEND_ONLY psn=0x1000000\n",
+            "psn=0x1000000: at most 0xffffff",
+        ),
+        (
+            "expect completion status=GREAT\n",
+            "status=GREAT: one of SUCCESS",
+        ),
+        ("mr buf access=remote_write\n", "mr needs len="),
+        (
+            "mr buf len=8 access=remote_flying\n",
+            "\"remote_flying\" is not one of",
+        ),
+        (
+            "send ACKNOWLEDGE psn=1 syndrome=nak:huh\n",
+            "syndrome=nak:huh",
+        ),
+        (
+            "send SEND_ONLY psn=1 len=4 data=hex:00\n",
+            "len= differs from data=",
+        ),
+        (
+            "send SEND_ONLY psn=1 len=4 fill=1 data=hex:00\n",
+            "fill= and data= together",
+        ),
+        ("frobnicate\n", "unknown statement \"frobnicate\""),
+        ("title \"unterminated\n", "unterminated quote"),
+    ];
+    for (line, want) in cases {
+        let text = format!("{HEAD}qp\n{line}");
+        let e = conform::parse("f.rc", "f", &text).expect_err(line);
+        assert_eq!(e.line, 5, "{line}: {e}");
+        assert!(e.to_string().contains(want), "{line}: {e} lacks {want:?}");
+    }
+    let e = conform::parse("f.rc", "f", "title \"t\"\nrole responder\nqp\n").unwrap_err();
+    assert!(e.what.contains("no cite line"), "{e}");
+}
