@@ -594,30 +594,30 @@ impl Engine {
             return;
         }
         let qpn = bth.dqpn;
-        let Some(Slot { qp, .. }) = self.qps.get_mut(&qpn) else {
+        let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&qpn) else {
             self.stats.inc(Counter::DropUnknownQp);
             return;
         };
         // Only the RC opcode range (top bits 000) can belong to an RC QP; UC and UD
         // have no NAK, so their reserved opcodes are dropped.
         if bth.opcode.0 >> 5 != 0 || qp.qp_type != QpType::Rc {
-            self.stats.inc(Counter::DropWrongTransport);
+            stats.inc(Counter::DropWrongTransport);
             return;
         }
         if !qp::pkey_match(bth.pkey, qp.attrs.pkey()) {
-            self.stats.inc(Counter::DropPkeyMismatch);
+            stats.inc(Counter::DropPkeyMismatch);
             return;
         }
         if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
-            self.stats.inc(Counter::DropWrongSource);
+            stats.inc(Counter::DropWrongSource);
             return;
         }
         if !qp.receives() {
-            self.stats.inc(Counter::DropBadState);
+            stats.inc(Counter::DropBadState);
             return;
         }
-        self.stats.inc(Counter::RcvdPkts);
-        let mut ctx = ctx!(self, now);
+        stats.inc(Counter::RcvdPkts);
+        let mut ctx = ctx!(self, now, stats);
         qp.on_unsupported_request(&mut ctx, bth.psn);
         self.touch(qpn);
         self.after_call(now);
