@@ -514,6 +514,9 @@ impl Engine {
         }
         let pkt = match RocePacket::new_checked(d.data) {
             Ok(p) => p,
+            Err(crate::wire::WireError::UnknownOpcode(_)) => {
+                return self.on_reserved_opcode(now, &d);
+            }
             Err(_) => {
                 self.stats.inc(Counter::DropMalformed);
                 return;
@@ -568,6 +571,54 @@ impl Engine {
         } else {
             qp.on_response(&mut ctx, &repr, payload);
         }
+        self.touch(qpn);
+        self.after_call(now);
+    }
+
+    /// A packet whose opcode is reserved (or one this NIC does not implement). Its BTH
+    /// goes through the same header checks as any packet (TVer, QP, transport by the
+    /// opcode's top three bits, P_Key, source, state); for an RC QP able to receive, the
+    /// responder then treats it as an unsupported request: NAK Invalid Request when its
+    /// PSN is the expected one (IBA 9.9, responder class C: unsupported or reserved
+    /// opcode), as any other request when it is a duplicate or out of sequence. rxe has
+    /// no table entry for such an opcode and drops the packet (spec/invalid/
+    /// reserved_opcode.rc).
+    fn on_reserved_opcode(&mut self, now: Instant, d: &Datagram<'_>) {
+        let b = crate::wire::bth::Packet::new_unchecked(d.data);
+        let Ok(bth) = crate::wire::bth::Repr::parse(&b) else {
+            self.stats.inc(Counter::DropMalformed);
+            return;
+        };
+        if bth.tver != 0 {
+            self.stats.inc(Counter::DropBadTver);
+            return;
+        }
+        let qpn = bth.dqpn;
+        let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&qpn) else {
+            self.stats.inc(Counter::DropUnknownQp);
+            return;
+        };
+        // Only the RC opcode range (top bits 000) can belong to an RC QP; UC and UD
+        // have no NAK, so their reserved opcodes are dropped.
+        if bth.opcode.0 >> 5 != 0 || qp.qp_type != QpType::Rc {
+            stats.inc(Counter::DropWrongTransport);
+            return;
+        }
+        if !qp::pkey_match(bth.pkey, qp.attrs.pkey()) {
+            stats.inc(Counter::DropPkeyMismatch);
+            return;
+        }
+        if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
+            stats.inc(Counter::DropWrongSource);
+            return;
+        }
+        if !qp.receives() {
+            stats.inc(Counter::DropBadState);
+            return;
+        }
+        stats.inc(Counter::RcvdPkts);
+        let mut ctx = ctx!(self, now, stats);
+        qp.on_unsupported_request(&mut ctx, bth.psn);
         self.touch(qpn);
         self.after_call(now);
     }
