@@ -97,6 +97,8 @@ struct State<'a> {
     cq: Option<u32>,
     qpn: Option<u32>,
     mrs: HashMap<String, Mr>,
+    /// The `qp` request's arguments, for later bring-up steps (`modify state=RTR`).
+    qp_args: HashMap<String, String>,
 }
 
 fn ok(kv: &[(&str, String)]) -> Reply {
@@ -113,6 +115,7 @@ impl<'a> State<'a> {
             cq: None,
             qpn: None,
             mrs: HashMap::new(),
+            qp_args: HashMap::new(),
         }
     }
 
@@ -231,38 +234,19 @@ impl<'a> State<'a> {
             .create_qp(&QpInit::rc(pd, cq, cap))
             .map_err(|e| format!("create_qp: {e}"))?;
         self.qpn = Some(qpn);
-        let state = a.opt("state").unwrap_or("RTS");
-        let steps: &[QpState] = match state {
+        self.qp_args =
+            a.0.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let steps: &[QpState] = match a.opt("state").unwrap_or("RTS") {
             "RESET" => &[],
             "INIT" => &[QpState::Init],
             "RTR" => &[QpState::Init, QpState::Rtr],
             "RTS" => &[QpState::Init, QpState::Rtr, QpState::Rts],
             o => return Err(format!("state={o}: RESET INIT RTR or RTS")),
         };
-        let mtu = Mtu::from_bytes(a.n_or("mtu", 1024)? as u32).ok_or("mtu: 256 to 4096")?;
-        let peer: IpAddr = a.s("peer_ip")?.parse().map_err(|_| "peer_ip: an address")?;
-        for s in steps {
-            let attr = match s {
-                QpState::Init => QpAttr::init(access(
-                    a.opt("access")
-                        .unwrap_or("remote_write,remote_read,remote_atomic"),
-                )?),
-                QpState::Rtr => QpAttr::rtr(
-                    peer,
-                    mtu,
-                    a.n("peer_qpn")? as u32,
-                    Psn::new(a.n_or("peer_psn", 0)? as u32),
-                    a.u8_or("max_dest_rd_atomic", 4)?,
-                    a.u8_or("min_rnr_timer", 1)?,
-                ),
-                _ => QpAttr::rts(
-                    Psn::new(a.n_or("psn", 0)? as u32),
-                    a.u8_or("timeout", 14)?,
-                    a.u8_or("retry", 7)?,
-                    a.u8_or("rnr_retry", 7)?,
-                    a.u8_or("max_rd_atomic", 4)?,
-                ),
-            };
+        for &s in steps {
+            let attr = bring_up(s, a)?;
             self.ctx
                 .modify_qp(qpn, &attr)
                 .map_err(|e| format!("modify_qp to {s}: {e}"))?;
@@ -270,26 +254,40 @@ impl<'a> State<'a> {
         Ok(ok(&[("qpn", format!("{qpn:#x}"))]))
     }
 
+    /// `modify state=S`: RESET->INIT, INIT->RTR and RTR->RTS take the `qp` line's
+    /// attributes; any other transition (to ERR, RESET, SQD, or SQD->RTS) none.
     fn modify(&mut self, a: &A) -> R {
         let qpn = self.qpn.ok_or("no QP yet")?;
-        let state = match a.s("state")? {
+        let to = match a.s("state")? {
             "RESET" => QpState::Reset,
-            "ERR" => QpState::Err,
-            "SQD" => QpState::Sqd,
+            "INIT" => QpState::Init,
+            "RTR" => QpState::Rtr,
             "RTS" => QpState::Rts,
-            o => {
-                return Ok(Reply::Unsupported(format!(
-                    "modify to {o} without attributes"
-                )))
-            }
+            "SQD" => QpState::Sqd,
+            "ERR" => QpState::Err,
+            o => return Ok(Reply::Unsupported(format!("modify to {o}"))),
         };
-        let attr = QpAttr {
-            state: Some(state),
-            ..Default::default()
+        let from = self
+            .ctx
+            .qp_state(qpn)
+            .map_err(|e| format!("query_qp: {e}"))?;
+        let kept = A(self
+            .qp_args
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect());
+        let attr = match (from, to) {
+            (QpState::Reset, QpState::Init)
+            | (QpState::Init, QpState::Rtr)
+            | (QpState::Rtr, QpState::Rts) => bring_up(to, &kept)?,
+            _ => QpAttr {
+                state: Some(to),
+                ..Default::default()
+            },
         };
         self.ctx
             .modify_qp(qpn, &attr)
-            .map_err(|e| format!("modify_qp: {e}"))?;
+            .map_err(|e| format!("modify_qp {from} -> {to}: {e}"))?;
         Ok(ok(&[]))
     }
 
@@ -474,6 +472,31 @@ impl<'a> State<'a> {
             .map_err(|e| format!("read: {e}"))?;
         Ok(ok(&[("hex", to_hex(&b))]))
     }
+}
+
+/// The attributes of the bring-up step to `s` (INIT, RTR or RTS) from a `qp` request.
+fn bring_up(s: QpState, a: &A) -> Result<QpAttr, String> {
+    Ok(match s {
+        QpState::Init => QpAttr::init(access(
+            a.opt("access")
+                .unwrap_or("remote_write,remote_read,remote_atomic"),
+        )?),
+        QpState::Rtr => QpAttr::rtr(
+            a.s("peer_ip")?.parse().map_err(|_| "peer_ip: an address")?,
+            Mtu::from_bytes(a.n_or("mtu", 1024)? as u32).ok_or("mtu: 256 to 4096")?,
+            a.n("peer_qpn")? as u32,
+            Psn::new(a.n_or("peer_psn", 0)? as u32),
+            a.u8_or("max_dest_rd_atomic", 4)?,
+            a.u8_or("min_rnr_timer", 1)?,
+        ),
+        _ => QpAttr::rts(
+            Psn::new(a.n_or("psn", 0)? as u32),
+            a.u8_or("timeout", 14)?,
+            a.u8_or("retry", 7)?,
+            a.u8_or("rnr_retry", 7)?,
+            a.u8_or("max_rd_atomic", 4)?,
+        ),
+    })
 }
 
 /// A request's `key=value` arguments.

@@ -28,7 +28,7 @@ counters! {
     SentPkts => "sent_pkts",
     /// RoCE packets accepted into the QP pipeline.
     RcvdPkts => "rcvd_pkts",
-    /// Requests whose PSN was already seen (C9-101): re-acknowledged or replayed.
+    /// Requests whose PSN was already seen (C9-105): re-acknowledged or replayed.
     DuplicateRequest => "duplicate_request",
     /// Requests ahead of the expected PSN: sequence NAK (once per gap) and drop.
     OutOfSeqRequest => "out_of_seq_request",

@@ -244,6 +244,11 @@ pub enum MemError {
     /// The region was invalidated (SEND with Invalidate or Local Invalidate).
     #[error("{key} names an invalidated memory region")]
     MrInvalid { key: Key },
+    /// A peer's SEND with Invalidate named a region registered with Register Memory
+    /// Region: only memory windows and fast-registered regions may be invalidated
+    /// remotely (IBA 10.6.7.2), and roce-emu has neither yet.
+    #[error("{key} names a registered region, which a peer may not invalidate")]
+    NotInvalidatable { key: Key },
     /// The region lacks an access right the operation needs.
     #[error("{key} grants {have}, the operation needs {need}")]
     AccessDenied {

@@ -442,25 +442,16 @@ impl MrTable {
         Ok(())
     }
 
-    /// [`invalidate`](Self::invalidate) on behalf of the peer (SEND with Invalidate, IBA
-    /// 10.6.7.2): only a region the peer could reach may be invalidated, one registered
-    /// with a remote access right. A region registered for local access only (a receive
-    /// buffer) is refused with [`MemError::AccessDenied`] and stays valid.
+    /// SEND with Invalidate names `rkey` (IBA 10.6.7.2): a peer may invalidate a memory
+    /// window or a region registered for remote invalidation (fast registration, Allocate
+    /// L_Key), never a region from Register Memory Region, which is all roce-emu has. So
+    /// every such request is refused: an unknown key as any unusable R_Key, a region with
+    /// [`MemError::NotInvalidatable`]; the region stays valid. rxe refuses the same
+    /// (`rxe_invalidate_mr`: a user region is not IB_MR_TYPE_MEM_REG).
     pub fn invalidate_remote(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
         let key = Key::Remote(rkey);
-        let mr = self.find(pd, key)?;
-        let remote = Access::REMOTE_WRITE
-            .union(Access::REMOTE_READ)
-            .union(Access::REMOTE_ATOMIC);
-        if !mr.access().intersects(remote) {
-            return Err(MemError::AccessDenied {
-                key,
-                need: remote,
-                have: mr.access(),
-            });
-        }
-        mr.set_invalid();
-        Ok(())
+        self.find(pd, key)?;
+        Err(MemError::NotInvalidatable { key })
     }
 
     /// RDMA WRITE: stores `data` at `va` after [`lookup_remote`](Self::lookup_remote)

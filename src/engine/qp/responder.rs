@@ -398,9 +398,10 @@ impl Qp {
         if info.is(Flags::END) {
             let mut inv = None;
             if let Some(ieth) = r.ieth {
-                // SEND with invalidate (IBA 10.6.7.2): the named R_Key stops working. Only
-                // a region with remote access rights may be invalidated by the peer; any
-                // other key (unknown, other PD, local-only region) is an R_Key violation:
+                // SEND with invalidate (IBA 10.6.7.2): the named R_Key would stop working,
+                // but only a memory window or a fast-registered region may be invalidated
+                // by the peer, and roce-emu has neither: any key (unknown, other PD, a
+                // registered region) is an R_Key violation (`MrTable::invalidate_remote`):
                 // NAK Remote Access Error and the QP goes to ERR. rxe fails the same way
                 // (`invalidate_rkey` -> RESPST_ERR_INVALIDATE_RKEY, "Class J") and
                 // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
