@@ -809,8 +809,11 @@ static int cmd_modify(void)
 	return 0;
 }
 
-/* `sge=NAME:OFF:LEN[,...]` into `sg` (each inside its region). */
-static int parse_sges(struct ibv_sge *sg, int *n)
+/* `sge=NAME:OFF:LEN[,...]` into `sg`. An SGE may reach outside its region: the NIC checks
+ * it against the region (that is how scripts provoke a local protection error), and it
+ * reads the memory only through the region. Inline data is the exception: the library
+ * copies it from the address itself, so with `inside` each SGE must lie in its region. */
+static int parse_sges(struct ibv_sge *sg, int *n, int inside)
 {
 	char copy[MAX_LINE];
 	const char *v = get("sge");
@@ -831,12 +834,12 @@ static int parse_sges(struct ibv_sge *sg, int *n)
 		struct region *r = region(t);
 		if (!r)
 			return err("no mr %.64s", t);
-		if (off > r->len || len > r->len - off)
-			return err("sge %s:%llu:%llu outside the mr (%zu bytes)", t,
+		if (inside && (off > r->len || len > r->len - off))
+			return err("inline sge %s:%llu:%llu outside the mr (%zu bytes)", t,
 				   (unsigned long long)off, (unsigned long long)len, r->len);
 		if (*n == MAX_SGE)
 			return err("too many sges (%d)", MAX_SGE);
-		sg[*n].addr = (uint64_t)(uintptr_t)(r->buf + off);
+		sg[*n].addr = (uint64_t)(uintptr_t)r->buf + off;
 		sg[*n].length = (uint32_t)len;
 		sg[*n].lkey = r->mr->lkey;
 		(*n)++;
@@ -851,7 +854,7 @@ static int cmd_post_recv(void)
 	struct ibv_recv_wr wr, *bad = NULL;
 	uint64_t id;
 	int n;
-	if (only(k) || num("wr", UINT64_MAX, 1, 0, &id) || parse_sges(sg, &n))
+	if (only(k) || num("wr", UINT64_MAX, 1, 0, &id) || parse_sges(sg, &n, 0))
 		return -1;
 	if (!qp)
 		return err("no qp");
@@ -894,7 +897,8 @@ static int cmd_post_send(void)
 	    num("compare", UINT64_MAX, op->op == IBV_WR_ATOMIC_CMP_AND_SWP, 0, &compare) ||
 	    num("swap", UINT64_MAX, op->op == IBV_WR_ATOMIC_CMP_AND_SWP, 0, &swap) ||
 	    num("add", UINT64_MAX, op->op == IBV_WR_ATOMIC_FETCH_AND_ADD, 0, &add) ||
-	    flags("flags", get("flags"), send_flags, &fl) || parse_sges(sg, &n))
+	    flags("flags", get("flags"), send_flags, &fl) ||
+	    parse_sges(sg, &n, (fl & IBV_SEND_INLINE) != 0))
 		return -1;
 	if (!qp)
 		return err("no qp");
