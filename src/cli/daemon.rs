@@ -33,6 +33,10 @@ pub struct DaemonArgs {
     /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// Longest time the idle daemon polls its port and rings (yielding the CPU each turn)
+    /// before it sleeps on them (0: always sleep, which leaves the CPU to the programs).
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::driver::DEFAULT_SPIN_US)]
+    pub spin_us: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -112,6 +116,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         config: None,
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
+        spin_us: args.spin_us,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -129,6 +134,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         cfg.quarantine = q;
     }
     cfg.pcap = a.pcap.clone();
+    cfg.spin = Duration::from_micros(a.spin_us);
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),

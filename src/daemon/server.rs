@@ -60,6 +60,8 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// Fault rules in force from the start (`roce-emu fault` changes them later).
     pub faults: Vec<Rule>,
+    /// Longest idle poll before a sleep (`driver::Spin`; `--spin-us`).
+    pub spin: Duration,
 }
 
 impl Config {
@@ -71,6 +73,7 @@ impl Config {
             ring_bytes: DEFAULT_RING_BYTES,
             pcap: None,
             faults: Vec::new(),
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
         }
     }
 }
@@ -185,6 +188,7 @@ impl Daemon {
         let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
         let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
         let listener = listen(&cfg.socket)?;
+        let spin = cfg.spin;
         Ok(Daemon {
             faults,
             capture,
@@ -214,7 +218,7 @@ impl Daemon {
             ],
             tx_pool: vec![0; TX_SLOT * TX_BATCH],
             tx_meta: Vec::with_capacity(TX_BATCH),
-            spin: Spin::new(Duration::from_micros(DEFAULT_SPIN_US)),
+            spin: Spin::new(spin),
             refused: Vec::new(),
             busy: false,
             port_busy: true,
