@@ -72,6 +72,9 @@ for i in $(seq 1 "$rounds"); do
     wd+=("$(one perf daemon)"); wi+=("$(one perf inproc)")
     pd+=("$(one pingpong daemon)"); pi+=("$(one pingpong inproc)")
   fi
+  for v in "${wi[-1]}" "${wd[-1]}" "${pi[-1]}" "${pd[-1]}"; do
+    [ -n "$v" ] || { echo "round $i: a run gave no figure (its output is above)"; exit 1; }
+  done
   echo "round $i: perf write $wsize B: in-process ${wi[-1]} MB/s, daemon ${wd[-1]} MB/s" \
     "($(ratio "${wd[-1]}" "${wi[-1]}")); pingpong $psize B: in-process ${pi[-1]} us," \
     "daemon ${pd[-1]} us ($(ratio "${pd[-1]}" "${pi[-1]}")x)"
