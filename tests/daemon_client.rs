@@ -584,9 +584,10 @@ fn readable(fd: BorrowedFd<'_>, within: Duration) -> bool {
     poll(&mut p, ms).unwrap() == 1
 }
 
-/// The backend itself: an empty receive arms the ring, the daemon's push rings the rx
-/// doorbell (the backend's `rx_fd`), a receive takes the packet and drains the bell; a
-/// `PortDown` rings it too and fails every later call.
+/// The backend itself: `prepare_sleep` (the driver's, before it sleeps) arms the ring, the
+/// daemon's push then rings the rx doorbell (the backend's `rx_fd`), a receive takes the
+/// packet, the next `prepare_sleep` drains the bell, and says not to sleep when packets
+/// wait; a `PortDown` rings it too and fails every later call.
 #[test]
 fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
     let fake = Fake::start("bell", Mode::Welcome);
@@ -612,6 +613,7 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
         ipv4_id: None,
     }; 32];
     assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 0);
+    assert!(!b.prepare_sleep(), "nothing waits: B may sleep");
     assert!(!readable(b.rx_fd(), Duration::from_millis(50)));
 
     // A packet for B's block (BTH DestQP in bytes 5..8), from A.
@@ -631,8 +633,21 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
     assert_eq!(&pool[r.offset..r.offset + r.len], &sent[..]);
     // Empty again: the bell is drained as the ring is armed once more.
     assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 0);
+    assert!(!b.prepare_sleep());
     assert!(!readable(b.rx_fd(), Duration::from_millis(50)));
     assert_eq!(b.stats().share_received, 1);
+    // A packet that lands before the sleep: no sleep.
+    a.send_batch(&mut tx, SLOT, &out).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    while !b.prepare_sleep() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the packet never landed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 1);
+    assert_eq!(b.stats().share_received, 2);
 
     fake.port_down(2, "maintenance window");
     assert!(

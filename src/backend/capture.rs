@@ -207,6 +207,9 @@ impl<B: Backend> Backend for Capture<B> {
     fn rx_fd(&self) -> BorrowedFd<'_> {
         self.inner.rx_fd()
     }
+    fn prepare_sleep(&mut self) -> bool {
+        self.inner.prepare_sleep()
+    }
     fn stats(&self) -> PortStats {
         PortStats {
             captured: self.captured,

@@ -157,6 +157,13 @@ pub trait Backend: Send {
     ) -> Result<(), BackendError>;
     /// What to sleep on until `recv_batch` has something.
     fn rx_fd(&self) -> BorrowedFd<'_>;
+    /// The caller is about to sleep on `rx_fd` (and calls this before every such sleep).
+    /// A port whose fd only becomes readable when asked (a daemon's ring, whose producer
+    /// rings the doorbell only for a consumer that said it sleeps) asks here, so a polling
+    /// caller costs no system call per packet. `true`: packets already wait, do not sleep.
+    fn prepare_sleep(&mut self) -> bool {
+        false
+    }
     /// The backend's counters, wrappers' included.
     fn stats(&self) -> PortStats;
     /// The counters of the L2 in front of a port that owns its frames (ARP, ND, echo,
@@ -183,6 +190,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn rx_fd(&self) -> BorrowedFd<'_> {
         (**self).rx_fd()
+    }
+    fn prepare_sleep(&mut self) -> bool {
+        (**self).prepare_sleep()
     }
     fn stats(&self) -> PortStats {
         (**self).stats()

@@ -39,6 +39,10 @@ pub struct DaemonArgs {
     /// expires is resolved again, its datagrams held meanwhile).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub neigh_timeout: Option<Duration>,
+    /// Longest time the idle daemon polls its port and rings (yielding the CPU each turn)
+    /// before it sleeps on them (0: always sleep, which leaves the CPU to the programs).
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::driver::DEFAULT_SPIN_US)]
+    pub spin_us: u64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -122,6 +126,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
         neigh_timeout: args.neigh_timeout,
+        spin_us: args.spin_us,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -140,6 +145,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
     }
     cfg.pcap = a.pcap.clone();
     cfg.neigh_timeout = a.neigh_timeout;
+    cfg.spin = Duration::from_micros(a.spin_us);
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),

@@ -17,4 +17,5 @@ pub mod lease;
 mod open;
 pub mod port;
 pub mod report;
+mod route;
 pub mod server;

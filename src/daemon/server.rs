@@ -5,7 +5,10 @@
 //! QPN block (one ring push each, one flush per process per batch: the doorbell only
 //! when that process sleeps); packets the processes queued are sent in batches; packets
 //! a process addresses to the port's own address go straight to their owner (a frame
-//! port cannot send to itself); control messages are served. A process whose socket
+//! port cannot send to itself), copied from the sender's ring into the owner's
+//! ([`super::route`]); control messages are served. Idle, the loop polls the rings (no
+//! system call), the port every few turns, and yields the CPU each turn; after its spin
+//! budget it sleeps on the port, the sockets and the doorbells. A process whose socket
 //! ends is detached: its block goes into quarantine, its rings are unmapped, its counters
 //! are kept. Bad input from a process (a malformed message, a corrupt ring, a packet with
 //! another source address) is a counted drop and at worst the end of that process's
@@ -17,12 +20,13 @@ use super::lease::{self, Leases};
 pub use super::open::default_socket;
 use super::open::{listen, open_port};
 use super::port::PortSpec;
+use super::route::{deliver, flush_all, hairpin};
 use crate::backend::fault::{FaultHandle, Faults, Faulty, Rule};
 use crate::backend::pcapng::CaptureStats;
 use crate::backend::udp::{RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
-use crate::ring::{Link, Meta};
+use crate::ring::{DaemonEnd, Link, Meta};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde::Serialize;
 use socket2::Socket;
@@ -45,6 +49,8 @@ const RX_TURNS: usize = 8;
 /// Control messages served per process per turn: one that keeps sending (counter reports,
 /// or a flood) cannot hold the loop; the rest wait for the next turn.
 const CONTROL_MSGS: usize = 16;
+/// While the port is quiet, it is looked at every this many turns (see `turn`).
+const PORT_EVERY: u64 = 4;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -60,6 +66,8 @@ pub struct Config {
     /// How long a neighbour (ARP, ND) entry lives on a frame port (TAP, AF_PACKET);
     /// `iface::IfaceConfig::neighbor_ttl` (60 s) unless given.
     pub neigh_timeout: Option<Duration>,
+    /// Longest idle poll before a sleep (`driver::Spin`; `--spin-us`).
+    pub spin: Duration,
 }
 
 impl Config {
@@ -72,6 +80,7 @@ impl Config {
             pcap: None,
             faults: Vec::new(),
             neigh_timeout: None,
+            spin: Duration::from_micros(DEFAULT_SPIN_US),
         }
     }
 }
@@ -102,6 +111,8 @@ pub struct PortCounters {
     pub hairpin_pkts: u64,
     /// Packets a process gave with a source address other than the port's (dropped).
     pub bad_source: u64,
+    /// Packets a process gave longer than any an engine makes (dropped).
+    pub too_long: u64,
     /// Packets dropped because their owner's receive ring was full (RC retransmits).
     pub ring_full: u64,
     pub attached: u64,
@@ -129,14 +140,14 @@ pub struct ProcessCounters {
     pub engine: super::report::ProcessReport,
 }
 
-struct Client {
-    id: u64,
-    sock: Socket,
+pub(super) struct Client {
+    pub(super) id: u64,
+    pub(super) sock: Socket,
     /// None until its `Hello` was served.
-    link: Option<crate::ring::DaemonEnd>,
-    counters: ProcessCounters,
+    pub(super) link: Option<DaemonEnd>,
+    pub(super) counters: ProcessCounters,
     /// Its rx ring has entries not yet published.
-    dirty: bool,
+    pub(super) dirty: bool,
 }
 
 /// What a stopped daemon reports.
@@ -163,15 +174,14 @@ pub struct Daemon {
     rx_meta: Vec<Received>,
     tx_pool: Vec<u8>,
     tx_meta: Vec<Outgoing>,
-    popped: Vec<crate::ring::Popped>,
     /// Poll or sleep when idle (`turn`).
     spin: Spin,
-    /// The popped packets of a batch that go to the wire (reused: no allocation per batch).
-    wire_slots: Vec<usize>,
     /// Refused connections, kept until the other side has read why (`accept`).
     refused: Vec<(Socket, Instant)>,
     /// The last turn moved packets.
     busy: bool,
+    /// The port's last look found packets.
+    port_busy: bool,
     /// The last sleep saw a control socket or the listener readable.
     control_ready: bool,
     /// Turns so far (control sockets are looked at every `CONTROL_EVERY` while spinning).
@@ -191,6 +201,7 @@ impl Daemon {
         let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
         let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
         let listener = listen(&cfg.socket)?;
+        let spin = cfg.spin;
         Ok(Daemon {
             faults,
             capture,
@@ -220,20 +231,12 @@ impl Daemon {
             ],
             tx_pool: vec![0; TX_SLOT * TX_BATCH],
             tx_meta: Vec::with_capacity(TX_BATCH),
-            spin: Spin::new(Duration::from_micros(DEFAULT_SPIN_US)),
+            spin: Spin::new(spin),
             refused: Vec::new(),
-            wire_slots: Vec::with_capacity(TX_BATCH),
             busy: false,
+            port_busy: true,
             control_ready: true,
             turns: 0,
-            popped: vec![
-                crate::ring::Popped {
-                    meta: Meta::new(unspecified(), unspecified()),
-                    offset: 0,
-                    len: 0,
-                };
-                TX_BATCH
-            ],
         })
     }
 
@@ -295,11 +298,23 @@ impl Daemon {
     /// with none, against 60 us for the same tool in-process); the budget adapts as the
     /// tools' does (`driver::Spin`), so an idle daemon sleeps.
     fn turn(&mut self) -> Result<(), DaemonError> {
+        let mut slept = false;
         if !self.busy && !self.spin.keep_polling() {
             self.sleep();
             self.spin.slept();
+            slept = true;
         }
-        let moved = self.route_received()? + self.send_queued()?;
+        // The port costs a system call per look and the rings none: a quiet port is looked
+        // at every `PORT_EVERY` turns (a few microseconds late at worst), so the turns of a
+        // hairpin between two processes are not mostly a receive that finds nothing.
+        self.turns = self.turns.wrapping_add(1);
+        let mut moved = 0;
+        if slept || self.port_busy || self.turns % PORT_EVERY == 0 {
+            let n = self.route_received()?;
+            self.port_busy = n > 0;
+            moved += n;
+        }
+        moved += self.send_queued()?;
         self.busy = moved > 0;
         if self.busy {
             self.spin.active();
@@ -312,7 +327,6 @@ impl Daemon {
         // Control sockets need a look when the sleep saw one readable; while the loop
         // spins (no sleep), every `CONTROL_EVERY` turns: a poll per process and an accept
         // on every spinning turn were system calls on the data path.
-        self.turns = self.turns.wrapping_add(1);
         if self.control_ready || self.turns % CONTROL_EVERY == 0 {
             self.control_ready = false;
             self.control();
@@ -403,80 +417,100 @@ impl Daemon {
 
     /// Sends what the processes queued (or hands it to a local owner); how many packets.
     fn send_queued(&mut self) -> Result<usize, DaemonError> {
-        let addrs = &self.info.addrs;
         let mut moved = 0;
         for k in 0..self.clients.len() {
-            while let Some(link) = self.clients[k].link.as_mut() {
-                let n = match link
-                    .tx
-                    .pop_batch(&mut self.tx_pool, TX_SLOT, &mut self.popped)
-                {
-                    Ok(n) => n,
-                    Err(e) => {
-                        let c = &mut self.clients[k];
-                        c.counters.left = Some(format!("corrupt ring: {e:?}"));
-                        // Detached in `control` (its socket is shut down here).
-                        let _ = c.sock.shutdown(std::net::Shutdown::Both);
-                        break;
-                    }
-                };
-                if n == 0 {
-                    break;
-                }
+            loop {
+                let n = self.send_batch_of(k)?;
                 moved += n;
-                self.tx_meta.clear();
-                self.wire_slots.clear();
-                for (i, p) in self.popped[..n].iter().enumerate() {
-                    let ok_src = addrs.contains(&p.meta.src.ip())
-                        && self.src_port.is_none_or(|sp| sp == p.meta.src.port());
-                    if !ok_src {
-                        self.counters.bad_source += 1;
-                        self.clients[k].counters.bad_source += 1;
-                        continue;
-                    }
-                    self.clients[k].counters.sent_pkts += 1;
-                    self.clients[k].counters.sent_bytes += p.len as u64;
-                    if addrs.contains(&p.meta.dst.ip()) {
-                        // To ourselves: the owner gets it as the wire would have given it.
-                        self.counters.hairpin_pkts += 1;
-                        let meta = Meta {
-                            ipv4_id: p.meta.src.is_ipv4().then_some(0),
-                            ..p.meta
-                        };
-                        deliver(
-                            &mut self.clients,
-                            &self.leases,
-                            &mut self.counters,
-                            &meta,
-                            &self.tx_pool[p.offset..p.offset + p.len],
-                        );
-                        continue;
-                    }
-                    self.wire_slots.push(i);
-                    self.tx_meta.push(Outgoing {
-                        src: p.meta.src,
-                        dst: p.meta.dst,
-                        len: p.len,
-                    });
-                }
-                if !self.tx_meta.is_empty() {
-                    // send_batch reads datagram j from slot j: move the kept ones down.
-                    for (j, &i) in self.wire_slots.iter().enumerate() {
-                        if i != j {
-                            self.tx_pool.copy_within(
-                                i * TX_SLOT..i * TX_SLOT + self.popped[i].len,
-                                j * TX_SLOT,
-                            );
-                        }
-                    }
-                    self.port
-                        .send_batch(&mut self.tx_pool, TX_SLOT, &self.tx_meta)?;
-                    self.counters.sent_pkts += self.tx_meta.len() as u64;
+                if n < TX_BATCH {
+                    break;
                 }
             }
         }
         flush_all(&mut self.clients);
         Ok(moved)
+    }
+
+    /// Up to `TX_BATCH` packets of client `k`'s ring: those to the port's own addresses
+    /// are copied straight into their owner's receive ring (one copy: nothing else of the
+    /// daemon holds them), the others into the send pool, which goes out in one batch.
+    /// The ring's space is handed back once, after the batch. How many packets it took.
+    fn send_batch_of(&mut self, k: usize) -> Result<usize, DaemonError> {
+        let addrs = &self.info.addrs;
+        let mut n = 0;
+        self.tx_meta.clear();
+        while n < TX_BATCH {
+            let Some(link) = self.clients[k].link.as_mut() else {
+                break;
+            };
+            let e = match link.tx.take() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(e) => {
+                    let c = &mut self.clients[k];
+                    c.counters.left = Some(format!("corrupt ring: {e:?}"));
+                    // Detached in `control` (its socket is shut down here).
+                    let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                    break;
+                }
+            };
+            n += 1;
+            let meta = *e.meta();
+            let ok_src = addrs.contains(&meta.src.ip())
+                && self.src_port.is_none_or(|sp| sp == meta.src.port());
+            if !ok_src {
+                self.counters.bad_source += 1;
+                self.clients[k].counters.bad_source += 1;
+                continue;
+            }
+            if e.len() > TX_SLOT {
+                // Longer than any packet an engine makes for a port.
+                self.counters.too_long += 1;
+                continue;
+            }
+            self.clients[k].counters.sent_pkts += 1;
+            self.clients[k].counters.sent_bytes += e.len() as u64;
+            if addrs.contains(&meta.dst.ip()) {
+                // To ourselves: the owner gets it as the wire would have given it.
+                self.counters.hairpin_pkts += 1;
+                let meta = Meta {
+                    ipv4_id: meta.src.is_ipv4().then_some(0),
+                    ..meta
+                };
+                hairpin(
+                    &mut self.clients,
+                    &self.leases,
+                    &mut self.counters,
+                    k,
+                    &meta,
+                    &e,
+                );
+                continue;
+            }
+            let j = self.tx_meta.len();
+            let slot = &mut self.tx_pool[j * TX_SLOT..j * TX_SLOT + e.len()];
+            if self.clients[k]
+                .link
+                .as_ref()
+                .is_some_and(|l| l.tx.read(&e, 0, slot))
+            {
+                self.tx_meta.push(Outgoing {
+                    src: meta.src,
+                    dst: meta.dst,
+                    len: e.len(),
+                });
+            }
+        }
+        if let Some(l) = self.clients[k].link.as_mut() {
+            // A broken ring says so at its next `take`.
+            let _ = l.tx.commit();
+        }
+        if !self.tx_meta.is_empty() {
+            self.port
+                .send_batch(&mut self.tx_pool, TX_SLOT, &self.tx_meta)?;
+            self.counters.sent_pkts += self.tx_meta.len() as u64;
+        }
+        Ok(n)
     }
 
     /// Serves every control message waiting; detaches processes whose socket ended.
@@ -697,53 +731,4 @@ impl Daemon {
 
 fn unspecified() -> std::net::SocketAddr {
     std::net::SocketAddr::from(([0, 0, 0, 0], 0))
-}
-
-/// Hands one packet to the owner of its DestQP's block.
-fn deliver(
-    clients: &mut [Client],
-    leases: &Leases,
-    counters: &mut PortCounters,
-    meta: &Meta,
-    bytes: &[u8],
-) {
-    counters.rcvd_pkts += 1;
-    // BTH DestQP: bytes 5..8 of the packet (IBA 9.2).
-    if bytes.len() < 12 {
-        counters.malformed += 1;
-        return;
-    }
-    let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
-    let Some(owner) = leases.owner(qpn) else {
-        counters.no_owner += 1;
-        return;
-    };
-    let Some(c) = clients.iter_mut().find(|c| c.id == owner) else {
-        counters.no_owner += 1;
-        return;
-    };
-    let Some(link) = c.link.as_mut() else {
-        counters.no_owner += 1;
-        return;
-    };
-    match link.rx.try_push(meta, bytes) {
-        Ok(()) => {
-            c.counters.rcvd_pkts += 1;
-            c.counters.rcvd_bytes += bytes.len() as u64;
-            c.dirty = true;
-        }
-        Err(_) => {
-            counters.ring_full += 1;
-            c.counters.ring_full += 1;
-        }
-    }
-}
-
-fn flush_all(clients: &mut [Client]) {
-    for c in clients.iter_mut().filter(|c| c.dirty) {
-        c.dirty = false;
-        if let Some(l) = c.link.as_mut() {
-            let _ = l.rx.flush();
-        }
-    }
 }

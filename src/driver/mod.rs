@@ -212,10 +212,16 @@ impl<B: Backend> Driver<B> {
         Ok(did)
     }
 
-    /// Time until the engine's next deadline, at most `max`. The next `receive` looks at
-    /// the timers whatever it finds: a caller asks this before it sleeps.
+    /// Time until the engine's next deadline, at most `max`; zero if packets already wait.
+    /// The next `receive` looks at the timers whatever it finds. A caller asks this before
+    /// every sleep on the port's fd: it arms a port that must be asked to wake us
+    /// ([`Backend::prepare_sleep`]).
     pub fn until_deadline(&mut self, max: Duration) -> Duration {
         self.idle_receives = 0;
+        if self.backend.prepare_sleep() {
+            // Packets wait already (they landed after the last receive).
+            return Duration::ZERO;
+        }
         match self.engine.poll_timeout() {
             Some(t) => t.since(self.clock.now()).min(max),
             None => max,

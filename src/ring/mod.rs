@@ -87,7 +87,7 @@ mod spsc;
 
 pub use link::{new_bell, DaemonEnd, Link, LinkError, LinkFds, ProcessEnd};
 pub use spsc::{
-    create_region, AttachError, Consumer, ConsumerStats, Popped, Producer, ProducerStats,
+    create_region, AttachError, Consumer, ConsumerStats, Entry, Popped, Producer, ProducerStats,
 };
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -126,6 +126,28 @@ impl Shm {
         };
         true
     }
+
+    /// Copies `len` bytes from `src` at `src_off` to `self` at `off`: a packet from one
+    /// ring straight into another (the daemon's hairpin). `false` (nothing copied) if
+    /// either range is not inside its mapping.
+    pub fn copy_from(&self, off: usize, src: &Shm, src_off: usize, len: usize) -> bool {
+        if !self.fits(off, len) || !src.fits(src_off, len) {
+            return false;
+        }
+        // SAFETY: both ranges are inside their live mappings (checked), the destination is
+        // writable (mapped PROT_WRITE). `copy` (memmove) is correct even if the two ranges
+        // overlap, as they do if `src` is `self`. No Rust reference to either range exists
+        // (the module never lends one), so the copy aliases nothing the compiler relies on;
+        // a peer rewriting the source meanwhile only makes the copied bytes unspecified.
+        unsafe {
+            core::ptr::copy(
+                src.ptr.as_ptr().add(src_off),
+                self.ptr.as_ptr().add(off),
+                len,
+            )
+        };
+        true
+    }
 }
 
 impl Drop for Shm {

@@ -111,6 +111,14 @@ impl Mapped {
         self.shm.atomic_u64(off).ok_or(Corrupt::OutOfRange)
     }
 
+    /// Whether `len` bytes at `at` lie in the data area.
+    fn shm_fits(&self, at: usize, len: usize) -> bool {
+        at >= HEADER_LEN
+            && at
+                .checked_add(len)
+                .is_some_and(|end| end <= HEADER_LEN + self.cap)
+    }
+
     fn offset(&self, pos: u64) -> usize {
         (pos & (self.cap as u64 - 1)) as usize
     }
@@ -223,12 +231,41 @@ impl Producer {
     /// Writes one entry into the ring without publishing it (see [`Producer::flush`]).
     /// Never blocks: a full ring is [`PushError::Full`].
     pub fn try_push(&mut self, meta: &Meta, packet: &[u8]) -> Result<(), PushError> {
+        self.stage(meta, packet.len(), |shm, at| shm.write(at, packet))
+    }
+
+    /// [`Producer::try_push`] of a packet still in another ring, `src`, taken from it with
+    /// [`Consumer::take`]: one copy, ring to ring (the daemon's hairpin between two of its
+    /// processes). The packet's bytes are whatever `src`'s producer left there.
+    pub fn try_push_from(
+        &mut self,
+        meta: &Meta,
+        src: &Consumer,
+        e: &Entry,
+    ) -> Result<(), PushError> {
+        if !src.m.shm_fits(e.at, e.len) {
+            // An entry of another ring than `src`: nothing to copy from here.
+            return Err(PushError::TooLarge);
+        }
+        self.stage(meta, e.len, |shm, at| {
+            shm.copy_from(at, &src.m.shm, e.at, e.len)
+        })
+    }
+
+    /// Stages one entry of a `len`-byte packet whose bytes `fill` writes at the offset it
+    /// is given.
+    fn stage(
+        &mut self,
+        meta: &Meta,
+        len: usize,
+        fill: impl FnOnce(&Shm, usize) -> bool,
+    ) -> Result<(), PushError> {
         if let Some(c) = self.broken {
             return Err(PushError::Broken(c));
         }
         let cap = self.m.cap;
-        let rec = record_len(packet.len());
-        if packet.len() > MAX_PACKET || rec > cap {
+        let rec = record_len(len);
+        if len > MAX_PACKET || rec > cap {
             self.stats.too_large += 1;
             return Err(PushError::TooLarge);
         }
@@ -249,8 +286,8 @@ impl Producer {
             ok &= shm.write(HEADER_LEN + off, &word.to_le_bytes());
             off = 0;
         }
-        ok &= shm.write(HEADER_LEN + off, &encode_entry(meta, packet.len()));
-        ok &= shm.write(HEADER_LEN + off + ENTRY_HEADER, packet);
+        ok &= shm.write(HEADER_LEN + off, &encode_entry(meta, len));
+        ok &= fill(shm, HEADER_LEN + off + ENTRY_HEADER);
         if !ok {
             // Offsets are below the capacity read at attach, so this cannot happen.
             return Err(self.fail(Corrupt::OutOfRange));
@@ -336,6 +373,30 @@ pub struct Popped {
     pub len: usize,
 }
 
+/// A packet taken from a ring and still in it ([`Consumer::take`]): its metadata, and
+/// where its bytes are (only the consumer that took it can reach them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    meta: Meta,
+    /// Offset of the packet's bytes in the mapping (inside the data area: checked).
+    at: usize,
+    len: usize,
+}
+
+impl Entry {
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// The reading end of a ring. Packets are copied out (the bytes in the ring belong to
 /// the producer again as soon as the head moves, and a hostile producer may rewrite them
 /// at any time).
@@ -411,9 +472,28 @@ impl Consumer {
         Ok(())
     }
 
-    /// The next packet into `buf`, without publishing the head. Each shared word is read
-    /// once, into a local, and checked before it is used.
+    /// The next packet into `buf`, without publishing the head.
     fn next(&mut self, buf: &mut [u8]) -> Result<Option<(Meta, usize)>, Corrupt> {
+        loop {
+            let Some(e) = self.next_entry()? else {
+                return Ok(None);
+            };
+            let Some(dst) = buf.get_mut(..e.len) else {
+                self.stats.too_long += 1;
+                continue;
+            };
+            if !self.m.shm.read(e.at, dst) {
+                return Err(Corrupt::OutOfRange);
+            }
+            self.stats.popped += 1;
+            return Ok(Some((e.meta, e.len)));
+        }
+    }
+
+    /// The next packet's entry, its bytes left in the ring; the head moves past it but is
+    /// not published. Each shared word is read once, into a local, and checked before it
+    /// is used.
+    fn next_entry(&mut self) -> Result<Option<Entry>, Corrupt> {
         loop {
             if self.head == self.tail {
                 self.load_tail()?;
@@ -457,19 +537,46 @@ impl Consumer {
                         self.stats.malformed += 1;
                         continue;
                     };
-                    let Some(dst) = buf.get_mut(..len) else {
-                        self.stats.too_long += 1;
-                        continue;
-                    };
-                    if !self.m.shm.read(HEADER_LEN + off + ENTRY_HEADER, dst) {
-                        return Err(Corrupt::OutOfRange);
-                    }
-                    self.stats.popped += 1;
-                    return Ok(Some((meta, len)));
+                    return Ok(Some(Entry {
+                        meta,
+                        at: HEADER_LEN + off + ENTRY_HEADER,
+                        len,
+                    }));
                 }
                 _ => return Err(Corrupt::BadKind),
             }
         }
+    }
+
+    /// The next packet, left in the ring: its bytes are read with [`Consumer::read`] or
+    /// copied into another ring with [`Producer::try_push_from`], until
+    /// [`Consumer::commit`] hands the space back to the producer (after that they are the
+    /// producer's again and read as whatever it writes). No copy, no store to the ring.
+    pub fn take(&mut self) -> Result<Option<Entry>, Corrupt> {
+        if let Some(c) = self.broken {
+            return Err(c);
+        }
+        let e = self.next_entry().map_err(|c| broke(&mut self.broken, c))?;
+        if e.is_some() {
+            self.stats.popped += 1;
+        }
+        Ok(e)
+    }
+
+    /// Copies `dst.len()` bytes of a taken packet, from its byte `skip`; `false` (nothing
+    /// copied) if that is past the packet's end.
+    pub fn read(&self, e: &Entry, skip: usize, dst: &mut [u8]) -> bool {
+        let fits = skip.checked_add(dst.len()).is_some_and(|end| end <= e.len);
+        fits && self.m.shm_fits(e.at, e.len) && self.m.shm.read(e.at + skip, dst)
+    }
+
+    /// Publishes the head past every packet taken (one store): their space goes back to
+    /// the producer.
+    pub fn commit(&mut self) -> Result<(), Corrupt> {
+        if let Some(c) = self.broken {
+            return Err(c);
+        }
+        self.release().map_err(|c| broke(&mut self.broken, c))
     }
 
     fn fail(&mut self, c: Corrupt) -> Corrupt {

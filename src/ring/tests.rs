@@ -108,6 +108,63 @@ fn batch_publishes_once_and_slots_bound_packets() {
     assert_eq!(c.stats().too_long, 3);
 }
 
+/// The daemon's hairpin: packets taken from one ring and copied straight into another
+/// (wrapping in both), their space handed back only at `commit`.
+#[test]
+fn take_and_push_from_copy_ring_to_ring() {
+    let (mut p1, mut c1, _f1) = pair(MIN_CAPACITY);
+    let (mut p2, mut c2, _f2) = pair(MIN_CAPACITY);
+    let mut buf = vec![0u8; MAX_PACKET];
+    for round in 0..200usize {
+        let data = payload(round, 300 + round % 11);
+        p1.push(&meta(round as u16), &data).unwrap();
+        let e = c1.take().unwrap().unwrap();
+        assert_eq!((e.meta(), e.len()), (&meta(round as u16), data.len()));
+        let mut bth = [0u8; 12];
+        assert!(c1.read(&e, 5, &mut bth));
+        assert_eq!(&bth[..], &data[5..17]);
+        assert!(
+            !c1.read(&e, data.len() - 4, &mut bth),
+            "past the packet's end"
+        );
+        let mut out = meta(round as u16);
+        out.flags ^= 0x8000;
+        p2.try_push_from(&out, &c1, &e).unwrap();
+        p2.flush().unwrap();
+        c1.commit().unwrap();
+        let (m, len) = c2.pop(&mut buf).unwrap().unwrap();
+        assert_eq!(m, out);
+        assert_eq!(&buf[..len], &data[..]);
+    }
+    assert_eq!(c1.take().unwrap(), None);
+    // Taken but not committed: the producer still sees the space as used.
+    let big = payload(7, 3000);
+    p1.push(&meta(1), &big).unwrap();
+    let e = c1.take().unwrap().unwrap();
+    assert_eq!(p1.push(&meta(2), &big), Err(PushError::Full));
+    // An entry given with the wrong ring, lying outside it: refused, nothing breaks.
+    let (mut p3, mut c3, _f3) = pair(1 << 16);
+    for i in 0..4 {
+        p3.push(&meta(i), &big).unwrap();
+    }
+    let mut far = None;
+    while let Some(x) = c3.take().unwrap() {
+        far = Some(x);
+    }
+    let far = far.unwrap();
+    assert_eq!(
+        p2.try_push_from(&meta(3), &c1, &far),
+        Err(PushError::TooLarge)
+    );
+    p2.try_push_from(&meta(3), &c1, &e).unwrap();
+    p2.flush().unwrap();
+    let (_, len) = c2.pop(&mut buf).unwrap().unwrap();
+    assert_eq!(&buf[..len], &big[..]);
+    c1.commit().unwrap();
+    p1.push(&meta(2), &big).unwrap();
+    assert_eq!(c1.stats().popped, 201);
+}
+
 #[test]
 fn a_sleeping_consumer_is_woken() {
     let (mut p, mut c, _f) = pair(MIN_CAPACITY);

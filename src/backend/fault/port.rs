@@ -373,6 +373,11 @@ impl<B: Backend> Backend for Faulty<B> {
         self.wake.0.as_fd()
     }
 
+    fn prepare_sleep(&mut self) -> bool {
+        // The epoll set holds the inner port's fd: it must be able to wake us.
+        self.inner.prepare_sleep()
+    }
+
     fn stats(&self) -> PortStats {
         let s = self.inner.stats();
         PortStats {

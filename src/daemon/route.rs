@@ -1,0 +1,124 @@
+//! Where the daemon's packets go: to the process that leases the block of their BTH
+//! DestQP, from the port (one copy into its receive ring) or from another process of the
+//! daemon (the hairpin: one copy, ring to ring).
+
+use super::lease::Leases;
+use super::server::{Client, PortCounters};
+use crate::ring::{DaemonEnd, Entry, Meta, PushError};
+
+/// The index of the client that owns the block of a packet's DestQP (`bth`: its first 12
+/// or more bytes), counting the packet as received and, if nobody has it, why.
+pub(super) fn owner_of(
+    clients: &[Client],
+    leases: &Leases,
+    counters: &mut PortCounters,
+    bth: &[u8],
+) -> Option<usize> {
+    counters.rcvd_pkts += 1;
+    // BTH DestQP: bytes 5..8 of the packet (IBA 9.2).
+    if bth.len() < 12 {
+        counters.malformed += 1;
+        return None;
+    }
+    let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+    let i = leases
+        .owner(qpn)
+        .and_then(|owner| clients.iter().position(|c| c.id == owner))
+        .filter(|&i| clients[i].link.is_some());
+    if i.is_none() {
+        counters.no_owner += 1;
+    }
+    i
+}
+
+/// Counts a push of `len` bytes into client `c`'s receive ring.
+pub(super) fn pushed(
+    c: &mut Client,
+    counters: &mut PortCounters,
+    len: usize,
+    r: Result<(), PushError>,
+) {
+    match r {
+        Ok(()) => {
+            c.counters.rcvd_pkts += 1;
+            c.counters.rcvd_bytes += len as u64;
+            c.dirty = true;
+        }
+        Err(_) => {
+            counters.ring_full += 1;
+            c.counters.ring_full += 1;
+        }
+    }
+}
+
+/// Hands one packet from the port to the owner of its DestQP's block.
+pub(super) fn deliver(
+    clients: &mut [Client],
+    leases: &Leases,
+    counters: &mut PortCounters,
+    meta: &Meta,
+    bytes: &[u8],
+) {
+    let Some(i) = owner_of(clients, leases, counters, bytes) else {
+        return;
+    };
+    let c = &mut clients[i];
+    let r = match c.link.as_mut() {
+        Some(l) => l.rx.try_push(meta, bytes),
+        None => return,
+    };
+    pushed(c, counters, bytes.len(), r);
+}
+
+/// Hands packet `e`, taken from client `k`'s send ring, to the owner of its DestQP's
+/// block: copied from ring to ring. The routing reads the BTH once, into a local; the
+/// sender may rewrite the bytes before the copy, but then the receiver gets what the
+/// sender could have sent it anyway (its engine drops a packet for a QP it does not
+/// have), never anything of another process.
+pub(super) fn hairpin(
+    clients: &mut [Client],
+    leases: &Leases,
+    counters: &mut PortCounters,
+    k: usize,
+    meta: &Meta,
+    e: &Entry,
+) {
+    let mut bth = [0u8; 12];
+    let read = e.len() >= bth.len()
+        && clients[k]
+            .link
+            .as_ref()
+            .is_some_and(|l| l.tx.read(e, 0, &mut bth));
+    let bth = if read { &bth[..] } else { &[][..] };
+    let Some(i) = owner_of(clients, leases, counters, bth) else {
+        return;
+    };
+    let r = if i == k {
+        match clients[k].link.as_mut() {
+            Some(DaemonEnd { rx, tx }) => rx.try_push_from(meta, tx, e),
+            None => return,
+        }
+    } else {
+        let (src, dst) = if k < i {
+            let (a, b) = clients.split_at_mut(i);
+            (&a[k], &mut b[0])
+        } else {
+            let (a, b) = clients.split_at_mut(k);
+            (&b[0], &mut a[i])
+        };
+        match (src.link.as_ref(), dst.link.as_mut()) {
+            (Some(s), Some(d)) => d.rx.try_push_from(meta, &s.tx, e),
+            _ => return,
+        }
+    };
+    pushed(&mut clients[i], counters, e.len(), r);
+}
+
+pub(super) fn flush_all(clients: &mut [Client]) {
+    for c in clients.iter_mut().filter(|c| c.dirty) {
+        c.dirty = false;
+        if let Some(l) = c.link.as_mut() {
+            let _ = l.rx.flush();
+        }
+    }
+}
