@@ -11,7 +11,10 @@ pub struct Row {
     pub name: String,
     pub title: String,
     pub role: Role,
+    /// The compliance statements (`C9-nn`, or `-`), in the order cited.
     pub cites: Vec<String>,
+    /// The IBA section of each, as the script gives it.
+    pub sections: Vec<String>,
     pub results: Vec<Cell>,
 }
 
@@ -54,6 +57,7 @@ pub fn row(s: &Script, results: Vec<(String, Outcome)>) -> Row {
         title: s.title.clone(),
         role: s.role,
         cites: s.cites.iter().map(|c| c.clause.clone()).collect(),
+        sections: s.cites.iter().map(|c| c.section.clone()).collect(),
         results: results
             .into_iter()
             .map(|(target, outcome)| Cell {
