@@ -1,4 +1,4 @@
-//! The conformance agent for real rdma-core devices (tools/conform/agent.c, built by
+//! The conformance agent for real rdma-core devices (tools/conform/agent/, built by
 //! tools/conform/build-agent.sh against Debian 12's libibverbs), checked without the lab:
 //! two agents run on roce-emu's drop-in libibverbs.so.1 (`roce-emu run --`), each on a
 //! loopback address of its own (127.0.41.x), and this test speaks spec/FORMAT.md's agent
@@ -29,7 +29,7 @@ fn agent_binary(test: &str) -> Option<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
         if Command::new("gcc").arg("--version").output().is_err() {
-            return Err("no gcc to build tools/conform/agent.c".into());
+            return Err("no gcc to build tools/conform/agent/".into());
         }
         let out = Command::new(repo().join("tools/conform/build-agent.sh"))
             .output()

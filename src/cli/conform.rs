@@ -7,7 +7,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// A target: `roce-emu` (this process, on loopback), or an agent as HOST:PORT or
-    /// LABEL=HOST:PORT (tools/conform/agent.c beside real rxe, say). Repeat for a column
+    /// LABEL=HOST:PORT (tools/conform/agent/ beside real rxe, say). Repeat for a column
     /// each; default roce-emu.
     #[arg(long = "target", value_name = "TARGET")]
     targets: Vec<String>,

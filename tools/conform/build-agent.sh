@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the conformance agent (tools/conform/agent.c) with gcc against Debian 12's
+# Builds the conformance agent (tools/conform/agent/*.c) with gcc against Debian 12's
 # libibverbs-dev headers and libibverbs.so.1, fetched by tools/dropin/debian.sh into its
 # cache (nothing installed). The result, target/conform/agent, is linked dynamically against
 # libibverbs.so.1 only, with symbols no newer than Debian 12's glibc and rdma-core 44: it runs
@@ -22,7 +22,7 @@ mkdir -p "$ldir"
 ln -sf "$lib/libibverbs.so.1.stock" "$ldir/libibverbs.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wformat=2 \
   -isystem "$root/usr/include" \
-  -o "$out/agent.tmp" "$here/agent.c" \
+  -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp}.c \
   -L"$ldir" -Wl,-rpath-link,"$lib" -Wl,--as-needed -libverbs
 # Only libibverbs.so.1 and libc; no glibc symbol newer than Debian 12's 2.36.
 needed=$(objdump -p "$out/agent.tmp" | awk '/NEEDED/ {print $2}' | sort | paste -sd' ')

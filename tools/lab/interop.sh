@@ -8,7 +8,7 @@
 # same programs attached to a `roce-emu daemon` that owns its own L2 port on the lab bridge:
 # a TAP, or AF_PACKET on a veth.
 # conform-rxe runs the conformance scripts (spec/) against rxe: the agent
-# (tools/conform/agent.c, built by tools/conform/build-agent.sh) in guest 1, `roce-emu conform`
+# (tools/conform/agent/, built by tools/conform/build-agent.sh) in guest 1, `roce-emu conform`
 # on the host side as the scripted peer; its matrix (matrix.txt, matrix.json) stays in OUT.
 # Every test keeps its capture (tcpdump on the bridge) and both sides' output in OUT; a failed
 # test prints them, the capture decoded by `roce-emu pcap`.
