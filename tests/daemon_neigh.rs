@@ -82,14 +82,13 @@ fn n(v: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {k}: {v:#}"))
 }
 
-/// Requests sent to resolve or re-confirm: ARP requests (IPv4) or NS (IPv6).
+/// Requests sent to resolve or to probe: ARP requests (IPv4) or NS (IPv6).
 fn requests(l: &Value, v6: bool) -> u64 {
     n(l, if v6 { "nd_ns_tx" } else { "arp_requests_tx" })
 }
 
 /// Nothing lost for want of a neighbour: none dropped with a neighbour that never
-/// answered, no request or reply lost. (Datagrams refused by a full pending queue are
-/// checked against the retransmissions, `refused_were_retransmitted`.)
+/// answered, no request or reply lost.
 fn nothing_dropped(who: &str, l: &Value) {
     for k in ["pending_dropped", "resolve_failed", "control_dropped"] {
         assert_eq!(n(l, k), 0, "{who}: {k}: {l:#}");
@@ -136,7 +135,7 @@ fn continuous(ns: &Netns, a: &Daemon, b: &Daemon, tcp: &str, port: u16) {
     assert!(finish_ok(c, "perf client").contains("--check: every byte verified"));
     assert!(finish_ok(s, "perf server").contains("--check: every byte verified"));
     let took = start.elapsed();
-    // Several lifetimes: each entry reached its end (and was re-confirmed) again and again.
+    // Several lifetimes: each entry reached its end (and was probed) again and again.
     assert!(took > Duration::from_millis(1000), "ran only {took:?}");
     eprintln!("continuous traffic over {tcp}: {took:?}");
 }
