@@ -1,18 +1,27 @@
-//! Neighbour entries that expire mid-run (issue 15, must-show 1): TAP daemons bridged in a
-//! namespace of the test's own (root only), each with `--neigh-timeout 0.2` (ARP and ND
-//! entries live 200 ms instead of 60 s), over IPv4 (10.97.0.2 and .3) and IPv6
-//! (fd00:97::4 and ::5; daemons with only an IPv6 address, so their GID is IPv6).
+//! Neighbour entries that expire mid-run (issue 15, must-show 1), and the neighbour
+//! states that make an expiry cost nothing (RFC 4861 §7.3.2's REACHABLE, STALE, DELAY,
+//! PROBE, as Linux applies them to ARP too): TAP daemons bridged in a namespace of the
+//! test's own (root only), each with `--neigh-timeout 0.2` (ARP and ND entries are
+//! REACHABLE for 200 ms instead of 60 s, and a used STALE entry waits as long in DELAY
+//! before its first unicast probe), over IPv4 (10.97.0.2 and .3) and IPv6 (fd00:97::4
+//! and ::5; daemons with only an IPv6 address, so their GID is IPv6).
 //!
 //! - Continuous traffic (pingpong and perf write `--check`, each running for well over a
 //!   second, so every entry reaches the end of its lifetime several times): every message
-//!   verified; each daemon sent ARP requests (NS) again and again, the entries in use being
-//!   re-confirmed before they expire; nothing dropped for want of a neighbour.
+//!   verified; the entries in use were re-validated by unicast probes (ARP requests, NS)
+//!   again and again; nothing dropped for want of a neighbour, nothing refused by the
+//!   pending queue.
 //! - Traffic with idle gaps longer than the lifetime (two verbs contexts of this test,
-//!   one on each daemon): the entries really expire (`neighbor_expired`) and are resolved
-//!   again with the first message after each gap waiting in the pending queue. A 4 KiB
-//!   SEND (4 packets) fits the queue: nothing refused. A 64 KiB SEND (64 packets) does
-//!   not: the queue holds 16 and refuses the rest (`queue_full`), the requester
-//!   retransmits, and the message arrives exactly once with every byte right.
+//!   one on each daemon): the entries really expire (`neighbor_expired`), and the first
+//!   message after each gap goes out at once on the STALE entry (`neighbor_stale_used`):
+//!   a 4 KiB SEND (4 packets) and a 64 KiB SEND (64 packets, more than the 16 the pending
+//!   queue holds) with 0 packets refused and no retransmission; each entry is then probed
+//!   and confirmed again (`neighbor_probes`, `neighbor_reconfirmed`), no probe failing.
+//! - A peer whose daemon stops and is started again on its TAP and address, which gets
+//!   another (random) MAC. Silent, it is found by the probes: they go unanswered, the
+//!   entry is removed (`neighbor_probe_failed`) and the next (retransmitted) packet
+//!   resolves the new MAC. Speaking first, its broadcast ARP request replaces the MAC
+//!   (`neighbor_mac_changed`) and nothing is retransmitted.
 
 mod common;
 
@@ -31,15 +40,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TTL: &str = "0.2";
-/// Longer than the lifetime, and than the daemon's longest sleep (100 ms), which is when
-/// its timers run at the latest.
-const GAP: Duration = Duration::from_millis(450);
+/// Longer than the lifetime plus DELAY plus the daemon's longest sleep (100 ms, which is
+/// when its timers run at the latest): an entry used before the gap was probed, confirmed
+/// and has become STALE again when the gap ends.
+const GAP: Duration = Duration::from_millis(650);
 const IOVA: u64 = 0x1000_0000;
 const LEN: u64 = 1 << 18;
 const SMALL: u32 = 4096;
 const BIG: u32 = 65536;
-/// `IfaceConfig::pending_max`: datagrams held per neighbour while it resolves.
-const PENDING_MAX: u64 = 16;
+/// A local ACK timeout of 4.096 µs × 2^18 (about 1.07 s), 8 tries: long enough for an
+/// entry naming a MAC that is gone to be probed (DELAY, then 3 probes a second apart) and
+/// removed while the requester still retries.
+const LONG_TIMEOUT: u8 = 18;
 
 fn tool_in(ns: &Netns, d: &Daemon, args: &[&str]) -> Child {
     ns.cmd(BIN)
@@ -70,40 +82,23 @@ fn n(v: &Value, k: &str) -> u64 {
         .unwrap_or_else(|| panic!("no counter {k}: {v:#}"))
 }
 
-/// Requests sent to resolve or re-confirm: ARP requests (IPv4) or NS (IPv6).
+/// Requests sent to resolve or to probe: ARP requests (IPv4) or NS (IPv6).
 fn requests(l: &Value, v6: bool) -> u64 {
     n(l, if v6 { "nd_ns_tx" } else { "arp_requests_tx" })
 }
 
 /// Nothing lost for want of a neighbour: none dropped with a neighbour that never
-/// answered, no request or reply lost. (Datagrams refused by a full pending queue are
-/// checked against the retransmissions, `refused_were_retransmitted`.)
+/// answered, no request or reply lost.
 fn nothing_dropped(who: &str, l: &Value) {
     for k in ["pending_dropped", "resolve_failed", "control_dropped"] {
         assert_eq!(n(l, k), 0, "{who}: {k}: {l:#}");
     }
 }
 
-/// Datagrams the pending queue refused (it holds `PENDING_MAX` per neighbour while it
-/// resolves) were retransmitted: the processes attached to the two daemons (their
-/// per-QP counters, which the daemons keep after they exit) report go-back-N retries.
-/// (Every message arriving once, every byte right, is what the tools checked.)
-fn refused_were_retransmitted(daemons: [&Daemon; 2]) {
-    let (mut refused, mut retries) = (0, 0);
-    for d in daemons {
-        let v = d.counters();
-        refused += n(&v["l2"], "queue_full");
-        retries += v["processes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p["nic"]["completer_retry_err"].as_u64().unwrap_or(0))
-            .sum::<u64>();
-    }
-    eprintln!("{refused} datagrams refused while resolving, {retries} go-back-N retries");
-    if refused > 0 {
-        assert!(retries > 0, "{refused} refused, never retransmitted");
-    }
+/// The pending queue refused nothing (a STALE entry is used at once, so a datagram waits
+/// only for a neighbour never resolved, or one whose probes failed).
+fn nothing_refused(who: &str, l: &Value) {
+    assert_eq!(n(l, "queue_full"), 0, "{who}: {l:#}");
 }
 
 /// Pingpong and perf write between a program on `a` (server) and one on `b`; the TCP
@@ -140,7 +135,7 @@ fn continuous(ns: &Netns, a: &Daemon, b: &Daemon, tcp: &str, port: u16) {
     assert!(finish_ok(c, "perf client").contains("--check: every byte verified"));
     assert!(finish_ok(s, "perf server").contains("--check: every byte verified"));
     let took = start.elapsed();
-    // Several lifetimes: each entry reached its end (and was re-confirmed) again and again.
+    // Several lifetimes: each entry reached its end (and was probed) again and again.
     assert!(took > Duration::from_millis(1000), "ran only {took:?}");
     eprintln!("continuous traffic over {tcp}: {took:?}");
 }
@@ -178,6 +173,10 @@ fn end(d: &Daemon) -> End {
 }
 
 fn connect(x: &End, y: &End) {
+    connect_with(x, y, DEFAULT_TIMEOUT);
+}
+
+fn connect_with(x: &End, y: &End, timeout: u8) {
     let rtr = QpAttr::rtr(
         y.ctx.local_ip(),
         Mtu::M1024,
@@ -186,13 +185,7 @@ fn connect(x: &End, y: &End) {
         4,
         DEFAULT_MIN_RNR_TIMER,
     );
-    let rts = QpAttr::rts(
-        Psn::new(0),
-        DEFAULT_TIMEOUT,
-        MAX_RETRY_CNT,
-        RNR_RETRY_INFINITE,
-        4,
-    );
+    let rts = QpAttr::rts(Psn::new(0), timeout, MAX_RETRY_CNT, RNR_RETRY_INFINITE, 4);
     verbs::connect_rc(&x.ctx, x.qpn, Access::ALL, &rtr, &rts).unwrap();
 }
 
@@ -283,45 +276,52 @@ fn with_gaps(da: &Daemon, db: &Daemon, v6: bool, rounds: u64) {
     b.post_recv(0);
     let (la0, lb0) = (l2(da), l2(db));
     let mut seed = 1;
-    let mut refused_total = 0;
     for _ in 0..rounds {
-        // A to B, small: the 4 packets wait in A's pending queue while B resolves.
-        std::thread::sleep(GAP);
-        let full = n(&l2(da), "queue_full");
-        send_once(&a, &b, SMALL, seed);
-        assert_eq!(n(&l2(da), "queue_full"), full, "4 packets fit the queue");
-        seed += 1;
-        // B to A, large: B's queue holds 16 of the 64 packets at most; those that come
-        // while it is full are refused and B's QP retransmits them.
-        std::thread::sleep(GAP);
-        let (full, retries) = (
-            n(&l2(db), "queue_full"),
-            b.counter(Counter::CompleterRetryErr),
-        );
-        send_once(&b, &a, BIG, seed);
-        let refused = n(&l2(db), "queue_full") - full;
-        assert!(
-            refused <= u64::from(BIG / 1024) - PENDING_MAX,
-            "B refused {refused} of 64 packets: the queue holds {PENDING_MAX}: {:#}",
-            l2(db)
-        );
-        if refused > 0 {
+        // A to B, small, then B to A, large (64 packets: four times what the pending
+        // queue holds): each after a gap, each on a STALE entry, sent at once.
+        for (x, y, dx, len) in [(&a, &b, da, SMALL), (&b, &a, db, BIG)] {
+            std::thread::sleep(GAP);
+            let (l0, retries) = (l2(dx), x.counter(Counter::CompleterRetryErr));
+            send_once(x, y, len, seed);
+            let l = l2(dx);
+            let diff = |k: &str| n(&l, k) - n(&l0, k);
+            assert_eq!(diff("queue_full"), 0, "{len} B: packets refused: {l:#}");
             assert!(
-                b.counter(Counter::CompleterRetryErr) > retries,
-                "B refused {refused} packets, and its QP never retransmitted"
+                diff("neighbor_stale_used") >= 1,
+                "{len} B: not STALE: {l:#}"
             );
+            assert_eq!(
+                x.counter(Counter::CompleterRetryErr),
+                retries,
+                "{len} B: retransmitted"
+            );
+            seed += 1;
         }
-        refused_total += refused;
-        seed += 1;
     }
+    // The last entries used are probed and confirmed after DELAY.
+    std::thread::sleep(GAP);
     for (who, d, before) in [("A", da, &la0), ("B", db, &lb0)] {
         let l = l2(d);
         let diff = |k: &str| n(&l, k) - n(before, k);
-        // Each gap expired the entries; each first message after one resolved again.
-        assert!(diff("neighbor_expired") >= rounds, "{who}: {l:#}");
+        // Each gap expired the entries; each first message after one used the STALE
+        // entry, which was then probed (unicast) and confirmed.
+        for k in [
+            "neighbor_expired",
+            "neighbor_stale_used",
+            "neighbor_probes",
+            "neighbor_reconfirmed",
+        ] {
+            assert!(diff(k) >= rounds, "{who}: {k}: {l:#}");
+        }
         let asked = requests(&l, v6) - requests(before, v6);
-        assert!(asked >= rounds, "{who} resolved only {asked} times: {l:#}");
-        for k in ["pending_dropped", "resolve_failed", "control_dropped"] {
+        assert!(asked >= rounds, "{who} asked only {asked} times: {l:#}");
+        for k in [
+            "pending_dropped",
+            "resolve_failed",
+            "control_dropped",
+            "queue_full",
+            "neighbor_probe_failed",
+        ] {
             assert_eq!(diff(k), 0, "{who}: {k}: {l:#}");
         }
     }
@@ -329,12 +329,75 @@ fn with_gaps(da: &Daemon, db: &Daemon, v6: bool, rounds: u64) {
     assert_eq!(b.counter(Counter::RdmaRecvs), rounds);
     assert_eq!(a.counter(Counter::RdmaRecvs), rounds);
     eprintln!(
-        "with gaps ({}): {refused_total} packets refused by a full pending queue, all \
-         retransmitted; A {:#}\nB {:#}",
+        "with gaps ({}): every message sent at once on a STALE entry; A {:#}\nB {:#}",
         if v6 { "IPv6" } else { "IPv4" },
         l2(da),
         l2(db)
     );
+}
+
+/// Stops `db` and starts another daemon on its TAP `tap` and `port` (a new random MAC),
+/// bridged again.
+fn restart(ns: &Netns, db: Daemon, port: &str, tap: &str, tag: &str) -> Daemon {
+    drop(db);
+    let d = Daemon::start(Some(ns), port, tag, &["--neigh-timeout", TTL]);
+    ns.ip(&["link", "set", tap, "master", "br97"]);
+    d
+}
+
+/// A's entry for B names B's old MAC after B's daemon restarts. Silent, B is found again
+/// once A's probes fail; speaking first, its ARP request gives A the new MAC at once.
+/// Returns the last daemon started.
+fn restarted_peer(ns: &Netns, da: &Daemon, db: Daemon, port: &str, tap: &str) -> Daemon {
+    let (a, b) = (end(da), end(&db));
+    connect(&a, &b);
+    connect(&b, &a);
+    a.post_recv(0);
+    send_once(&b, &a, SMALL, 1);
+    drop(b);
+
+    // Silent: A sends first, to the old MAC, until its probes fail.
+    let db = restart(ns, db, port, tap, "dnb2");
+    let l0 = l2(da);
+    let (a, b) = (end(da), end(&db));
+    connect_with(&a, &b, LONG_TIMEOUT);
+    connect(&b, &a);
+    b.post_recv(0);
+    let start = Instant::now();
+    send_once(&a, &b, SMALL, 2);
+    let l = l2(da);
+    let diff = |k: &str| n(&l, k) - n(&l0, k);
+    eprintln!(
+        "silent restart: delivered after {:?}, {} retries: {l:#}",
+        start.elapsed(),
+        a.counter(Counter::CompleterRetryErr)
+    );
+    assert!(diff("neighbor_probe_failed") >= 1, "{l:#}");
+    for k in ["pending_dropped", "resolve_failed", "control_dropped"] {
+        assert_eq!(diff(k), 0, "{k}: {l:#}");
+    }
+    drop(b);
+
+    // Announced: B sends first; its broadcast request carries the new MAC.
+    let db = restart(ns, db, port, tap, "dnb3");
+    let l0 = l2(da);
+    let (a, b) = (end(da), end(&db));
+    connect(&a, &b);
+    connect(&b, &a);
+    a.post_recv(0);
+    b.post_recv(0);
+    send_once(&b, &a, SMALL, 3);
+    send_once(&a, &b, BIG, 4);
+    let l = l2(da);
+    let diff = |k: &str| n(&l, k) - n(&l0, k);
+    assert!(diff("neighbor_mac_changed") >= 1, "{l:#}");
+    assert_eq!(a.counter(Counter::CompleterRetryErr), 0, "{l:#}");
+    for k in ["neighbor_probe_failed", "queue_full", "pending_dropped"] {
+        assert_eq!(diff(k), 0, "{k}: {l:#}");
+    }
+    eprintln!("announced restart: {l:#}");
+    drop(b);
+    db
 }
 
 #[test]
@@ -353,7 +416,8 @@ fn neighbour_entries_that_expire_mid_run_are_resolved_again_without_losing_a_mes
     ns.ip(&["link", "set", "br97", "up"]);
     let ttl = ["--neigh-timeout", TTL];
     let a = Daemon::start(Some(&ns), "tap:rdna,10.97.0.2/24", "dna", &ttl);
-    let b = Daemon::start(Some(&ns), "tap:rdnb,10.97.0.3/24", "dnb", &ttl);
+    let b_port = "tap:rdnb,10.97.0.3/24";
+    let b = Daemon::start(Some(&ns), b_port, "dnb", &ttl);
     let c = Daemon::start(Some(&ns), "tap:rdnc,fd00:97::4/64", "dnc", &ttl);
     let d = Daemon::start(Some(&ns), "tap:rdnd,fd00:97::5/64", "dnd", &ttl);
     for t in ["rdna", "rdnb", "rdnc", "rdnd"] {
@@ -367,13 +431,17 @@ fn neighbour_entries_that_expire_mid_run_are_resolved_again_without_losing_a_mes
             let l = l2(d);
             eprintln!("continuous, {who} daemon (IPv6 {v6}): {l:#}");
             nothing_dropped(who, &l);
-            // Resolved at the start and re-confirmed before each expiry while in use:
-            // more than once, whichever side asked first.
+            nothing_refused(who, &l);
+            // Resolved at the start and re-validated by probes while in use: more than
+            // once, whichever side asked first.
             let asked = requests(&l, v6) - requests(before, v6);
             assert!(asked >= 2, "{who} daemon asked {asked} times: {l:#}");
-            assert!(n(&l, "neighbor_probes") >= 1, "{who}: {l:#}");
+            for k in ["neighbor_expired", "neighbor_stale_used", "neighbor_probes"] {
+                assert!(n(&l, k) >= 1, "{who}: {k}: {l:#}");
+            }
+            assert_eq!(n(&l, "neighbor_probe_failed"), 0, "{who}: {l:#}");
         }
-        refused_were_retransmitted([x, y]);
         with_gaps(x, y, v6, 3);
     }
+    let _b = restarted_peer(&ns, &a, b, b_port, "rdnb");
 }

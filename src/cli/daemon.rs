@@ -34,9 +34,9 @@ pub struct DaemonArgs {
     /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
-    /// How long an ARP or ND entry lives on a tap: or afpacket: port (default 60; an entry
-    /// in use is re-confirmed by a unicast request in its last quarter, and one that
-    /// expires is resolved again, its datagrams held meanwhile).
+    /// How long an ARP or ND entry stays REACHABLE on a tap: or afpacket: port (default
+    /// 60); then it is STALE: still used at once, and re-validated by unicast probes on
+    /// its first use (removed, and resolved again, if 3 go unanswered).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub neigh_timeout: Option<Duration>,
     /// Longest time the idle daemon polls its port and rings (yielding the CPU each turn)

@@ -2,6 +2,7 @@
 //! senders, asking for neighbours.
 
 use super::eth::{self, Mac};
+use super::neighbor::Learn;
 use super::{DropReason, Iface, Rx};
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -67,8 +68,9 @@ impl Arp {
 impl Iface {
     /// RFC 826's reception algorithm: merge the sender into an existing entry whatever
     /// the packet; if we are the target, add the sender when it was not merged, and answer
-    /// a request.
-    pub(super) fn process_arp(&mut self, now: Duration, b: &[u8]) -> Rx {
+    /// a request. Only a reply to us sent to our MAC (`unicast`) confirms reachability
+    /// (Linux's `arp_process`: broadcast replies and requests leave the entry STALE).
+    pub(super) fn process_arp(&mut self, now: Duration, unicast: bool, b: &[u8]) -> Rx {
         let p = match Arp::parse(b) {
             Ok(p) => p,
             Err(r) => return Rx::Dropped(r),
@@ -97,7 +99,12 @@ impl Iface {
         let merged = learnable && self.neighbors.contains(&spa);
         let for_us = p.tpa == ours;
         if learnable && (merged || for_us) {
-            self.learned(spa, p.sha, now, for_us);
+            let how = Learn {
+                add: for_us,
+                confirmed: for_us && unicast && p.op == OP_REPLY,
+                override_mac: true,
+            };
+            self.learned(spa, p.sha, now, how);
         }
         if !for_us {
             return Rx::Dropped(DropReason::NotForUs);
@@ -138,9 +145,13 @@ impl Iface {
         self.queue_control(f);
     }
 
-    /// Records `ip` at `mac` and releases what waited for it (ARP and ND alike).
-    pub(super) fn learned(&mut self, ip: IpAddr, mac: Mac, now: Duration, may_add: bool) {
-        for h in self.neighbors.learn(ip, mac, now, may_add) {
+    /// Records `ip` at `mac` as `how` allows and releases what waited for it (ARP and
+    /// ND alike).
+    pub(super) fn learned(&mut self, ip: IpAddr, mac: Mac, now: Duration, how: Learn) {
+        let l = self.neighbors.learn(ip, mac, now, how);
+        self.stats.neighbor_mac_changed += u64::from(l.mac_changed);
+        self.stats.neighbor_reconfirmed += u64::from(l.reconfirmed);
+        for h in l.released {
             self.released.push_back((mac, h));
         }
     }

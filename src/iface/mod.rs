@@ -3,7 +3,8 @@
 //!
 //! It answers ARP (RFC 826) and IPv6 Neighbor Discovery (RFC 4861) for its addresses,
 //! answers ICMP and ICMPv6 echo (RFC 792, RFC 4443) so `ping` and `ping -6` work, keeps a
-//! neighbour cache with timeouts, holds datagrams while their neighbour resolves, and
+//! neighbour cache with RFC 4861's reachability states (REACHABLE, STALE, DELAY, PROBE;
+//! see `neighbor`), holds datagrams while their neighbour resolves, and
 //! wraps RoCE packets in Ethernet/IP/UDP (choosing the IPv4 ID and rebasing the ICRC for
 //! it) and unwraps them. It never touches a socket, thread or clock: time comes in as
 //! `now` (a `Duration` since any fixed epoch, never decreasing), frames in as byte
@@ -44,9 +45,11 @@ mod rx;
 mod stats;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_neigh;
 
 pub use eth::Mac;
-pub use neighbor::{RETRY, TRIES};
+pub use neighbor::{NeighborState, DELAY_FIRST_PROBE, PROBES, RETRY, TRIES};
 pub use stats::{DropReason, IfaceStats, TxError};
 
 use crate::wire::icrc::Ipv4IdRebase;
@@ -69,7 +72,9 @@ pub struct IfaceConfig {
     pub vlan: Option<u16>,
     /// IP MTU: the largest IP datagram sent (or answered).
     pub mtu: usize,
-    /// How long an ARP or ND answer is trusted.
+    /// How long an ARP or ND confirmation is trusted (REACHABLE); then the entry is
+    /// STALE: still used, and re-validated by unicast probes once it is (Linux's
+    /// base_reachable_time, RFC 4861's ReachableTime).
     pub neighbor_ttl: Duration,
     /// Datagrams held per unresolved neighbour.
     pub pending_max: usize,
@@ -170,8 +175,8 @@ impl Iface {
         &self.stats
     }
 
-    /// Resolved neighbours: address, MAC, when the entry expires.
-    pub fn neighbors(&self) -> impl Iterator<Item = (IpAddr, Mac, Duration)> + '_ {
+    /// Resolved neighbours: address, MAC, reachability state.
+    pub fn neighbors(&self) -> impl Iterator<Item = (IpAddr, Mac, NeighborState)> + '_ {
         self.neighbors.resolved()
     }
 
@@ -243,10 +248,10 @@ impl Iface {
             payload: payload.to_vec(),
         };
         match found {
-            Lookup::Found { mac, probe } => {
-                if probe {
-                    self.stats.neighbor_probes += 1;
-                    self.solicit(dst.ip(), Some(mac));
+            Lookup::Found { mac, stale } => {
+                // A STALE MAC is used at once; `handle_timeout` probes it after DELAY.
+                if stale {
+                    self.stats.neighbor_stale_used += 1;
                 }
                 // Datagrams released for this neighbour and not yet polled go first:
                 // overtaking them would look like a PSN gap to an RC responder, which
@@ -303,20 +308,26 @@ impl Iface {
     }
 
     /// When `handle_timeout` must run next: a request to retry, a neighbour to give up
-    /// on, an entry to expire.
+    /// on, an entry to become STALE, a probe to send.
     pub fn poll_timeout(&self) -> Option<Duration> {
         self.neighbors.poll_at()
     }
 
-    /// Runs the timers due at `now`: retries requests (new ones wait in `poll_transmit`),
-    /// drops the datagrams of neighbours that never answered, expires entries.
+    /// Runs the timers due at `now`: retries requests and sends unicast probes (they
+    /// wait in `poll_transmit`), drops the datagrams of neighbours that never answered,
+    /// turns REACHABLE entries STALE, removes those whose probes went unanswered.
     pub fn handle_timeout(&mut self, now: Duration) {
         let e = self.neighbors.handle_timeout(now);
         self.stats.neighbor_expired += e.expired;
+        self.stats.neighbor_probe_failed += e.probe_failed;
         self.stats.resolve_failed += e.failed;
         self.stats.pending_dropped += e.dropped;
         for ip in e.retry {
             self.solicit(ip, None);
+        }
+        for (ip, mac) in e.probe {
+            self.stats.neighbor_probes += 1;
+            self.solicit(ip, Some(mac));
         }
     }
 

@@ -4,6 +4,7 @@
 use super::eth::{self, Mac, L2};
 use super::icmp::{ND_NEIGHBOR_ADVERT, ND_NEIGHBOR_SOLICIT};
 use super::ip::Ipv6;
+use super::neighbor::Learn;
 use super::{DropReason, Iface, Rx};
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::Duration;
@@ -95,8 +96,14 @@ impl Iface {
             return Rx::Dropped(DropReason::NotForUs);
         }
         if let (false, Some(mac)) = (dad, slla) {
-            // §7.2.3: create or update the entry for the solicitor.
-            self.learned(IpAddr::V6(h.src), mac, now, true);
+            // §7.2.3: create or update the entry for the solicitor (STALE if new or
+            // changed; a known MAC keeps its state).
+            let how = Learn {
+                add: true,
+                confirmed: false,
+                override_mac: true,
+            };
+            self.learned(IpAddr::V6(h.src), mac, now, how);
         }
         // §7.2.4: to a DAD solicitor (which has no address yet) at all-nodes, solicited
         // flag clear; otherwise unicast to the solicitor, solicited. Override set: the
@@ -133,7 +140,8 @@ impl Iface {
     }
 
     /// RFC 4861 §7.2.5: an advertisement updates an entry we have (resolving a pending
-    /// one); one for an address we never asked about is not recorded.
+    /// one); one for an address we never asked about is not recorded. Solicited, it
+    /// confirms reachability; without override it does not replace a different MAC.
     pub(super) fn process_na(&mut self, now: Duration, h: &Ipv6, msg: &[u8]) -> Rx {
         let target = match check_common(h, msg) {
             Ok(t) => t,
@@ -152,8 +160,19 @@ impl Iface {
             // Another node claims our address (its DAD or a conflict): not learned.
             return Rx::Dropped(DropReason::BadSource);
         }
-        if let Some(mac) = tlla.filter(|m| !eth::is_group(m)) {
-            self.learned(IpAddr::V6(target), mac, now, false);
+        let how = Learn {
+            add: false,
+            confirmed: msg[4] & NA_SOLICITED != 0,
+            override_mac: msg[4] & NA_OVERRIDE != 0,
+        };
+        match tlla {
+            Some(mac) if !eth::is_group(&mac) => self.learned(IpAddr::V6(target), mac, now, how),
+            Some(_) => {}
+            None if how.confirmed => {
+                let again = self.neighbors.confirm(IpAddr::V6(target), now);
+                self.stats.neighbor_reconfirmed += u64::from(again);
+            }
+            None => {}
         }
         Rx::Consumed
     }

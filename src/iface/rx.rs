@@ -39,7 +39,7 @@ impl Iface {
         }
         let body = &frame[l2.payload..];
         match l2.ethertype {
-            eth::ETHERTYPE_ARP => self.process_arp(now, body),
+            eth::ETHERTYPE_ARP => self.process_arp(now, l2.dst == self.cfg.mac, body),
             eth::ETHERTYPE_IPV4 => self.process_ipv4(&l2, body),
             eth::ETHERTYPE_IPV6 => self.process_ipv6(now, &l2, body),
             _ => Rx::Dropped(DropReason::Unsupported),

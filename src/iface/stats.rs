@@ -97,10 +97,24 @@ pub struct IfaceStats {
     pub pending_dropped: u64,
     /// Neighbours that never answered (`TRIES` requests).
     pub resolve_failed: u64,
-    /// Cache entries that reached the end of their lifetime.
+    /// Cache entries that reached the end of their lifetime (`neighbor_ttl`) unconfirmed:
+    /// REACHABLE became STALE (kept, and used at once when wanted).
     pub neighbor_expired: u64,
-    /// Unicast probes sent to refresh an entry in use before it expires.
+    /// Datagrams sent at once on a STALE entry instead of waiting for a resolution: the
+    /// entry's first use, which moves it to DELAY and starts its re-validation.
+    pub neighbor_stale_used: u64,
+    /// Unicast probes (ARP requests, NS) sent to the MAC of an entry being re-validated
+    /// (PROBE state), `PROBES` at most per entry.
     pub neighbor_probes: u64,
+    /// Entries confirmed REACHABLE again (a probe answered) after being STALE, DELAY or
+    /// PROBE.
+    pub neighbor_reconfirmed: u64,
+    /// Entries removed because their probes went unanswered (the neighbour went away, or
+    /// now answers at another MAC): the next datagram resolves by broadcast/multicast.
+    pub neighbor_probe_failed: u64,
+    /// Entries whose MAC an ARP or ND message replaced (a neighbour that came back with
+    /// another MAC); the new MAC is STALE until confirmed.
+    pub neighbor_mac_changed: u64,
     /// Replies and requests dropped because the control queue was full (a caller that
     /// does not drain `poll_transmit`), or because a reply would exceed the MTU.
     pub control_dropped: u64,
