@@ -25,7 +25,7 @@
 
 mod common;
 
-use common::daemon::{Daemon, BIN};
+use common::daemon::{finish_ok_within, tool_in as d_tool, Daemon};
 use common::netns::{skip, Netns};
 use roce_emu::verbs::{self, Context, Device};
 use roce_emu::verbs::{
@@ -35,7 +35,7 @@ use roce_emu::verbs::{
 use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
 use roce_emu::wire::Psn;
 use serde_json::Value;
-use std::process::{Child, Stdio};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,24 +52,6 @@ const BIG: u32 = 65536;
 /// entry naming a MAC that is gone to be probed (DELAY, then 3 probes a second apart) and
 /// removed while the requester still retries.
 const LONG_TIMEOUT: u8 = 18;
-
-fn tool_in(ns: &Netns, d: &Daemon, args: &[&str]) -> Child {
-    ns.cmd(BIN)
-        .args(args)
-        .arg("--daemon")
-        .arg(&d.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn finish_ok(c: Child, who: &str) -> String {
-    let o = common::proc::finish(c, Duration::from_secs(120), who);
-    let (out, err) = common::proc::text(&o);
-    assert!(o.status.success(), "{who}: {}\n{out}\n{err}", o.status);
-    out
-}
 
 fn l2(d: &Daemon) -> Value {
     let v = d.counters();
@@ -112,13 +94,13 @@ fn continuous(ns: &Netns, a: &Daemon, b: &Daemon, tcp: &str, port: u16) {
         if !server {
             args.push(tcp);
         }
-        tool_in(ns, d, &args)
+        d_tool(ns, d, &args)
     };
     let start = Instant::now();
     let s = pp(a, true);
     let c = pp(b, false);
-    assert!(finish_ok(c, "pingpong client").contains("3000 iters in"));
-    assert!(finish_ok(s, "pingpong server").contains("3000 iters in"));
+    assert!(finish_ok_within(120, c, "pingpong client").contains("3000 iters in"));
+    assert!(finish_ok_within(120, s, "pingpong server").contains("3000 iters in"));
     let p = (port + 1).to_string();
     let pf = |d: &Daemon, server: bool| {
         let mut args = vec![
@@ -128,12 +110,12 @@ fn continuous(ns: &Netns, a: &Daemon, b: &Daemon, tcp: &str, port: u16) {
         if !server {
             args.push(tcp);
         }
-        tool_in(ns, d, &args)
+        d_tool(ns, d, &args)
     };
     let s = pf(a, true);
     let c = pf(b, false);
-    assert!(finish_ok(c, "perf client").contains("--check: every byte verified"));
-    assert!(finish_ok(s, "perf server").contains("--check: every byte verified"));
+    assert!(finish_ok_within(120, c, "perf client").contains("--check: every byte verified"));
+    assert!(finish_ok_within(120, s, "perf server").contains("--check: every byte verified"));
     let took = start.elapsed();
     // Several lifetimes: each entry reached its end (and was probed) again and again.
     assert!(took > Duration::from_millis(1000), "ran only {took:?}");

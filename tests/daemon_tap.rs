@@ -7,10 +7,9 @@
 
 mod common;
 
-use common::daemon::{Daemon, BIN};
+use common::daemon::{finish_ok_within, tool_in as d_tool, Daemon};
 use common::netns::{skip, Netns};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 fn link_exists(ns: &Netns, name: &str) -> bool {
     Command::new("ip")
@@ -77,25 +76,6 @@ fn two_tap_daemons_on_a_bridge_answer_ping_and_ping6() {
     assert!(!sock_a.exists(), "the socket outlived its daemon");
 }
 
-/// `roce-emu TOOL ARGS` in the namespace, attached to `d`; both outputs after it exits.
-fn tool_in(ns: &Netns, d: &Daemon, args: &[&str]) -> Child {
-    ns.cmd(BIN)
-        .args(args)
-        .arg("--daemon")
-        .arg(&d.socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn finish_ok(c: Child, who: &str) -> String {
-    let o = common::proc::finish(c, Duration::from_secs(90), who);
-    let (out, err) = common::proc::text(&o);
-    assert!(o.status.success(), "{who}: {}\n{out}\n{err}", o.status);
-    out
-}
-
 #[test]
 fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
     if !nix::unistd::geteuid().is_root() {
@@ -116,7 +96,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
     }
     // The TCP exchanges run on the namespace's own address; the RoCE traffic goes from
     // daemon to daemon over the bridge (each NIC's GID is its daemon's address).
-    let s = tool_in(
+    let s = d_tool(
         &ns,
         &a,
         &[
@@ -133,7 +113,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "20",
         ],
     );
-    let c = tool_in(
+    let c = d_tool(
         &ns,
         &b,
         &[
@@ -151,12 +131,12 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "10.95.0.1",
         ],
     );
-    let out = finish_ok(c, "pingpong client");
+    let out = finish_ok_within(90, c, "pingpong client");
     assert!(
         out.contains("300 iters in") && out.contains("::ffff:10.95.0.3"),
         "{out}"
     );
-    assert!(finish_ok(s, "pingpong server").contains("300 iters in"));
+    assert!(finish_ok_within(90, s, "pingpong server").contains("300 iters in"));
     for (i, args) in [
         vec!["write", "-s", "65536", "-n", "200"],
         vec!["read", "-s", "65536", "-n", "200"],
@@ -191,14 +171,14 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
         ];
         ca.extend_from_slice(&args);
         ca.push("10.95.0.1");
-        let s = tool_in(&ns, &a, &sa);
-        let c = tool_in(&ns, &b, &ca);
-        let out = finish_ok(c, &format!("{args:?} client"));
+        let s = d_tool(&ns, &a, &sa);
+        let c = d_tool(&ns, &b, &ca);
+        let out = finish_ok_within(90, c, &format!("{args:?} client"));
         assert!(
             out.contains("--check: every byte verified"),
             "{args:?}: {out}"
         );
-        let out = finish_ok(s, &format!("{args:?} server"));
+        let out = finish_ok_within(90, s, &format!("{args:?} server"));
         assert!(
             out.contains("--check: every byte verified"),
             "{args:?}: {out}"
@@ -207,7 +187,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
 
     // 5% loss each way at daemon a, set while it runs: RC retransmits, nothing is lost.
     a.fault(&["drop", "5%", "seed=11"]);
-    let s = tool_in(
+    let s = d_tool(
         &ns,
         &a,
         &[
@@ -224,7 +204,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "20",
         ],
     );
-    let c = tool_in(
+    let c = d_tool(
         &ns,
         &b,
         &[
@@ -242,9 +222,9 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "10.95.0.1",
         ],
     );
-    assert!(finish_ok(c, "lossy pingpong client").contains("200 iters in"));
-    assert!(finish_ok(s, "lossy pingpong server").contains("200 iters in"));
-    let s = tool_in(
+    assert!(finish_ok_within(90, c, "lossy pingpong client").contains("200 iters in"));
+    assert!(finish_ok_within(90, s, "lossy pingpong server").contains("200 iters in"));
+    let s = d_tool(
         &ns,
         &a,
         &[
@@ -263,7 +243,7 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "20",
         ],
     );
-    let c = tool_in(
+    let c = d_tool(
         &ns,
         &b,
         &[
@@ -283,8 +263,8 @@ fn programs_on_two_tap_daemons_run_pingpong_and_perf_between_them() {
             "10.95.0.1",
         ],
     );
-    assert!(finish_ok(c, "lossy perf client").contains("--check: every byte verified"));
-    assert!(finish_ok(s, "lossy perf server").contains("--check: every byte verified"));
+    assert!(finish_ok_within(90, c, "lossy perf client").contains("--check: every byte verified"));
+    assert!(finish_ok_within(90, s, "lossy perf server").contains("--check: every byte verified"));
     let v = a.counters();
     let applied = v["faults"]["rules"][0]["applied"].as_u64().unwrap_or(0);
     assert!(applied > 10, "the rule dropped only {applied}: {v}");

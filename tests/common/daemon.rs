@@ -100,3 +100,24 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// `roce-emu TOOL ARGS --daemon SOCKET` in the namespace, attached to `d`, both outputs
+/// piped.
+pub fn tool_in(ns: &Netns, d: &Daemon, args: &[&str]) -> Child {
+    ns.cmd(BIN)
+        .args(args)
+        .arg("--daemon")
+        .arg(&d.socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits (at most `secs`) for a tool that must succeed; its stdout.
+pub fn finish_ok_within(secs: u64, c: Child, who: &str) -> String {
+    let o = super::proc::finish(c, Duration::from_secs(secs), who);
+    let (out, err) = super::proc::text(&o);
+    assert!(o.status.success(), "{who}: {}\n{out}\n{err}", o.status);
+    out
+}
