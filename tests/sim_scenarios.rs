@@ -276,18 +276,14 @@ fn entering_err_flushes_everything_in_order_and_later_posts_too() {
     let mut p = Pair::new(Opts::default());
     p.post_recv(B, 7, 0, 64);
     p.post_recv(B, 8, 64, 64);
-    let qpn = p.b.qpn;
-    let now = p.net.now;
-    p.engine(B)
-        .modify_qp(
-            now,
-            qpn,
-            &QpAttr {
-                state: Some(QpState::Err),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    p.modify(
+        B,
+        &QpAttr {
+            state: Some(QpState::Err),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     p.post_recv(B, 9, 128, 64);
     assert_eq!(
         statuses(&p.completions(B)),
@@ -408,7 +404,7 @@ fn cq_overrun_is_an_async_error_and_the_qp_goes_to_err() {
         );
     }
     p.settle();
-    let ev: Vec<AsyncEvent> = std::iter::from_fn(|| p.engine(A).poll_event()).collect();
+    let ev = p.events(A);
     assert!(
         ev.iter().any(|e| matches!(e, AsyncEvent::CqError { .. })),
         "{ev:?}"
@@ -807,19 +803,15 @@ fn sqd_finishes_what_started_starts_nothing_new_and_reports_drained() {
     let mut buf = vec![0u8; 8192];
     let now = p.net.now;
     let _ = p.engine(A).poll_transmit(now, &mut buf).unwrap();
-    let qpn = p.a.qpn;
-    let now = p.net.now;
-    p.engine(A)
-        .modify_qp(
-            now,
-            qpn,
-            &QpAttr {
-                state: Some(QpState::Sqd),
-                sq_draining_notify: Some(true),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    p.modify(
+        A,
+        &QpAttr {
+            state: Some(QpState::Sqd),
+            sq_draining_notify: Some(true),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     p.send(A, 2, SendOp::Send, 0, 16);
     p.net.clear_rules();
     // The first packet was taken off the engine by hand: the timer resends it.
@@ -830,20 +822,18 @@ fn sqd_finishes_what_started_starts_nothing_new_and_reports_drained() {
         "a new WR started in SQD: {sent:?}"
     );
     assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
-    let ev: Vec<AsyncEvent> = std::iter::from_fn(|| p.engine(A).poll_event()).collect();
+    let ev = p.events(A);
+    let qpn = p.a.qpn;
     assert!(ev.contains(&AsyncEvent::SqDrained { qpn }), "{ev:?}");
     // Back to RTS: the second WR goes.
-    let now = p.net.now;
-    p.engine(A)
-        .modify_qp(
-            now,
-            qpn,
-            &QpAttr {
-                state: Some(QpState::Rts),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    p.modify(
+        A,
+        &QpAttr {
+            state: Some(QpState::Rts),
+            ..Default::default()
+        },
+    )
+    .unwrap();
     p.settle();
     assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::Success)]);
 }
