@@ -2,6 +2,8 @@
 //! and the runner fails what it should (a wrong expectation, a script error, a silent
 //! target), so a pass means something.
 
+mod common;
+
 use roce_emu::conform::{self, Outcome, Target, TargetSpec};
 use std::path::PathBuf;
 
@@ -13,19 +15,14 @@ fn target(last: u8) -> Target {
     Target::open(&TargetSpec::Emu {
         ip: [127, 0, 78, last].into(),
         peer_ip: [127, 0, 78, last + 1].into(),
+        daemon: None,
     })
     .expect("in-process target")
 }
 
-fn script(text: &str) -> conform::Script {
-    conform::parse("inline", "inline", text).expect("script parses")
-}
-
-#[test]
-fn every_spec_script_passes_on_roce_emu() {
+fn play_all(t: &mut Target) {
     let scripts = conform::load(&[spec_dir()]).unwrap_or_else(|e| panic!("{}", e.join("\n")));
     assert!(!scripts.is_empty(), "no scripts in spec/");
-    let mut t = target(1);
     let mut bad = Vec::new();
     for (n, s) in scripts.iter().enumerate() {
         let o = t.play(s, n, 1.0);
@@ -35,11 +32,59 @@ fn every_spec_script_passes_on_roce_emu() {
     }
     assert!(
         bad.is_empty(),
-        "{} of {} scripts did not pass:\n{}",
+        "{} of {} scripts did not pass on {}:\n{}",
         bad.len(),
         scripts.len(),
+        t.label,
         bad.join("\n")
     );
+}
+
+fn script(text: &str) -> conform::Script {
+    conform::parse("inline", "inline", text).expect("script parses")
+}
+
+#[test]
+fn every_spec_script_passes_on_roce_emu() {
+    play_all(&mut target(1));
+}
+
+/// The same through a `roce-emu daemon`'s UDP port: the peer's packets cross the daemon's
+/// routing by DestQP to the agent's process, and its answers leave from the daemon's port.
+#[test]
+fn every_spec_script_passes_through_a_daemon() {
+    let d = common::daemon::Daemon::start(None, "udp:127.0.78.20", "conform", &[]);
+    let mut t = Target::open(&TargetSpec::Emu {
+        ip: [127, 0, 78, 20].into(),
+        peer_ip: [127, 0, 78, 21].into(),
+        daemon: Some(d.socket.clone()),
+    })
+    .expect("target attached to the daemon");
+    play_all(&mut t);
+    // Every packet the scripts' peer sent crossed the daemon, and the target's answers
+    // left through it.
+    let sends: usize = conform::load(&[spec_dir()])
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s.steps
+                .iter()
+                .filter(|st| matches!(st.action, conform::script::Action::Send(_)))
+                .count()
+        })
+        .sum();
+    let c = d.counters();
+    let n = |k: &str| {
+        c["counters"][k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {k} in {c}"))
+    };
+    assert!(
+        n("rcvd_pkts") >= sends as u64,
+        "the daemon received {} packets for {sends} sent: {c}",
+        n("rcvd_pkts")
+    );
+    assert!(n("sent_pkts") > 0, "{c}");
 }
 
 const HEAD: &str = "title \"t\"\ncite C9-104 \"9.7.5.1.1\"\nrole responder\n";

@@ -124,10 +124,10 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
         &["crate::engine", "crate::verbs", "println!"],
     ),
     // The tools are thin clients of the verbs layer: argument parsing, TCP exchanges,
-    // printing. `wire` for `pcap`, which decodes captures.
+    // printing. `wire` for `pcap`, which decodes captures; `conform` for the runner.
     (
         "cli",
-        &["cli", "verbs", "wire", "daemon"],
+        &["cli", "verbs", "wire", "daemon", "conform"],
         &[
             "Engine::new",
             "Driver::new",
@@ -143,6 +143,14 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "verbs", "backend", "daemon", "driver", "engine", "mem", "wire", "rng",
         ],
         &["println!", "eprintln!", "clap"],
+    ),
+    // The conformance runner: a scripted peer that builds and checks packets itself
+    // (`wire`, a UDP port from `backend`) and drives the target through the verbs layer
+    // (its in-process agent); no engine of its own, nothing of the tools.
+    (
+        "conform",
+        &["conform", "wire", "backend", "verbs"],
+        &["crate::engine", "crate::driver", "println!", "clap"],
     ),
     // The daemon's shared-memory rings: a leaf (the daemon and the verbs layer both use
     // it), no threads, clocks or printing of its own.

@@ -753,6 +753,52 @@ fn a_middle_packet_without_a_first_is_an_invalid_request() {
     assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::WrFlushErr)]);
 }
 
+/// A request with a reserved RC opcode (0x1f): its BTH passes the header checks, the
+/// responder cannot execute it: at the expected PSN a NAK Invalid Request and the QP to
+/// ERR (IBA 9.9, responder class C: unsupported or reserved opcode;
+/// spec/invalid/reserved_opcode.rc). Ahead of the expected PSN it is an ordinary gap
+/// (one sequence NAK); behind it, a duplicate, dropped. rxe drops it silently (no
+/// opcode-table entry).
+#[test]
+fn a_reserved_opcode_is_an_invalid_request() {
+    let reserved = |p: &Pair, psn: u32| {
+        let r = RoceRepr {
+            payload_len: 4,
+            ..p.request(op::RC_SEND_ONLY, psn, 0)
+        };
+        let mut buf = vec![0u8; r.buffer_len()];
+        r.emit(&mut buf, &[1, 2, 3, 4]).unwrap();
+        buf[0] = 0x1f;
+        buf
+    };
+    let mut p = Pair::new(Opts::default());
+    p.post_recv(B, 7, 0, 4096);
+    // Behind: dropped. Ahead: one sequence NAK for 256.
+    let b = reserved(&p, 255);
+    p.inject_bytes(b);
+    assert!(p.transmit(B).is_none(), "a duplicate is dropped");
+    let b = reserved(&p, 258);
+    p.inject_bytes(b);
+    let nak = p.transmit(B).expect("a sequence NAK");
+    assert_eq!(nak.bth.psn.value(), 256);
+    assert_eq!(
+        nak.aeth.unwrap().syndrome,
+        roce_emu::wire::Syndrome::Nak(roce_emu::wire::NakCode::PsnSequenceError)
+    );
+    assert_eq!(p.state(B), QpState::Rts);
+    // At the expected PSN: NAK Invalid Request, QP to ERR, the receive flushed.
+    let b = reserved(&p, 256);
+    p.inject_bytes(b);
+    let nak = p.transmit(B).expect("a NAK");
+    assert_eq!(nak.bth.psn.value(), 256);
+    assert_eq!(
+        nak.aeth.unwrap().syndrome,
+        roce_emu::wire::Syndrome::Nak(roce_emu::wire::NakCode::InvalidRequest)
+    );
+    assert_eq!(p.state(B), QpState::Err);
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::WrFlushErr)]);
+}
+
 /// Flips one payload byte of the n-th packet.
 struct CorruptNth {
     n: u64,

@@ -214,6 +214,9 @@ impl<B: Backend> Backend for Capture<B> {
             ..self.inner.stats()
         }
     }
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        self.inner.l2_stats()
+    }
 }
 
 impl<B> Drop for Capture<B> {

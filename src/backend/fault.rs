@@ -92,6 +92,9 @@ impl<B: Backend> Backend for Lossy<B> {
             ..self.inner.stats()
         }
     }
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        self.inner.l2_stats()
+    }
 }
 
 #[cfg(test)]

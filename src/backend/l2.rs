@@ -238,4 +238,8 @@ impl<L: FrameLink> Backend for L2Backend<L> {
             ..PortStats::default()
         }
     }
+
+    fn l2_stats(&self) -> Option<IfaceStats> {
+        Some(self.iface.stats().clone())
+    }
 }

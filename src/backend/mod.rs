@@ -160,6 +160,11 @@ pub trait Backend: Send {
     fn rx_fd(&self) -> BorrowedFd<'_>;
     /// The backend's counters, wrappers' included.
     fn stats(&self) -> PortStats;
+    /// The counters of the L2 in front of a port that owns its frames (ARP, ND, echo,
+    /// drops by reason: `iface::IfaceStats`); None for a port without one (UDP).
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        None
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -182,6 +187,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn stats(&self) -> PortStats {
         (**self).stats()
+    }
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        (**self).l2_stats()
     }
 }
 

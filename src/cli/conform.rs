@@ -22,6 +22,10 @@ pub struct Args {
         default_value = "127.0.77.1,127.0.77.2"
     )]
     emu_ips: String,
+    /// Attach the in-process roce-emu target to this `roce-emu daemon` (its port's
+    /// address is then the target's): the scripts cross the daemon's routing.
+    #[arg(long = "emu-daemon", value_name = "SOCKET")]
+    emu_daemon: Option<PathBuf>,
     /// Multiply every time bound of the scripts (a slow target: rxe in a TCG guest).
     #[arg(long = "time-scale", value_name = "K", default_value_t = 1.0)]
     time_scale: f64,
@@ -56,7 +60,7 @@ fn go(a: &Args) -> Result<i32, String> {
             .ok_or("--serve-agent needs --agent-ip (the NIC's address)")?;
         let l = std::net::TcpListener::bind(addr).map_err(|e| format!("{addr}: {e}"))?;
         eprintln!("roce-emu conform: agent on {addr}, NIC on {ip}");
-        conform::emu_agent::serve(l, ip)?;
+        conform::emu_agent::serve(l, ip, None)?;
         return Ok(0);
     }
     if !(a.time_scale > 0.0 && a.time_scale <= 1000.0) {
@@ -112,7 +116,11 @@ fn targets(a: &Args) -> Result<Vec<TargetSpec>, String> {
     list.iter()
         .map(|t| {
             if t == "roce-emu" {
-                return Ok(TargetSpec::Emu { ip, peer_ip });
+                return Ok(TargetSpec::Emu {
+                    ip,
+                    peer_ip,
+                    daemon: a.emu_daemon.clone(),
+                });
             }
             if t == "rxe" {
                 return Err(

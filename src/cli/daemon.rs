@@ -4,6 +4,7 @@
 use crate::daemon::control::{self, ToDaemon, ToProcess};
 use crate::daemon::port::PortSpec;
 use crate::daemon::server::{self, Config, Daemon};
+use crate::daemon::{lease, report};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -21,8 +22,8 @@ pub struct DaemonArgs {
     /// How long a departed process's QPN block stays unleased.
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub quarantine: Option<Duration>,
-    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault); options
-    /// given here win (fault lines add to --fault).
+    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault,
+    /// neigh_timeout); options given here win (fault lines add to --fault).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Write every frame of the port, in and out, to FILE (pcapng, one interface block for
@@ -33,6 +34,11 @@ pub struct DaemonArgs {
     /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// How long an ARP or ND entry lives on a tap: or afpacket: port (default 60; an entry
+    /// in use is re-confirmed by a unicast request in its last quarter, and one that
+    /// expires is resolved again, its datagrams held meanwhile).
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub neigh_timeout: Option<Duration>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -71,8 +77,8 @@ pub struct CountersArgs {
     pub watch: Option<Duration>,
 }
 
-/// The config file's settings: `port = ...`, `socket = ...`, `quarantine = SECS`; `#`
-/// starts a comment.
+/// The config file's settings: `port = ...`, `socket = ...`, `quarantine = SECS`,
+/// `pcap = FILE`, `fault = RULE`, `neigh_timeout = SECS`; `#` starts a comment.
 fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     for (i, line) in text.lines().enumerate() {
@@ -93,10 +99,13 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             }
             "pcap" if args.pcap.is_none() => args.pcap = Some(PathBuf::from(v)),
             "fault" => args.faults.push(v.to_string()),
-            "port" | "socket" | "quarantine" | "pcap" => {}
+            "neigh_timeout" if args.neigh_timeout.is_none() => {
+                args.neigh_timeout = Some(super::seconds(v).map_err(at)?)
+            }
+            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" => {}
             _ => {
                 return Err(at(format!(
-                    "no setting {k:?} (port, socket, quarantine, pcap, fault)"
+                    "no setting {k:?} (port, socket, quarantine, pcap, fault, neigh_timeout)"
                 )))
             }
         }
@@ -112,6 +121,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         config: None,
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
+        neigh_timeout: args.neigh_timeout,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -129,6 +139,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         cfg.quarantine = q;
     }
     cfg.pcap = a.pcap.clone();
+    cfg.neigh_timeout = a.neigh_timeout;
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),
@@ -188,6 +199,11 @@ pub fn run(args: &DaemonArgs) -> i32 {
 
 /// One request on a new connection to the daemon, and its answer.
 fn ask(socket: &PathBuf, msg: &ToDaemon) -> Result<ToProcess, String> {
+    ask_keep(socket, msg).map(|(_, m)| m)
+}
+
+/// [`ask`], keeping the connection (for an answer in several messages).
+fn ask_keep(socket: &PathBuf, msg: &ToDaemon) -> Result<(socket2::Socket, ToProcess), String> {
     let s = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::SEQPACKET, None)
         .map_err(|e| e.to_string())?;
     let addr = socket2::SockAddr::unix(socket).map_err(|e| e.to_string())?;
@@ -201,15 +217,16 @@ fn ask(socket: &PathBuf, msg: &ToDaemon) -> Result<ToProcess, String> {
     let sent = control::send(s.as_fd(), msg, &[]);
     match control::recv::<ToProcess>(s.as_fd()) {
         Ok((ToProcess::Refused { why }, _)) => Err(format!("refused: {why}")),
-        Ok((m, _)) => Ok(m),
+        Ok((m, _)) => Ok((s, m)),
         Err(e) => Err(sent.err().map_or(e.to_string(), |s| s.to_string())),
     }
 }
 
 fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
-    match ask(socket, &ToDaemon::Counters)? {
-        ToProcess::Counters { json } => Ok(json),
-        other => Err(format!("unexpected answer {other:?}")),
+    use std::os::fd::AsFd;
+    match ask_keep(socket, &ToDaemon::Counters)? {
+        (s, ToProcess::Counters { json }) => report::collect_answer(s.as_fd(), json),
+        (_, other) => Err(format!("unexpected answer {other:?}")),
     }
 }
 
@@ -269,6 +286,14 @@ fn print_table(v: &serde_json::Value) {
             println!("  {k:<16} {val}");
         }
     }
+    if let Some(o) = v["l2"].as_object() {
+        let l2: Vec<String> = o
+            .iter()
+            .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!("  l2               {}", l2.join(", "));
+    }
     let l = &v["leases"];
     println!(
         "  leases           {} leased, {} in quarantine, {} free",
@@ -276,20 +301,65 @@ fn print_table(v: &serde_json::Value) {
     );
     println!("processes");
     println!(
-        "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>10}  left",
-        "pid", "uid", "block", "rcvd_pkts", "sent_pkts", "ring_full"
+        "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  left",
+        "pid",
+        "uid",
+        "block",
+        "qpns",
+        "rcvd_pkts",
+        "rcvd_bytes",
+        "sent_pkts",
+        "sent_bytes",
+        "drops"
     );
     for p in v["processes"].as_array().into_iter().flatten() {
+        let n = |k: &str| p[k].as_u64().unwrap_or(0);
+        let qpns = p["block"]
+            .as_u64()
+            .and_then(|b| u8::try_from(b).ok())
+            .map(|b| {
+                let (lo, hi) = lease::range(b);
+                format!("{lo:#08x}-{hi:#08x}")
+            })
+            .unwrap_or_default();
         println!(
-            "  {:>8} {:>6} {:>6} {:>12} {:>12} {:>10}  {}",
-            p["pid"],
-            p["uid"],
-            p["block"],
-            p["rcvd_pkts"],
-            p["sent_pkts"],
-            p["ring_full"],
+            "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  {}",
+            n("pid"),
+            n("uid"),
+            n("block"),
+            qpns,
+            n("rcvd_pkts"),
+            n("rcvd_bytes"),
+            n("sent_pkts"),
+            n("sent_bytes"),
+            n("ring_full") + n("bad_source") + n("tx_dropped"),
             p["left"].as_str().unwrap_or("")
         );
+        let line = |c: &serde_json::Value| {
+            c.as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        };
+        let nic = line(&p["nic"]);
+        if !nic.is_empty() {
+            println!("      nic: {nic}");
+        }
+        for q in p["qps"].as_array().into_iter().flatten() {
+            let qpn = q["qpn"].as_u64().unwrap_or(0);
+            println!("      qp {qpn:#08x}: {}", line(&q["counters"]));
+        }
+        if n("report_errors") > 0 {
+            println!(
+                "      {} bad counter reports (last: {})",
+                n("report_errors"),
+                p["report_error"].as_str().unwrap_or("?")
+            );
+        }
     }
 }
 

@@ -4,12 +4,14 @@
 use super::agent::Reply;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
-    Access, Completion, Context, Device, Local, MemoryRegion, Mtu, Pd, Psn, QpAttr, QpCap, QpInit,
-    QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Access, AsyncEvent, Completion, Context, Device, Event, Local, MemoryRegion, Mtu, Pd, Psn,
+    QpAttr, QpCap, QpInit, QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,14 +25,17 @@ const MAX_WR: u64 = 4096;
 const IOVA_BASE: u64 = 0x7f00_0000_0000;
 const IOVA_STRIDE: u64 = 1 << 32;
 
-/// Serves connections on `listener`, one at a time, with a NIC on `ip`.
-pub fn serve(listener: TcpListener, ip: IpAddr) -> Result<(), String> {
+/// Serves connections on `listener`, one at a time, with a NIC on `ip`, or attached to the
+/// daemon listening on `daemon`.
+pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Result<(), String> {
     let mut dev = Device::new(ip);
     // A port of its own: the peer's packets come to this address alone.
     dev.share = false;
-    let ctx = dev
-        .open()
-        .map_err(|e| format!("cannot open a NIC on {ip}: {e}"))?;
+    dev.daemon = daemon;
+    let ctx = dev.open().map_err(|e| match &dev.daemon {
+        Some(d) => format!("cannot attach to the daemon at {}: {e}", d.display()),
+        None => format!("cannot open a NIC on {ip}: {e}"),
+    })?;
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
@@ -139,6 +144,7 @@ impl<'a> State<'a> {
             "poll" => self.poll(&a),
             "state" => self.state(),
             "read" => self.read(&a),
+            "event" => self.event(&a),
             "" => Err("empty request".into()),
             o => Err(format!("unknown request {o:?}")),
         };
@@ -162,6 +168,8 @@ impl<'a> State<'a> {
         if let Some(pd) = self.pd.take() {
             let _ = self.ctx.dealloc_pd(pd);
         }
+        // The last script's events are not the next one's (bounded: the queue is).
+        while self.ctx.poll_async_event().is_some() {}
     }
 
     fn mr(&mut self, a: &A) -> R {
@@ -425,6 +433,22 @@ impl<'a> State<'a> {
             }
             std::thread::sleep(Duration::from_micros(500));
         }
+    }
+
+    fn event(&self, a: &A) -> R {
+        let t = Duration::from_millis(a.n_or("ms", 0)?.min(600_000));
+        let name = match self.ctx.get_async_event(t) {
+            None => return Ok(ok(&[("none", String::new())])),
+            Some(Event::PortError(_)) => "PORT_ERR",
+            Some(Event::Engine(e)) => match e {
+                AsyncEvent::QpFatal { .. } => "QP_FATAL",
+                AsyncEvent::QpRequestError { .. } => "QP_REQ_ERR",
+                AsyncEvent::QpAccessError { .. } => "QP_ACCESS_ERR",
+                AsyncEvent::CqError { .. } => "CQ_ERR",
+                AsyncEvent::SqDrained { .. } => "SQ_DRAINED",
+            },
+        };
+        Ok(ok(&[("event", name.into())]))
     }
 
     fn state(&self) -> R {

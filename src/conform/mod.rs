@@ -24,8 +24,13 @@ use std::path::{Path, PathBuf};
 /// Where a target is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpec {
-    /// roce-emu in this process: its NIC on `ip`, the peer on `peer_ip`.
-    Emu { ip: IpAddr, peer_ip: IpAddr },
+    /// roce-emu in this process: its NIC on `ip` (or attached to the `roce-emu daemon`
+    /// listening on `daemon`, whose port it then is), the peer on `peer_ip`.
+    Emu {
+        ip: IpAddr,
+        peer_ip: IpAddr,
+        daemon: Option<PathBuf>,
+    },
     /// An agent at `addr` (HOST:PORT); the peer on `peer_ip`. `label` names the column
     /// (default: what the agent's hello says).
     Remote {
@@ -45,16 +50,20 @@ pub struct Target {
 impl Target {
     pub fn open(spec: &TargetSpec) -> Result<Target, String> {
         let (label, addr, peer_ip) = match spec {
-            TargetSpec::Emu { ip, peer_ip } => {
+            TargetSpec::Emu {
+                ip,
+                peer_ip,
+                daemon,
+            } => {
                 let l =
                     TcpListener::bind("127.0.0.1:0").map_err(|e| format!("agent socket: {e}"))?;
                 let addr = l.local_addr().map_err(|e| e.to_string())?.to_string();
-                let ip = *ip;
+                let (ip, daemon) = (*ip, daemon.clone());
                 // The agent thread lives as long as the process: it holds the NIC.
                 std::thread::Builder::new()
                     .name("conform-agent".into())
                     .spawn(move || {
-                        if let Err(e) = emu_agent::serve(l, ip) {
+                        if let Err(e) = emu_agent::serve(l, ip, daemon) {
                             tracing::error!("conform agent: {e}");
                         }
                     })

@@ -324,6 +324,21 @@ impl Run<'_> {
                     )),
                 }
             }
+            Expect::Event { name, within } => {
+                let t = self.ms(*within, PACKET_MS);
+                let r = self.call(&format!("event ms={}", t.as_millis()), t)?;
+                match r.get("event") {
+                    Some(e) if e == name => Ok(()),
+                    Some(e) => Err(Stop::Fail(
+                        format!("event: expected {name}, got {e}"),
+                        vec![],
+                    )),
+                    None => Err(Stop::Fail(
+                        format!("no asynchronous event within {} ms", t.as_millis()),
+                        vec![],
+                    )),
+                }
+            }
             Expect::Memory { mr, off, bytes } => {
                 let want = bytes.bytes(&st.mrs).map_err(Stop::Error)?.ok_or_else(|| {
                     Stop::Error("expect memory needs the bytes (fill= or data=)".into())

@@ -142,6 +142,11 @@ pub enum Expect {
         within: Option<u64>,
     },
     State(String),
+    /// An asynchronous event on the target (ibv_get_async_event).
+    Event {
+        name: String,
+        within: Option<u64>,
+    },
     Memory {
         mr: String,
         off: u64,
@@ -185,6 +190,18 @@ pub const WC_STATUSES: &[&str] = &[
     "REM_ABORT_ERR",
     "GENERAL_ERR",
     "FATAL_ERR",
+];
+/// ibv_event_type's names without the prefix: those a QP or CQ of a script can see.
+pub const EVENTS: &[&str] = &[
+    "QP_FATAL",
+    "QP_REQ_ERR",
+    "QP_ACCESS_ERR",
+    "COMM_EST",
+    "SQ_DRAINED",
+    "LAST_WQE_REACHED",
+    "CQ_ERR",
+    "PORT_ACTIVE",
+    "PORT_ERR",
 ];
 pub const WC_OPS: &[&str] = &[
     "SEND",
@@ -390,7 +407,7 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
     let what = if a.has("opcode") {
         ""
     } else {
-        a.word("an opcode, silence, completion, no_completion, state or memory")?
+        a.word("an opcode, silence, completion, no_completion, state, event or memory")?
     };
     Ok(match what {
         "silence" => Expect::Silence { within },
@@ -408,6 +425,13 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
                 .ok_or_else(|| format!("expect state needs one of {}", STATES.join(" ")))?
                 .to_string(),
         ),
+        "event" => Expect::Event {
+            name: a
+                .word_in(EVENTS)
+                .ok_or_else(|| format!("expect event needs one of {}", EVENTS.join(" ")))?
+                .to_string(),
+            within,
+        },
         "memory" => {
             let mr = a.word("the region's name")?.to_string();
             let off = a.num("off")?.unwrap_or(0);

@@ -324,6 +324,12 @@ impl DaemonBackend {
         Ok((backend, attached))
     }
 
+    /// What publishes this NIC's counters to the daemon (`daemon::report`), on the
+    /// control socket.
+    pub fn reporter(&self) -> super::report::Reporter {
+        super::report::Reporter::new(Arc::clone(&self.sock))
+    }
+
     /// The daemon's socket.
     pub fn path(&self) -> &Path {
         &self.path
@@ -542,6 +548,11 @@ fn spawn_control(
                     Err(e) => {
                         let why = match e {
                             ControlError::Closed => {
+                                "the daemon closed its socket (it stopped or died)".to_string()
+                            }
+                            // A reset: it went with messages of ours unread (counter
+                            // reports, `daemon::report`).
+                            ControlError::Io(e) if e.kind() == io::ErrorKind::ConnectionReset => {
                                 "the daemon closed its socket (it stopped or died)".to_string()
                             }
                             e => e.to_string(),

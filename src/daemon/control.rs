@@ -36,6 +36,13 @@ pub enum ToDaemon {
     Counters,
     /// Change the fault rules at run time (`roce-emu fault ...`).
     Fault { rule: String },
+    /// An attached process's engine counters, the NIC's and per QP, sent now and then and
+    /// as it leaves (`daemon::report`); no answer. Checked field by field by the daemon
+    /// (a bad report is counted, not the end of the attachment).
+    QpCounters {
+        #[serde(default)]
+        report: serde_json::Value,
+    },
 }
 
 /// What the daemon answers or announces.
@@ -59,8 +66,12 @@ pub enum ToProcess {
     Refused { why: String },
     /// The port went down (the daemon stops): every QP of the process sees it.
     PortDown { why: String },
-    /// The answer to `Counters`.
+    /// The answer to `Counters`. When the processes do not fit in one message its
+    /// `more` field says how many `CountersMore` follow (`daemon::report::counters_answer`).
     Counters { json: serde_json::Value },
+    /// The rest of a `Counters` answer: more processes (an entry with `"continued": true`
+    /// carries more QPs of the entry before it).
+    CountersMore { processes: Vec<serde_json::Value> },
     /// The answer to `Fault`: empty when the rule was taken, else why not.
     FaultSet { error: Option<String> },
 }
@@ -105,6 +116,18 @@ pub fn send(sock: BorrowedFd<'_>, msg: &impl Serialize, fds: &[RawFd]) -> Result
     let cmsg = [ControlMessage::ScmRights(fds)];
     let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
     sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(io)?;
+    Ok(())
+}
+
+/// Sends `msg` without waiting: a full socket is an error (`WouldBlock`), never a block.
+pub fn try_send(sock: BorrowedFd<'_>, msg: &impl Serialize) -> Result<(), ControlError> {
+    let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
+    if bytes.len() > MAX_MSG {
+        return Err(ControlError::TooLarge);
+    }
+    let iov = [IoSlice::new(&bytes)];
+    let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &[], flags, None).map_err(io)?;
     Ok(())
 }
 

@@ -16,4 +16,5 @@ pub mod fault;
 pub mod lease;
 mod open;
 pub mod port;
+pub mod report;
 pub mod server;

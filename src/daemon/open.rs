@@ -49,11 +49,19 @@ fn l2_port<L: FrameLink + 'static>(
 }
 
 /// Opens the port, with its capture (the counters' handle returned) when `pcap` names a
-/// file.
+/// file, and its neighbour entries living `neigh_timeout` (a frame port's; a UDP port has
+/// the kernel's).
 pub(super) fn open_port(
     spec: &PortSpec,
     pcap: Option<&Path>,
+    neigh_timeout: Option<std::time::Duration>,
 ) -> Result<(OpenPort, Option<Arc<CaptureStats>>), DaemonError> {
+    let with_ttl = |mut cfg: crate::iface::IfaceConfig| {
+        if let Some(t) = neigh_timeout {
+            cfg.neighbor_ttl = t;
+        }
+        cfg
+    };
     let mut stats = None;
     let mut capture = |name: &str, mac: Option<[u8; 6]>| -> Result<_, DaemonError> {
         let Some(path) = pcap else { return Ok(None) };
@@ -63,6 +71,11 @@ pub(super) fn open_port(
     };
     let port = match spec {
         PortSpec::Udp(ip) => {
+            if neigh_timeout.is_some() {
+                return Err(DaemonError::Config(
+                    "a neighbour timeout is for tap: and afpacket: ports (a UDP port's neighbours are the kernel's)".into(),
+                ));
+            }
             let b = UdpBackend::bind(*ip)?;
             let mtu = crate::backend::udp::link_mtu(*ip).unwrap_or(1500);
             let info = PortInfo {
@@ -93,7 +106,7 @@ pub(super) fn open_port(
                 mac: link.mac(),
                 mtu: link.mtu() as u32,
             };
-            let cfg = iface_config(&link, *v4, *v6);
+            let cfg = with_ttl(iface_config(&link, *v4, *v6));
             let f = capture(name, Some(link.mac()))?;
             (l2_port(link, cfg, f)?, info, None)
         }
@@ -124,7 +137,7 @@ pub(super) fn open_port(
                 mac: link.mac(),
                 mtu: link.mtu() as u32,
             };
-            let cfg = iface_config(&link, v4, v6);
+            let cfg = with_ttl(iface_config(&link, v4, v6));
             let f = capture(iface, Some(link.mac()))?;
             (l2_port(link, cfg, f)?, info, None)
         }

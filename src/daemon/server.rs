@@ -42,6 +42,9 @@ const TX_SLOT: usize = 4096 + 256;
 const CONTROL_EVERY: u64 = 256;
 /// Receive batches taken from the port per turn before the processes' rings are served.
 const RX_TURNS: usize = 8;
+/// Control messages served per process per turn: one that keeps sending (counter reports,
+/// or a flood) cannot hold the loop; the rest wait for the next turn.
+const CONTROL_MSGS: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -54,6 +57,9 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// Fault rules in force from the start (`roce-emu fault` changes them later).
     pub faults: Vec<Rule>,
+    /// How long a neighbour (ARP, ND) entry lives on a frame port (TAP, AF_PACKET);
+    /// `iface::IfaceConfig::neighbor_ttl` (60 s) unless given.
+    pub neigh_timeout: Option<Duration>,
 }
 
 impl Config {
@@ -65,6 +71,7 @@ impl Config {
             ring_bytes: DEFAULT_RING_BYTES,
             pcap: None,
             faults: Vec::new(),
+            neigh_timeout: None,
         }
     }
 }
@@ -110,11 +117,16 @@ pub struct ProcessCounters {
     pub uid: u32,
     pub block: u8,
     pub rcvd_pkts: u64,
+    pub rcvd_bytes: u64,
     pub sent_pkts: u64,
+    pub sent_bytes: u64,
     pub ring_full: u64,
     pub bad_source: u64,
     /// Why it left (None while attached).
     pub left: Option<String>,
+    /// What the process reported of its engine: the NIC's and every QP's counters.
+    #[serde(flatten)]
+    pub engine: super::report::ProcessReport,
 }
 
 struct Client {
@@ -173,7 +185,8 @@ pub struct Daemon {
 impl Daemon {
     /// Opens the port and the control socket.
     pub fn open(cfg: Config) -> Result<Daemon, DaemonError> {
-        let ((port, info, src_port), capture) = open_port(&cfg.port, cfg.pcap.as_deref())?;
+        let ((port, info, src_port), capture) =
+            open_port(&cfg.port, cfg.pcap.as_deref(), cfg.neigh_timeout)?;
         // Always wrapped, so rules can be set at run time; with none it passes through.
         let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
         let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
@@ -422,6 +435,7 @@ impl Daemon {
                         continue;
                     }
                     self.clients[k].counters.sent_pkts += 1;
+                    self.clients[k].counters.sent_bytes += p.len as u64;
                     if addrs.contains(&p.meta.dst.ip()) {
                         // To ourselves: the owner gets it as the wire would have given it.
                         self.counters.hairpin_pkts += 1;
@@ -470,7 +484,7 @@ impl Daemon {
         let mut k = 0;
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
-            loop {
+            for _ in 0..CONTROL_MSGS {
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
@@ -513,13 +527,23 @@ impl Daemon {
                 };
                 control::send(sock, &m, &[]).map_err(|e| e.to_string())
             }
+            ToDaemon::QpCounters { report } => {
+                let c = &mut self.clients[k];
+                let block = c.link.as_ref().map(|_| c.counters.block);
+                c.counters.engine.apply(&report, block);
+                Ok(())
+            }
             ToDaemon::Counters => {
+                let processes = self.summary().processes;
+                let processes = processes
+                    .iter()
+                    .filter_map(|p| serde_json::to_value(p).ok());
                 let json = serde_json::json!({
                     "port": self.info,
                     "counters": self.counters,
                     "leases": self.leases.counts(self.now()),
-                    "processes": self.summary().processes,
                     "port_stats": self.port.stats(),
+                    "l2": self.port.l2_stats(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -527,7 +551,10 @@ impl Daemon {
                         "errors": c.errors.load(Ordering::Relaxed),
                     })),
                 });
-                control::send(sock, &ToProcess::Counters { json }, &[]).map_err(|e| e.to_string())
+                super::report::counters_answer(json, processes.collect())
+                    .iter()
+                    .try_for_each(|m| control::send(sock, m, &[]))
+                    .map_err(|e| e.to_string())
             }
             ToDaemon::Fault { rule } => {
                 let error = match super::fault::parse(&rule) {
@@ -608,12 +635,19 @@ impl Daemon {
     }
 
     fn detach(&mut self, k: usize, why: String) {
+        // What it queued before it went (the ACK of its last message, as a NIC closing
+        // sends) leaves first: it may have come after this turn's `send_queued`. A port
+        // error here shows again on the next turn.
+        let _ = self.send_queued();
         let mut c = self.clients.swap_remove(k);
         if c.link.is_some() {
             let n = self.leases.release(self.now(), c.id);
             self.counters.detached += 1;
             tracing::info!(pid = c.counters.pid, blocks = n, "process detached: {why}");
             c.counters.left.get_or_insert(why);
+            if self.departed.len() >= super::report::MAX_DEPARTED {
+                self.departed.remove(0);
+            }
             self.departed.push(c.counters.clone());
         }
         // Dropping `c` unmaps its rings and closes its socket.
@@ -695,6 +729,7 @@ fn deliver(
     match link.rx.try_push(meta, bytes) {
         Ok(()) => {
             c.counters.rcvd_pkts += 1;
+            c.counters.rcvd_bytes += bytes.len() as u64;
             c.dirty = true;
         }
         Err(_) => {

@@ -67,6 +67,8 @@ struct Slot {
     ready: bool,
     /// The deadline and generation of the QP's one live entry in `Engine::timers`.
     timer: Option<(Instant, u64)>,
+    /// What happened on this QP (the engine's totals add every QP's).
+    stats: Counters,
 }
 
 /// One NIC: QPs, CQs and counters over a registered-memory table.
@@ -84,6 +86,8 @@ pub struct Engine {
     cq_qps: FxHashMap<u32, BTreeSet<u32>>,
     qpns: Ids,
     cq_ids: Ids,
+    /// Counted outside any QP (drops before the QP lookup), plus the counters of the QPs
+    /// destroyed so far: with the live QPs' own, the NIC's totals.
     stats: Counters,
     events: VecDeque<AsyncEvent>,
     overrun: Vec<u32>,
@@ -108,12 +112,12 @@ pub struct Engine {
 }
 
 macro_rules! ctx {
-    ($self:ident, $now:expr) => {
+    ($self:ident, $now:expr, $stats:expr) => {
         Ctx {
             now: $now,
             cfg: &$self.cfg,
             mem: &$self.mem,
-            stats: &mut $self.stats,
+            stats: $stats,
             cqs: &mut $self.cqs,
             events: &mut $self.events,
             overrun: &mut $self.overrun,
@@ -173,8 +177,19 @@ impl Engine {
         &self.mem
     }
 
-    pub fn counters(&self) -> &Counters {
-        &self.stats
+    /// The NIC's counters: those of no QP, of the QPs destroyed, and of every live QP.
+    /// Adds up every QP: for reports, not for a per-packet path.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.stats.clone();
+        for s in self.qps.values() {
+            c.merge(&s.stats);
+        }
+        c
+    }
+
+    /// Every live QP's counters (rxe's names, as the NIC's), in no particular order.
+    pub fn qp_counters(&self) -> impl Iterator<Item = (u32, &Counters)> + '_ {
+        self.qps.iter().map(|(&qpn, s)| (qpn, &s.stats))
     }
 
     // ---- commands -------------------------------------------------------------------
@@ -292,6 +307,7 @@ impl Engine {
             qp,
             ready: false,
             timer: None,
+            stats: Counters::default(),
         };
         self.qps.insert(qpn, slot);
         for cq in [init.send_cq, init.recv_cq] {
@@ -304,6 +320,8 @@ impl Engine {
     /// with it, and its QPN may be handed out again.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         let s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        // The NIC's totals keep what it counted.
+        self.stats.merge(&s.stats);
         if s.ready {
             self.ready.remove(&qpn);
         }
@@ -338,8 +356,9 @@ impl Engine {
     }
 
     pub fn modify_qp(&mut self, now: Instant, qpn: u32, attr: &QpAttr) -> Result<(), VerbsError> {
-        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
-        let mut ctx = ctx!(self, now);
+        let s = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut s.qp;
+        let mut ctx = ctx!(self, now, &mut s.stats);
         let r = qp.modify(attr, &mut ctx);
         self.touch(qpn);
         self.after_call(now);
@@ -348,7 +367,8 @@ impl Engine {
 
     /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
     pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
-        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
+        let slot = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut slot.qp;
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
                 qpn,
@@ -431,7 +451,7 @@ impl Engine {
         };
         qp.sq.push_back(wqe);
         if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, now);
+            let mut ctx = ctx!(self, now, &mut slot.stats);
             qp.flush_now(&mut ctx);
             self.touch(qpn);
             self.after_call(now);
@@ -443,7 +463,8 @@ impl Engine {
 
     /// `ibv_post_recv`. Allowed from INIT on; in ERR the WR is flushed at once.
     pub fn post_recv(&mut self, now: Instant, qpn: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
-        let qp = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?.qp;
+        let slot = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let qp = &mut slot.qp;
         if qp.state == QpState::Reset {
             return Err(VerbsError::InvalidState {
                 qpn,
@@ -474,7 +495,7 @@ impl Engine {
             len,
         });
         if qp.state == QpState::Err {
-            let mut ctx = ctx!(self, now);
+            let mut ctx = ctx!(self, now, &mut slot.stats);
             qp.flush_now(&mut ctx);
             self.touch(qpn);
             self.after_call(now);
@@ -493,6 +514,9 @@ impl Engine {
         }
         let pkt = match RocePacket::new_checked(d.data) {
             Ok(p) => p,
+            Err(crate::wire::WireError::UnknownOpcode(_)) => {
+                return self.on_reserved_opcode(now, &d);
+            }
             Err(_) => {
                 self.stats.inc(Counter::DropMalformed);
                 return;
@@ -511,7 +535,7 @@ impl Engine {
         }
         let info = pkt.info();
         let qpn = repr.bth.dqpn;
-        let Some(Slot { qp, .. }) = self.qps.get_mut(&qpn) else {
+        let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&qpn) else {
             self.stats.inc(Counter::DropUnknownQp);
             return;
         };
@@ -520,33 +544,81 @@ impl Engine {
             (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
         );
         if !transport_ok {
-            self.stats.inc(Counter::DropWrongTransport);
+            stats.inc(Counter::DropWrongTransport);
             return;
         }
         if !qp::pkey_match(repr.bth.pkey, qp.attrs.pkey()) {
-            self.stats.inc(Counter::DropPkeyMismatch);
+            stats.inc(Counter::DropPkeyMismatch);
             return;
         }
         // RC: only the connected peer may talk to the QP (rxe check_addr).
         if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
-            self.stats.inc(Counter::DropWrongSource);
+            stats.inc(Counter::DropWrongSource);
             return;
         }
         let is_req = info.is(Flags::REQ);
         let ok_state = if is_req { qp.receives() } else { qp.sends() };
         if !ok_state {
-            self.stats.inc(Counter::DropBadState);
+            stats.inc(Counter::DropBadState);
             return;
         }
-        self.stats.inc(Counter::RcvdPkts);
+        stats.inc(Counter::RcvdPkts);
         let payload = pkt.payload();
-        let mut ctx = ctx!(self, now);
+        let mut ctx = ctx!(self, now, stats);
         ctx.solicited = repr.bth.solicited;
         if is_req {
             qp.on_request(&mut ctx, &repr, payload);
         } else {
             qp.on_response(&mut ctx, &repr, payload);
         }
+        self.touch(qpn);
+        self.after_call(now);
+    }
+
+    /// A packet whose opcode is reserved (or one this NIC does not implement). Its BTH
+    /// goes through the same header checks as any packet (TVer, QP, transport by the
+    /// opcode's top three bits, P_Key, source, state); for an RC QP able to receive, the
+    /// responder then treats it as an unsupported request: NAK Invalid Request when its
+    /// PSN is the expected one (IBA 9.9, responder class C: unsupported or reserved
+    /// opcode), as any other request when it is a duplicate or out of sequence. rxe has
+    /// no table entry for such an opcode and drops the packet (spec/invalid/
+    /// reserved_opcode.rc).
+    fn on_reserved_opcode(&mut self, now: Instant, d: &Datagram<'_>) {
+        let b = crate::wire::bth::Packet::new_unchecked(d.data);
+        let Ok(bth) = crate::wire::bth::Repr::parse(&b) else {
+            self.stats.inc(Counter::DropMalformed);
+            return;
+        };
+        if bth.tver != 0 {
+            self.stats.inc(Counter::DropBadTver);
+            return;
+        }
+        let qpn = bth.dqpn;
+        let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&qpn) else {
+            self.stats.inc(Counter::DropUnknownQp);
+            return;
+        };
+        // Only the RC opcode range (top bits 000) can belong to an RC QP; UC and UD
+        // have no NAK, so their reserved opcodes are dropped.
+        if bth.opcode.0 >> 5 != 0 || qp.qp_type != QpType::Rc {
+            stats.inc(Counter::DropWrongTransport);
+            return;
+        }
+        if !qp::pkey_match(bth.pkey, qp.attrs.pkey()) {
+            stats.inc(Counter::DropPkeyMismatch);
+            return;
+        }
+        if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
+            stats.inc(Counter::DropWrongSource);
+            return;
+        }
+        if !qp.receives() {
+            stats.inc(Counter::DropBadState);
+            return;
+        }
+        stats.inc(Counter::RcvdPkts);
+        let mut ctx = ctx!(self, now, stats);
+        qp.on_unsupported_request(&mut ctx, bth.psn);
         self.touch(qpn);
         self.after_call(now);
     }
@@ -608,9 +680,10 @@ impl Engine {
         // a CQ, their events one queue).
         due.sort_unstable();
         for &qpn in &due {
-            let qp = &mut self.qps.get_mut(&qpn).expect("live timer").qp;
+            let s = self.qps.get_mut(&qpn).expect("live timer");
+            let qp = &mut s.qp;
             if qp.next_timeout().is_some_and(|t| t <= now) {
-                let mut ctx = ctx!(self, now);
+                let mut ctx = ctx!(self, now, &mut s.stats);
                 qp.handle_timeout(&mut ctx);
             }
             self.touch(qpn);
@@ -666,7 +739,7 @@ impl Engine {
                 self.ready.remove(&qpn);
                 continue;
             }
-            let mut ctx = ctx!(self, now);
+            let mut ctx = ctx!(self, now, &mut s.stats);
             let next = if qp.resp.only_ack_pending() {
                 qp.next_request(&mut ctx, buf)
                     .or_else(|| qp.next_response(&mut ctx, buf))
@@ -686,13 +759,13 @@ impl Engine {
         self.after_call(now);
         let (qpn, len) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
-        let qp = &self.qps[&qpn].qp;
-        let av = qp.attrs.av?;
-        let src = SocketAddr::new(self.cfg.local_ip, qp.src_port);
+        let s = self.qps.get_mut(&qpn)?;
+        let av = s.qp.attrs.av?;
+        let src = SocketAddr::new(self.cfg.local_ip, s.qp.src_port);
         let dst = SocketAddr::new(av.dest_ip, ROCE_UDP_PORT);
         let ph = PseudoHeaders::new(src, dst, self.cfg.tx_ipv4_id, len);
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
-        self.stats.inc(Counter::SentPkts);
+        s.stats.inc(Counter::SentPkts);
         Some(Transmit { src, dst, len })
     }
 
@@ -718,8 +791,9 @@ impl Engine {
                 .map(|set| set.iter().copied().collect())
                 .unwrap_or_default();
             for qpn in qpns {
-                let qp = &mut self.qps.get_mut(&qpn).expect("listed").qp;
-                let mut ctx = ctx!(self, now);
+                let s = self.qps.get_mut(&qpn).expect("listed");
+                let qp = &mut s.qp;
+                let mut ctx = ctx!(self, now, &mut s.stats);
                 qp.enter_error(&mut ctx, true);
                 self.touch(qpn);
             }

@@ -105,6 +105,13 @@ impl Counters {
         self.0[c as usize] += n;
     }
 
+    /// Adds every counter of `o` (a QP's into the NIC's totals).
+    pub fn merge(&mut self, o: &Counters) {
+        for (a, b) in self.0.iter_mut().zip(o.0.iter()) {
+            *a += b;
+        }
+    }
+
     #[inline]
     pub fn get(&self, c: Counter) -> u64 {
         self.0[c as usize]

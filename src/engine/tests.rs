@@ -348,3 +348,47 @@ fn a_qp_waiting_out_an_rnr_nak_is_asked_again_after_its_timer() {
     assert_eq!(d.a.poll_cq(ea.cq, &mut wc), Ok(1));
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 }
+
+#[test]
+fn each_qp_counts_its_own_packets_and_the_totals_keep_a_destroyed_one() {
+    let (mut d, v) = pairs(2);
+    let get = |e: &Engine, qpn: u32, c: Counter| {
+        e.qp_counters()
+            .find(|(q, _)| *q == qpn)
+            .map(|(_, k)| k.get(c))
+            .unwrap()
+    };
+    // Three WRITEs on pair 0, one on pair 1; the ACKs come back.
+    for i in 0..3 {
+        write(&mut d.a, &v[0].0, &v[0].1, i);
+    }
+    write(&mut d.a, &v[1].0, &v[1].1, 9);
+    d.pump(Instant::from_nanos(1000));
+    let (a0, a1, b0, b1) = (v[0].0.qpn, v[1].0.qpn, v[0].1.qpn, v[1].1.qpn);
+    assert_eq!(get(&d.a, a0, Counter::SentPkts), 3);
+    assert_eq!(get(&d.a, a1, Counter::SentPkts), 1);
+    // What one side's QP sent, its peer QP received, and the other way round.
+    for (x, y) in [(a0, b0), (a1, b1)] {
+        assert_eq!(
+            get(&d.a, x, Counter::SentPkts),
+            get(&d.b, y, Counter::RcvdPkts)
+        );
+        assert_eq!(
+            get(&d.b, y, Counter::SentPkts),
+            get(&d.a, x, Counter::RcvdPkts)
+        );
+        assert!(get(&d.b, y, Counter::SentPkts) > 0, "ACKs");
+    }
+    // The NIC's totals are the QPs' sums, and keep a destroyed QP's.
+    let total = |e: &Engine, c| e.counters().get(c);
+    let sent = total(&d.a, Counter::SentPkts);
+    assert_eq!(sent, 4);
+    d.a.destroy_qp(a0).unwrap();
+    assert_eq!(total(&d.a, Counter::SentPkts), sent);
+    assert_eq!(d.a.qp_counters().count(), 1);
+    // A packet for no QP is the NIC's, not a QP's.
+    write(&mut d.b, &v[0].1, &v[0].0, 5);
+    d.pump(Instant::from_nanos(2000));
+    assert_eq!(total(&d.a, Counter::DropUnknownQp), 1);
+    assert_eq!(get(&d.a, a1, Counter::DropUnknownQp), 0);
+}

@@ -113,7 +113,7 @@ impl Device {
     /// Starts the NIC on a port opened elsewhere (`backend::l2::L2Backend` on a TAP or
     /// AF_PACKET link); `ip` should be the port's address.
     pub fn open_on(&self, backend: Box<dyn Backend>) -> Result<Context, Error> {
-        Context::open_on(self, self.engine.clone(), backend)
+        Context::open_on(self, self.engine.clone(), backend, None)
     }
 }
 
@@ -176,6 +176,7 @@ pub struct Context {
 impl Context {
     fn open(dev: &Device) -> Result<Context, Error> {
         let mut cfg = dev.engine.clone();
+        let mut reporter = None;
         let backend: Box<dyn Backend> = if let Some(path) = &dev.daemon {
             let (daemon, at) =
                 DaemonBackend::connect(path).map_err(|e| Error::PortDown(e.to_string()))?;
@@ -185,6 +186,7 @@ impl Context {
             }
             // `connect` refuses a port without an address.
             cfg.local_ip = daemon.local().ip();
+            reporter = Some(daemon.reporter());
             Box::new(daemon)
         } else if dev.share {
             let mut shared = SharedBackend::open(dev.ip)?;
@@ -197,7 +199,7 @@ impl Context {
             udp.set_gso(dev.gso);
             Box::new(udp)
         };
-        Context::open_on(dev, cfg, backend)
+        Context::open_on(dev, cfg, backend, reporter)
     }
 
     /// A NIC on `backend` (a TAP or AF_PACKET port, say), with `dev`'s capture, faults and
@@ -206,6 +208,7 @@ impl Context {
         dev: &Device,
         cfg: EngineConfig,
         mut backend: Box<dyn Backend>,
+        reporter: Option<crate::daemon::report::Reporter>,
     ) -> Result<Context, Error> {
         if let Some(path) = &dev.pcap {
             // Inside the fault rule: the capture shows what really went on the wire.
@@ -222,7 +225,8 @@ impl Context {
         let mem = Arc::new(MrTable::new());
         let engine = Engine::new(cfg, Arc::clone(&mem));
         let clock = Clock::default();
-        let nic = Nic::new(Driver::new(engine, backend, clock));
+        let mut nic = Nic::new(Driver::new(engine, backend, clock));
+        nic.reporter = reporter;
         let shared = Arc::new(Shared::new(nic, clock).map_err(Error::EventFd)?);
         let thread = if dev.progress_thread {
             Some(progress::spawn(Arc::clone(&shared)).map_err(Error::EventFd)?)
@@ -390,6 +394,8 @@ impl Context {
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), Error> {
         let mut nic = self.shared.lock();
         let _ = nic.flush(&self.shared);
+        // A daemon keeps the QP's last counters.
+        nic.report_now();
         Ok(nic.driver.engine.destroy_qp(qpn)?)
     }
 
@@ -471,7 +477,7 @@ impl Context {
 
     /// The engine's protocol counters.
     pub fn counters(&self) -> Counters {
-        self.shared.lock().driver.engine.counters().clone()
+        self.shared.lock().driver.engine.counters()
     }
 
     /// Datagrams moved by the driver.
@@ -512,6 +518,8 @@ impl Drop for Context {
         // What the engine still has (a NAK, the ACK of the last message) leaves now.
         let mut nic = self.shared.lock();
         let _ = nic.flush(&self.shared);
+        // A daemon keeps the last counters of the NIC and its QPs.
+        nic.report_now();
     }
 }
 

@@ -41,6 +41,8 @@ pub(crate) struct Nic {
     /// When the progress thread, asleep, will next look at the NIC (None: awake, or
     /// leaving the NIC to the program).
     thread_wake: Option<Instant>,
+    /// Publishes the engine's counters to the daemon whose port this is.
+    pub(crate) reporter: Option<crate::daemon::report::Reporter>,
 }
 
 impl Nic {
@@ -50,6 +52,27 @@ impl Nic {
             channels: FxHashMap::default(),
             failed: None,
             thread_wake: None,
+            reporter: None,
+        }
+    }
+
+    /// Publishes the counters to the daemon if it is time (`daemon::report`), by the
+    /// driver's last clock reading or `now`.
+    fn report_tick(&mut self, now: Option<Instant>) {
+        let d = &self.driver;
+        if let Some(r) = &mut self.reporter {
+            let recent = now.unwrap_or_else(|| d.recent_now());
+            if let Some(at) = r.due(recent, || d.clock.now()) {
+                r.publish(at, &d.engine, &d.backend.stats());
+            }
+        }
+    }
+
+    /// Publishes the counters to the daemon now (a QP is about to go, the NIC closes).
+    pub(crate) fn report_now(&mut self) {
+        if let Some(r) = &mut self.reporter {
+            let d = &self.driver;
+            r.publish(d.clock.now(), &d.engine, &d.backend.stats());
         }
     }
 
@@ -76,6 +99,7 @@ impl Nic {
             .driver
             .transmit()
             .and_then(|tx| Ok(self.driver.receive()? || tx));
+        self.report_tick(None);
         r.map_err(|e| self.port_failed(shared, e))
     }
 
@@ -313,6 +337,8 @@ impl Shared {
             }
         }
         nic.dispatch(self);
+        // The program may be idle: the driver's last clock reading is old.
+        nic.report_tick(Some(self.clock.now()));
         let w = nic.driver.until_deadline(MAX_SLEEP);
         nic.thread_wake = Some(self.clock.now().saturating_add(w));
         (w, true)

@@ -195,6 +195,12 @@ impl Pair {
     pub fn inject(&mut self, r: &RoceRepr, payload: &[u8]) {
         let mut buf = vec![0u8; r.buffer_len()];
         r.emit(&mut buf, payload).unwrap();
+        self.inject_bytes(buf);
+    }
+
+    /// Delivers a packet from A to B's engine now as given (BTH onwards, ICRC filled
+    /// in), even one no `RoceRepr` can describe (a reserved opcode).
+    pub fn inject_bytes(&mut self, mut buf: Vec<u8>) {
         let src = SocketAddr::new(self.net.nodes[0].ip, 49441);
         let dst = SocketAddr::new(self.net.nodes[1].ip, ROCE_UDP_PORT);
         let ph = icrc::PseudoHeaders::new(src, dst, 0, buf.len());

@@ -26,9 +26,11 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -464,6 +466,15 @@ static void find_target_name(void)
 
 /* ---- the commands ------------------------------------------------------------------- */
 
+/* Takes every asynchronous event waiting (the async fd is non-blocking), acknowledging
+ * each: the last script's events are not the next one's. */
+static void drain_events(void)
+{
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(ctx, &ev) == 0)
+		ibv_ack_async_event(&ev);
+}
+
 static void reset_all(void)
 {
 	if (qp)
@@ -482,6 +493,7 @@ static void reset_all(void)
 	if (pd)
 		ibv_dealloc_pd(pd);
 	pd = NULL;
+	drain_events();
 }
 
 static int need_pd(void)
@@ -961,6 +973,52 @@ static int cmd_poll(void)
 	return 0;
 }
 
+static const char *event_name(enum ibv_event_type t)
+{
+	switch (t) {
+	case IBV_EVENT_QP_FATAL: return "QP_FATAL";
+	case IBV_EVENT_QP_REQ_ERR: return "QP_REQ_ERR";
+	case IBV_EVENT_QP_ACCESS_ERR: return "QP_ACCESS_ERR";
+	case IBV_EVENT_COMM_EST: return "COMM_EST";
+	case IBV_EVENT_SQ_DRAINED: return "SQ_DRAINED";
+	case IBV_EVENT_QP_LAST_WQE_REACHED: return "LAST_WQE_REACHED";
+	case IBV_EVENT_CQ_ERR: return "CQ_ERR";
+	case IBV_EVENT_PORT_ACTIVE: return "PORT_ACTIVE";
+	case IBV_EVENT_PORT_ERR: return "PORT_ERR";
+	default: return NULL;
+	}
+}
+
+/* event ms=T: the next asynchronous event within T ms (ibv_get_async_event on the
+ * non-blocking async fd, woken by poll), or `ok none`. */
+static int cmd_event(void)
+{
+	static const char *const k[] = { "ms", NULL };
+	uint64_t ms;
+	if (only(k) || num("ms", MAX_POLL_MS, 0, 0, &ms))
+		return -1;
+	uint64_t deadline = now_ms() + ms;
+	struct ibv_async_event ev;
+	while (ibv_get_async_event(ctx, &ev) != 0) {
+		uint64_t now = now_ms();
+		if (now >= deadline) {
+			rprintf("ok none");
+			return 0;
+		}
+		struct pollfd p = { .fd = ctx->async_fd, .events = POLLIN };
+		if (poll(&p, 1, (int)(deadline - now)) < 0 && errno != EINTR)
+			return verbs_err("poll", errno);
+	}
+	enum ibv_event_type t = ev.event_type;
+	ibv_ack_async_event(&ev);
+	const char *n = event_name(t);
+	if (n)
+		rprintf("ok event=%s", n);
+	else
+		rprintf("ok event=0x%x", (unsigned)t);
+	return 0;
+}
+
 static int cmd_state(void)
 {
 	static const char *const k[] = { NULL };
@@ -1046,6 +1104,7 @@ static void handle(char *line)
 		{ "modify", cmd_modify },	{ "post_recv", cmd_post_recv },
 		{ "post_send", cmd_post_send }, { "poll", cmd_poll },
 		{ "state", cmd_state },		{ "read", cmd_read },
+		{ "event", cmd_event },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (strcmp(cmd, cmds[i].name) == 0) {
@@ -1176,6 +1235,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	find_target_name();
+	/* `event` waits in poll(); ibv_get_async_event must then never block. */
+	int fl = fcntl(ctx->async_fd, F_GETFL);
+	if (fl < 0 || fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		fprintf(stderr, "agent: async fd O_NONBLOCK: %s\n", strerror(errno));
+		return 1;
+	}
 
 	int ls = socket(AF_INET, SOCK_STREAM, 0);
 	if (ls < 0) {

@@ -380,6 +380,9 @@ impl<B: Backend> Backend for Faulty<B> {
             ..s
         }
     }
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        self.inner.l2_stats()
+    }
 }
 
 #[cfg(test)]

@@ -234,16 +234,7 @@ impl Qp {
         let info = r.bth.opcode.info().expect("parsed");
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
-            // Ahead: a packet was lost. One sequence NAK per gap (IBA 9.7.5.2.1).
-            ctx.stats.inc(Counter::OutOfSeqRequest);
-            if !self.resp.nak_sent {
-                self.resp.nak_sent = true;
-                ctx.stats.inc(Counter::NaksSent);
-                let (e, m) = (self.resp.epsn, self.resp.msn);
-                self.resp
-                    .push_nak(e, m, Syndrome::Nak(NakCode::PsnSequenceError));
-            }
-            return;
+            return self.out_of_sequence(ctx);
         }
         if d < 0 {
             ctx.stats.inc(Counter::DuplicateRequest);
@@ -323,6 +314,36 @@ impl Qp {
         } else {
             self.exec_atomic(ctx, r)
         }
+    }
+
+    /// A request ahead of the expected PSN: a packet was lost. One sequence NAK per gap
+    /// (IBA 9.7.5.2.1).
+    fn out_of_sequence(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.stats.inc(Counter::OutOfSeqRequest);
+        if !self.resp.nak_sent {
+            self.resp.nak_sent = true;
+            ctx.stats.inc(Counter::NaksSent);
+            let (e, m) = (self.resp.epsn, self.resp.msn);
+            self.resp
+                .push_nak(e, m, Syndrome::Nak(NakCode::PsnSequenceError));
+        }
+    }
+
+    /// A request with a reserved or unimplemented opcode (its headers unknown, so only
+    /// its PSN is used): out of sequence as any request; a duplicate is dropped (it can
+    /// never have been executed); at the expected PSN it is an invalid request (IBA 9.9,
+    /// responder class C: NAK Invalid Request, QP to ERR).
+    pub(crate) fn on_unsupported_request(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        let d = psn.diff(self.resp.epsn);
+        if d > 0 {
+            return self.out_of_sequence(ctx);
+        }
+        if d < 0 {
+            ctx.stats.inc(Counter::DuplicateRequest);
+            return;
+        }
+        self.resp.nak_sent = false;
+        self.responder_fail(ctx, psn, Fail::InvalidRequest);
     }
 
     /// After a SEND or WRITE packet: next PSN, and an ACK if asked for.
