@@ -7,19 +7,16 @@
 //! raise the port error event; `info`, a refusal, a silent daemon and a missing socket
 //! give errors naming the socket. Every wait is bounded.
 
+mod common;
+
+use common::nic::{Ep, Nic, SEND_SRC, WAIT};
 use roce_emu::backend::{Backend, Outgoing, Received};
 use roce_emu::daemon::client::{self, DaemonBackend, DaemonError};
 use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
 use roce_emu::daemon::lease;
-use roce_emu::engine::{
-    Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr,
-    WcOpcode, WcStatus,
-};
-use roce_emu::mem::{Access, MemoryRegion, Pd, Sge};
+use roce_emu::engine::{Completion, Mtu, SendOp};
 use roce_emu::ring::{DaemonEnd, Link, Meta};
 use roce_emu::verbs::{self, Context, Device, Event};
-use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
-use roce_emu::wire::Psn;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -29,18 +26,6 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const WAIT: Duration = Duration::from_secs(10);
-const IOVA: u64 = 0x1000_0000;
-const LEN: u64 = 1 << 19;
-const SEND_SRC: u64 = 0;
-const RECV_DST: u64 = 0x1000;
-const WRITE_SRC: u64 = 0x1_0000;
-const WRITE_DST: u64 = 0x2_0000;
-const READ_SRC: u64 = 0x3_0000;
-const READ_DST: u64 = 0x4_0000;
-const SEND_LEN: u32 = 3000;
-const WRITE_LEN: u32 = 40_000;
-const READ_LEN: u32 = 20_000;
 /// The fake daemon's port: a UDP port on loopback, sending from this source port.
 const PORT_IP: &str = "127.0.0.1";
 const SRC_PORT: u16 = 50_123;
@@ -254,26 +239,6 @@ fn run_fake(
 
 // ---- the verbs side: one NIC per attached context ---------------------------------------
 
-struct Nic {
-    ctx: Context,
-    mr: Arc<MemoryRegion>,
-    cq: u32,
-    pd: Pd,
-}
-
-#[derive(Clone, Copy)]
-struct Ep<'a> {
-    nic: &'a Nic,
-    qpn: u32,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Info {
-    ip: IpAddr,
-    qpn: u32,
-    rkey: u32,
-}
-
 fn device(path: &Path) -> Device {
     // The address given here is not the port's: the daemon's port wins.
     let mut d = Device::new("127.0.0.9".parse().unwrap());
@@ -282,157 +247,15 @@ fn device(path: &Path) -> Device {
 }
 
 fn nic(path: &Path) -> Nic {
-    let ctx = device(path).open().expect("attach to the fake daemon");
-    let pd = ctx.alloc_pd();
-    let mr = ctx.reg_mr(pd, IOVA, LEN, Access::ALL).unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
-    Nic { ctx, mr, cq, pd }
-}
-
-impl Nic {
-    fn qp(&self) -> Ep<'_> {
-        let cap = QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        };
-        let qpn = self
-            .ctx
-            .create_qp(&QpInit {
-                sq_sig_all: true,
-                ..QpInit::rc(self.pd, self.cq, cap)
-            })
-            .unwrap();
-        Ep { nic: self, qpn }
-    }
-}
-
-impl Ep<'_> {
-    fn info(&self) -> Info {
-        Info {
-            ip: self.nic.ctx.local_ip(),
-            qpn: self.qpn,
-            rkey: self.nic.mr.rkey().0,
-        }
-    }
-
-    fn sge(&self, off: u64, len: u32) -> Sge {
-        Sge {
-            addr: IOVA + off,
-            length: len,
-            lkey: self.nic.mr.lkey(),
-        }
-    }
-
-    fn connect(&self, peer: Info) {
-        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        let rtr = QpAttr::rtr(
-            peer.ip,
-            Mtu::M1024,
-            peer.qpn,
-            Psn::new(0x100),
-            4,
-            DEFAULT_MIN_RNR_TIMER,
-        );
-        let rts = QpAttr::rts(
-            Psn::new(0x100),
-            DEFAULT_TIMEOUT,
-            MAX_RETRY_CNT,
-            RNR_RETRY_INFINITE,
-            4,
-        );
-        verbs::connect_rc(&self.nic.ctx, self.qpn, remote, &rtr, &rts).unwrap();
-    }
-
-    fn post(&self, op: SendOp, off: u64, len: u32) -> Result<(), verbs::Error> {
-        let sge = [self.sge(off, len)];
-        let wr = SendWr {
-            wr_id: u64::from(self.qpn),
-            op,
-            local: Local::Sges(&sge),
-            flags: SendFlags {
-                signaled: true,
-                ..Default::default()
-            },
-        };
-        self.nic.ctx.post_send(self.qpn, &wr)
-    }
-
-    fn post_recv(&self) {
-        let sge = [self.sge(RECV_DST, 4096)];
-        let wr = RecvWr {
-            wr_id: u64::from(self.qpn),
-            sges: &sge,
-        };
-        self.nic.ctx.post_recv(self.qpn, &wr).unwrap();
-    }
-
-    fn poll_one(&self) -> Completion {
-        let deadline = Instant::now() + WAIT;
-        let mut c = [Completion::default()];
-        loop {
-            if self.nic.ctx.poll_cq(self.nic.cq, &mut c).unwrap() == 1 {
-                assert_eq!(c[0].status, WcStatus::Success, "{:?}", c[0]);
-                return c[0];
-            }
-            assert!(
-                Instant::now() < deadline,
-                "QP {:#x}: no completion within {WAIT:?}; port {:?}",
-                self.qpn,
-                self.nic.ctx.port_stats()
-            );
-            self.nic.ctx.wait(Duration::from_millis(1)).unwrap();
-        }
-    }
-
-    fn bytes(&self, off: u64, len: u32) -> Vec<u8> {
-        let mut v = vec![0; len as usize];
-        self.nic.mr.read(IOVA + off, &mut v).unwrap();
-        v
-    }
-}
-
-fn pattern(seed: u8, len: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 8) as u8)
-        .collect()
+    Nic::new(
+        device(path).open().expect("attach to the fake daemon"),
+        None,
+    )
 }
 
 /// SEND, WRITE and READ each way, every byte checked.
 fn exchange(a: Ep<'_>, b: Ep<'_>) {
-    for (x, y, s) in [(a, b, 1u8), (b, a, 101)] {
-        y.post_recv();
-        let data = pattern(s, SEND_LEN);
-        x.nic.mr.write(IOVA + SEND_SRC, &data).unwrap();
-        x.post(SendOp::Send, SEND_SRC, SEND_LEN).unwrap();
-        assert_eq!(x.poll_one().opcode, WcOpcode::Send);
-        let c = y.poll_one();
-        assert_eq!(c.opcode, WcOpcode::Recv);
-        assert_eq!(y.bytes(RECV_DST, c.byte_len), data, "SEND {:#x}", x.qpn);
-
-        let data = pattern(s ^ 0x55, WRITE_LEN);
-        x.nic.mr.write(IOVA + WRITE_SRC, &data).unwrap();
-        let remote = Remote {
-            va: IOVA + WRITE_DST,
-            rkey: y.info().rkey,
-        };
-        x.post(SendOp::Write { remote }, WRITE_SRC, WRITE_LEN)
-            .unwrap();
-        assert_eq!(x.poll_one().opcode, WcOpcode::RdmaWrite);
-        assert_eq!(y.bytes(WRITE_DST, WRITE_LEN), data, "WRITE {:#x}", x.qpn);
-
-        let data = pattern(s ^ 0xaa, READ_LEN);
-        y.nic.mr.write(IOVA + READ_SRC, &data).unwrap();
-        let remote = Remote {
-            va: IOVA + READ_SRC,
-            rkey: y.info().rkey,
-        };
-        x.post(SendOp::Read { remote }, READ_DST, READ_LEN).unwrap();
-        assert_eq!(x.poll_one().opcode, WcOpcode::RdmaRead);
-        assert_eq!(x.bytes(READ_DST, READ_LEN), data, "READ {:#x}", x.qpn);
-    }
+    common::nic::exchange(a, b, 1);
 }
 
 fn port_error(ctx: &Context) -> String {

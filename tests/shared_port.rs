@@ -7,257 +7,21 @@
 //! The two-process tests run this test binary again as the other process (`child_entry`,
 //! chosen by `SHARED_PORT_CHILD`), talking over its stdin and stdout.
 
-use roce_emu::engine::{
-    Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr,
-    WcOpcode, WcStatus,
-};
-use roce_emu::mem::{Access, MemoryRegion, Pd, Sge};
-use roce_emu::verbs::{self, Context, Device};
-use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
-use roce_emu::wire::Psn;
+mod common;
+
+use common::nic::{connect, exchange, pattern, Info, Nic, IOVA, READ_LEN, READ_SRC, RECV_DST};
+use common::nic::{SEND_LEN, SEND_SRC, WAIT, WRITE_DST, WRITE_LEN};
+use roce_emu::engine::{SendOp, WcOpcode};
 use std::io::{BufRead, Write};
-use std::net::{IpAddr, UdpSocket};
+use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-const IOVA: u64 = 0x1000_0000;
-const LEN: u64 = 1 << 19;
-const WAIT: Duration = Duration::from_secs(10);
-/// Regions of each NIC's memory the operations use.
-const SEND_SRC: u64 = 0;
-const RECV_DST: u64 = 0x1000;
-const WRITE_SRC: u64 = 0x1_0000;
-const WRITE_DST: u64 = 0x2_0000;
-const READ_SRC: u64 = 0x3_0000;
-const READ_DST: u64 = 0x4_0000;
-/// Sizes: a SEND of a few packets, and a WRITE and READ long enough to leave as GSO
-/// trains and arrive coalesced (GRO) on loopback.
-const SEND_LEN: u32 = 3000;
-const WRITE_LEN: u32 = 40_000;
-const READ_LEN: u32 = 20_000;
-
-struct Nic {
-    ctx: Context,
-    mr: Arc<MemoryRegion>,
-    cq: u32,
-    pd: Pd,
-    ip: IpAddr,
-}
-
-/// One QP of a NIC.
-#[derive(Clone, Copy)]
-struct Ep<'a> {
-    nic: &'a Nic,
-    qpn: u32,
-}
-
-/// What a peer needs to reach a QP (what rc_pingpong exchanges over TCP).
-#[derive(Debug, Clone, Copy)]
-struct Info {
-    ip: IpAddr,
-    qpn: u32,
-    rkey: u32,
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn nic(addr: &str) -> Nic {
-    let ip = ip(addr);
-    let ctx = Device::new(ip).open().expect("open the NIC");
-    let pd = ctx.alloc_pd();
-    let mr = ctx.reg_mr(pd, IOVA, LEN, Access::ALL).unwrap();
-    let cq = ctx.create_cq(256, None).unwrap();
-    Nic {
-        ctx,
-        mr,
-        cq,
-        pd,
-        ip,
-    }
-}
-
-impl Nic {
-    fn qp(&self) -> Ep<'_> {
-        let cap = QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 64,
-        };
-        let qpn = self
-            .ctx
-            .create_qp(&QpInit {
-                sq_sig_all: true,
-                ..QpInit::rc(self.pd, self.cq, cap)
-            })
-            .unwrap();
-        Ep { nic: self, qpn }
-    }
-
-    fn stats(&self) -> roce_emu::backend::PortStats {
-        self.ctx.port_stats()
-    }
-}
-
-impl Ep<'_> {
-    fn info(&self) -> Info {
-        Info {
-            ip: self.nic.ip,
-            qpn: self.qpn,
-            rkey: self.nic.mr.rkey().0,
-        }
-    }
-
-    fn sge(&self, off: u64, len: u32) -> Sge {
-        Sge {
-            addr: IOVA + off,
-            length: len,
-            lkey: self.nic.mr.lkey(),
-        }
-    }
-
-    fn connect(&self, peer: Info) {
-        let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-        // Both sides start at PSN 0x100: the peer's starting PSN is not exchanged.
-        let rtr = QpAttr::rtr(
-            peer.ip,
-            Mtu::M1024,
-            peer.qpn,
-            Psn::new(0x100),
-            4,
-            DEFAULT_MIN_RNR_TIMER,
-        );
-        let rts = QpAttr::rts(
-            Psn::new(0x100),
-            DEFAULT_TIMEOUT,
-            MAX_RETRY_CNT,
-            RNR_RETRY_INFINITE,
-            4,
-        );
-        verbs::connect_rc(&self.nic.ctx, self.qpn, remote, &rtr, &rts).unwrap();
-    }
-
-    fn post(&self, op: SendOp, off: u64, len: u32) {
-        let sge = [self.sge(off, len)];
-        let wr = SendWr {
-            wr_id: u64::from(self.qpn),
-            op,
-            local: Local::Sges(&sge),
-            flags: SendFlags {
-                signaled: true,
-                ..Default::default()
-            },
-        };
-        self.nic.ctx.post_send(self.qpn, &wr).unwrap();
-    }
-
-    fn post_recv(&self) {
-        let sge = [self.sge(RECV_DST, 4096)];
-        let wr = RecvWr {
-            wr_id: u64::from(self.qpn),
-            sges: &sge,
-        };
-        self.nic.ctx.post_recv(self.qpn, &wr).unwrap();
-    }
-
-    /// The next completion of this NIC (driving it), within `WAIT`.
-    fn poll_one(&self) -> Completion {
-        let deadline = Instant::now() + WAIT;
-        let mut c = [Completion::default()];
-        loop {
-            if self.nic.ctx.poll_cq(self.nic.cq, &mut c).unwrap() == 1 {
-                assert_eq!(c[0].wr_id, u64::from(self.qpn), "{:?}", c[0]);
-                assert_eq!(c[0].status, WcStatus::Success, "{:?}", c[0]);
-                return c[0];
-            }
-            assert!(
-                Instant::now() < deadline,
-                "QP {:#x} on {}: no completion within {WAIT:?}; port {:?}",
-                self.qpn,
-                self.nic.ip,
-                self.nic.stats()
-            );
-            self.nic.ctx.wait(Duration::from_millis(1)).unwrap();
-        }
-    }
-
-    fn write(&self, peer: Info, data: &[u8]) {
-        self.nic.mr.write(IOVA + WRITE_SRC, data).unwrap();
-        let remote = Remote {
-            va: IOVA + WRITE_DST,
-            rkey: peer.rkey,
-        };
-        self.post(SendOp::Write { remote }, WRITE_SRC, data.len() as u32);
-        assert_eq!(self.poll_one().opcode, WcOpcode::RdmaWrite);
-    }
-
-    /// READs `len` bytes of the peer's `READ_SRC` and returns them.
-    fn read(&self, peer: Info, len: u32) -> Vec<u8> {
-        let remote = Remote {
-            va: IOVA + READ_SRC,
-            rkey: peer.rkey,
-        };
-        self.post(SendOp::Read { remote }, READ_DST, len);
-        assert_eq!(self.poll_one().opcode, WcOpcode::RdmaRead);
-        self.bytes(READ_DST, len)
-    }
-
-    fn send(&self, data: &[u8]) {
-        self.nic.mr.write(IOVA + SEND_SRC, data).unwrap();
-        self.post(SendOp::Send, SEND_SRC, data.len() as u32);
-        assert_eq!(self.poll_one().opcode, WcOpcode::Send);
-    }
-
-    /// Waits for a SEND (a receive posted earlier) and returns its bytes.
-    fn recv(&self) -> Vec<u8> {
-        let c = self.poll_one();
-        assert_eq!(c.opcode, WcOpcode::Recv);
-        self.bytes(RECV_DST, c.byte_len)
-    }
-
-    fn bytes(&self, off: u64, len: u32) -> Vec<u8> {
-        let mut v = vec![0; len as usize];
-        self.nic.mr.read(IOVA + off, &mut v).unwrap();
-        v
-    }
-}
-
-fn pattern(seed: u8, len: u32) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed ^ (i >> 8) as u8)
-        .collect()
-}
-
-fn connect(a: Ep<'_>, b: Ep<'_>) {
-    a.connect(b.info());
-    b.connect(a.info());
-}
-
-/// SEND, WRITE and READ each way between two QPs in this process, every byte checked.
-fn exchange(a: Ep<'_>, b: Ep<'_>, seed: u8) {
-    for (x, y, s) in [(a, b, seed), (b, a, seed.wrapping_add(100))] {
-        y.post_recv();
-        let data = pattern(s, SEND_LEN);
-        x.send(&data);
-        assert_eq!(y.recv(), data, "SEND {:#x} -> {:#x}", x.qpn, y.qpn);
-        let data = pattern(s ^ 0x55, WRITE_LEN);
-        x.write(y.info(), &data);
-        assert_eq!(y.bytes(WRITE_DST, WRITE_LEN), data, "WRITE {:#x}", x.qpn);
-        let data = pattern(s ^ 0xaa, READ_LEN);
-        y.nic.mr.write(IOVA + READ_SRC, &data).unwrap();
-        assert_eq!(x.read(y.info(), READ_LEN), data, "READ {:#x}", x.qpn);
-    }
-}
 
 #[test]
 fn two_contexts_in_one_process_share_an_address() {
-    let a = nic("127.0.15.1");
-    let b = nic("127.0.15.1");
+    let a = Nic::open("127.0.15.1");
+    let b = Nic::open("127.0.15.1");
     let (qa, qb) = (a.qp(), b.qp());
     // The first holds the port and numbers its QPs as a NIC alone does; the second leased
     // another block of QPNs.
@@ -293,9 +57,9 @@ fn two_contexts_in_one_process_share_an_address() {
 /// the member's block is forwarded.
 #[test]
 fn a_peer_elsewhere_reaches_a_member_through_the_hub() {
-    let hub = nic("127.0.15.2");
-    let member = nic("127.0.15.2");
-    let far = nic("127.0.15.3");
+    let hub = Nic::open("127.0.15.2");
+    let member = Nic::open("127.0.15.2");
+    let far = Nic::open("127.0.15.3");
     let (qm, qf) = (member.qp(), far.qp());
     assert!(qm.qpn >= 0x1_0000, "{:#x}", qm.qpn);
     connect(qm, qf);
@@ -334,11 +98,11 @@ fn a_peer_elsewhere_reaches_a_member_through_the_hub() {
 /// joins the new hub.
 #[test]
 fn members_keep_their_qps_when_the_hub_goes() {
-    let hub = nic("127.0.15.4");
+    let hub = Nic::open("127.0.15.4");
     let hq = hub.qp();
-    let m1 = nic("127.0.15.4");
-    let m2 = nic("127.0.15.4");
-    let far = nic("127.0.15.5");
+    let m1 = Nic::open("127.0.15.4");
+    let m2 = Nic::open("127.0.15.4");
+    let far = Nic::open("127.0.15.5");
     let (m1_far, m1_m2, m2_m1) = (m1.qp(), m1.qp(), m2.qp());
     let (far_m1, far_hub) = (far.qp(), far.qp());
     connect(m1_far, far_m1);
@@ -362,7 +126,7 @@ fn members_keep_their_qps_when_the_hub_goes() {
         "{s1:?} {s2:?}"
     );
 
-    let third = nic("127.0.15.4");
+    let third = Nic::open("127.0.15.4");
     let (q3, far_3) = (third.qp(), far.qp());
     let blocks = [m1_far.qpn >> 16, m2_m1.qpn >> 16, q3.qpn >> 16];
     assert!(
@@ -464,7 +228,7 @@ fn parse_info(l: &str) -> Info {
 /// READ to each other.
 #[test]
 fn two_processes_on_one_address_exchange_messages() {
-    let a = nic("127.0.15.6");
+    let a = Nic::open("127.0.15.6");
     let qa = a.qp();
     let mut peer = Peer::spawn("member", "127.0.15.6");
     let theirs = parse_info(&peer.expect("INFO"));
@@ -486,7 +250,7 @@ fn two_processes_on_one_address_exchange_messages() {
         .mr
         .write(IOVA + SEND_SRC, &pattern(1, SEND_LEN))
         .unwrap();
-    qa.post(SendOp::Send, SEND_SRC, SEND_LEN);
+    qa.post(SendOp::Send, SEND_SRC, SEND_LEN).unwrap();
     let mut ops = [qa.poll_one(), qa.poll_one()].map(|c| (c.opcode, c.byte_len));
     ops.sort_by_key(|o| o.0 == WcOpcode::Recv);
     assert_eq!(
@@ -510,8 +274,8 @@ fn two_processes_on_one_address_exchange_messages() {
 fn a_member_outlives_the_hub_process() {
     let mut hub = Peer::spawn("hub", "127.0.15.7");
     hub.expect("READY");
-    let m = nic("127.0.15.7");
-    let far = nic("127.0.15.8");
+    let m = Nic::open("127.0.15.7");
+    let far = Nic::open("127.0.15.8");
     let (qm, qf) = (m.qp(), far.qp());
     assert!(qm.qpn >= 0x1_0000, "a member: {:#x}", qm.qpn);
     connect(qm, qf);
@@ -522,7 +286,7 @@ fn a_member_outlives_the_hub_process() {
     exchange(qm, qf, 2);
     let s = m.stats();
     assert_eq!(s.share_takeovers, 1, "{s:?}");
-    let third = nic("127.0.15.7");
+    let third = Nic::open("127.0.15.7");
     let q3 = third.qp();
     assert_ne!(q3.qpn >> 16, qm.qpn >> 16);
     let qm3 = m.qp();
@@ -545,7 +309,7 @@ fn child_entry() {
         std::thread::sleep(Duration::from_secs(60));
         std::process::exit(3);
     });
-    let n = nic(addr);
+    let n = Nic::open(addr);
     match mode {
         "hub" => {
             let _q = n.qp();

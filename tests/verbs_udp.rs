@@ -3,145 +3,34 @@
 //! no call, async events on their fd, PD ownership, and memory the caller allocated.
 //! Each test uses its own pair of 127.0.9.x addresses, so they run in parallel.
 
+mod common;
+
+use common::nic::{connect_psns, End, Nic, IOVA, WAIT};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use roce_emu::engine::{
-    AsyncEvent, Completion, Local, Mtu, QpAttr, QpCap, QpInit, RecvWr, Remote, SendFlags, SendOp,
-    SendWr, WcOpcode, WcStatus,
-};
-use roce_emu::mem::{Access, Backing, MemoryRegion, Pd, Sge};
-use roce_emu::verbs::{self, CompChannel, Context, Device, Event};
-use roce_emu::verbs::{DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE};
-use roce_emu::wire::Psn;
-use std::net::IpAddr;
+use roce_emu::engine::{AsyncEvent, Completion, Remote, SendOp, WcOpcode, WcStatus};
+use roce_emu::mem::{Access, Backing};
+use roce_emu::verbs::{self, CompChannel, Device, Event};
 use std::os::fd::BorrowedFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const IOVA: u64 = 0x1000_0000;
-const LEN: u64 = 1 << 16;
-const WAIT: Duration = Duration::from_secs(5);
-
-struct End {
-    ctx: Context,
-    pd: Pd,
-    mr: Arc<MemoryRegion>,
-    cq: u32,
-    qpn: u32,
-    ip: IpAddr,
-}
-
-impl End {
-    fn sge(&self, off: u64, len: u32) -> Sge {
-        Sge {
-            addr: IOVA + off,
-            length: len,
-            lkey: self.mr.lkey(),
-        }
-    }
-}
-
+/// A NIC on `ip` with one QP; its CQ's events on a completion channel if `channel`.
 fn end(ip: &str, channel: bool) -> (End, Option<CompChannel>) {
-    let ip: IpAddr = ip.parse().unwrap();
-    let ctx = Device::new(ip).open().expect("open the NIC");
-    let pd = ctx.alloc_pd();
-    let mr = ctx.reg_mr(pd, IOVA, LEN, Access::ALL).unwrap();
+    let ctx = Device::new(ip.parse().unwrap())
+        .open()
+        .expect("open the NIC");
     let ch = channel.then(|| ctx.create_comp_channel().unwrap());
-    let cq = ctx.create_cq(64, ch.as_ref()).unwrap();
-    let qpn = ctx
-        .create_qp(&QpInit {
-            sq_sig_all: true,
-            ..QpInit::rc(
-                pd,
-                cq,
-                QpCap {
-                    max_send_wr: 16,
-                    max_recv_wr: 16,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data: 64,
-                },
-            )
-        })
-        .unwrap();
-    (
-        End {
-            ctx,
-            pd,
-            mr,
-            cq,
-            qpn,
-            ip,
-        },
-        ch,
-    )
-}
-
-fn connect(a: &End, b: &End) {
-    let remote = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    for (me, peer, my_psn, peer_psn) in [(a, b, 100, 200), (b, a, 200, 100)] {
-        let rtr = QpAttr::rtr(
-            peer.ip,
-            Mtu::M1024,
-            peer.qpn,
-            Psn::new(peer_psn),
-            4,
-            DEFAULT_MIN_RNR_TIMER,
-        );
-        let rts = QpAttr::rts(
-            Psn::new(my_psn),
-            DEFAULT_TIMEOUT,
-            MAX_RETRY_CNT,
-            RNR_RETRY_INFINITE,
-            4,
-        );
-        verbs::connect_rc(&me.ctx, me.qpn, remote, &rtr, &rts).unwrap();
-    }
+    (End::new(Nic::new(ctx, ch.as_ref())), ch)
 }
 
 fn pair(a: &str, b: &str, b_channel: bool) -> (End, End, Option<CompChannel>) {
     let (a, _) = end(a, false);
     let (b, ch) = end(b, b_channel);
-    connect(&a, &b);
+    connect_psns(a.ep(), b.ep(), (100, 200));
     (a, b, ch)
 }
 
 fn send(e: &End, wr_id: u64, op: SendOp, off: u64, len: u32, solicited: bool) {
-    let sge = [e.sge(off, len)];
-    e.ctx
-        .post_send(
-            e.qpn,
-            &SendWr {
-                wr_id,
-                op,
-                local: Local::Sges(&sge),
-                flags: SendFlags {
-                    signaled: true,
-                    solicited,
-                    ..Default::default()
-                },
-            },
-        )
-        .unwrap();
-}
-
-fn post_recv(e: &End, wr_id: u64, off: u64, len: u32) {
-    let sge = [e.sge(off, len)];
-    e.ctx
-        .post_recv(e.qpn, &RecvWr { wr_id, sges: &sge })
-        .unwrap();
-}
-
-/// Polls `e`'s CQ (driving its NIC) until a completion arrives, within `WAIT`.
-fn poll_one(e: &End) -> Completion {
-    let deadline = Instant::now() + WAIT;
-    let mut c = [Completion::default()];
-    loop {
-        if e.ctx.poll_cq(e.cq, &mut c).unwrap() == 1 {
-            return c[0];
-        }
-        assert!(Instant::now() < deadline, "no completion within {WAIT:?}");
-        e.ctx.wait(Duration::from_millis(1)).unwrap();
-    }
+    e.ep().post_wr(wr_id, op, off, len, solicited).unwrap();
 }
 
 fn readable(fd: BorrowedFd<'_>, within: Duration) -> bool {
@@ -159,7 +48,7 @@ fn completion_channel_fd_wakes_poll() {
     let (a, b, ch) = pair("127.0.9.1", "127.0.9.2", true);
     let ch = ch.unwrap();
     for i in 0..4 {
-        post_recv(&b, i, i * 1024, 1024);
+        b.ep().post_recv_wr(i, i * 1024, 1024);
     }
     b.ctx.req_notify_cq(b.cq, false).unwrap();
     assert!(
@@ -174,20 +63,20 @@ fn completion_channel_fd_wakes_poll() {
     );
     assert_eq!(ch.try_get_event(), Some(b.cq));
     assert!(!readable(ch.fd(), Duration::ZERO), "one event, one read");
-    let c = poll_one(&b);
+    let c = b.poll_one();
     assert_eq!((c.wr_id, c.status, c.byte_len), (0, WcStatus::Success, 100));
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
 
     // Not re-armed: the next SEND completes without an event.
     send(&a, 2, SendOp::Send, 0, 10, false);
-    assert_eq!(poll_one(&b).wr_id, 1);
+    assert_eq!(b.poll_one().wr_id, 1);
     assert!(!readable(ch.fd(), Duration::from_millis(100)), "one-shot");
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
 
     // Solicited only: a plain SEND completes silently, a SEND with SE raises the event.
     b.ctx.req_notify_cq(b.cq, true).unwrap();
     send(&a, 3, SendOp::Send, 0, 10, false);
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
     assert!(
         !readable(ch.fd(), Duration::from_millis(100)),
         "unsolicited SEND raised an event"
@@ -195,7 +84,7 @@ fn completion_channel_fd_wakes_poll() {
     send(&a, 4, SendOp::Send, 0, 10, true);
     assert!(readable(ch.fd(), WAIT), "solicited SEND raised no event");
     assert_eq!(ch.get_event(WAIT), Some(b.cq));
-    let got: Vec<u64> = (0..2).map(|_| poll_one(&b).wr_id).collect();
+    let got: Vec<u64> = (0..2).map(|_| b.poll_one().wr_id).collect();
     assert_eq!(got, [2, 3]);
 }
 
@@ -223,7 +112,7 @@ fn progress_thread_serves_a_peer_that_makes_no_call() {
         3000,
         false,
     );
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
     send(
         &a,
         2,
@@ -234,7 +123,7 @@ fn progress_thread_serves_a_peer_that_makes_no_call() {
         8,
         false,
     );
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
     send(
         &a,
         3,
@@ -246,7 +135,7 @@ fn progress_thread_serves_a_peer_that_makes_no_call() {
         8,
         false,
     );
-    let c = poll_one(&a);
+    let c = a.poll_one();
     assert_eq!(
         (c.status, c.opcode),
         (WcStatus::Success, WcOpcode::FetchAdd)
@@ -274,7 +163,7 @@ fn async_event_fd_reports_an_access_error() {
         rkey: b.mr.rkey().0 ^ 0x80,
     };
     send(&a, 1, SendOp::Write { remote: bad }, 0, 64, false);
-    assert_eq!(poll_one(&a).status, WcStatus::RemAccessErr);
+    assert_eq!(a.poll_one().status, WcStatus::RemAccessErr);
     assert!(readable(b.ctx.async_fd(), WAIT), "no async event on B");
     assert_eq!(
         b.ctx.get_async_event(WAIT),
@@ -324,7 +213,7 @@ fn remote_write_and_atomic_land_in_caller_memory() {
         rkey: mr.rkey().0,
     };
     send(&a, 1, SendOp::Write { remote: remote(64) }, 0, 100, false);
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
     send(
         &a,
         2,
@@ -336,7 +225,7 @@ fn remote_write_and_atomic_land_in_caller_memory() {
         8,
         false,
     );
-    assert_eq!(poll_one(&a).status, WcStatus::Success);
+    assert_eq!(a.poll_one().status, WcStatus::Success);
 
     // Read back through the program's own words, not the region.
     let bytes: Vec<u8> = words[8..21]
@@ -379,7 +268,7 @@ fn a_post_made_while_polling_leaves_before_the_program_sleeps() {
         slept < Duration::from_secs(2),
         "the sleep lasted {slept:?}: the WRITE waited for it"
     );
-    let done = poll_one(&a);
+    let done = a.poll_one();
     assert_eq!((done.wr_id, done.status), (7, WcStatus::Success));
     drop(b);
 }

@@ -237,57 +237,8 @@ impl<B> Drop for Capture<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::fake::Fake;
     use crate::wire::RoceFrame;
-    use nix::sys::eventfd::EventFd;
-    use std::os::fd::AsFd;
-
-    /// Hands out given datagrams on receive and accepts every send.
-    struct Fake {
-        rx: Vec<(SocketAddr, SocketAddr, Vec<u8>)>,
-        fd: EventFd,
-    }
-
-    impl Backend for Fake {
-        fn local(&self) -> SocketAddr {
-            "127.0.0.1:4791".parse().unwrap()
-        }
-        fn recv_batch(
-            &mut self,
-            pool: &mut [u8],
-            out: &mut [Received],
-        ) -> Result<usize, BackendError> {
-            let mut n = 0;
-            let mut off = 0;
-            for (src, dst, d) in self.rx.drain(..) {
-                pool[off..off + d.len()].copy_from_slice(&d);
-                out[n] = Received {
-                    src,
-                    dst,
-                    offset: off,
-                    len: d.len(),
-                    segment: None,
-                    ipv4_id: None,
-                };
-                off += d.len();
-                n += 1;
-            }
-            Ok(n)
-        }
-        fn send_batch(
-            &mut self,
-            _: &mut [u8],
-            _: usize,
-            _: &[Outgoing],
-        ) -> Result<(), BackendError> {
-            Ok(())
-        }
-        fn rx_fd(&self) -> BorrowedFd<'_> {
-            self.fd.as_fd()
-        }
-        fn stats(&self) -> PortStats {
-            PortStats::default()
-        }
-    }
 
     /// The RoCE packets (with addresses and ports) of a real rxe capture, whose IPv4 IDs
     /// are rxe's counter values, not 0.
@@ -322,8 +273,9 @@ mod tests {
         let path =
             std::env::temp_dir().join(format!("roce-emu-capture-{}.pcap", std::process::id()));
         let fake = Fake {
-            rx: pkts.clone(),
-            fd: EventFd::new().unwrap(),
+            rx: pkts.iter().cloned().collect(),
+            ipv4_id: None,
+            ..Fake::new()
         };
         let mut c = Capture::create(fake, &path).unwrap();
         let mut pool = vec![0u8; 1 << 20];

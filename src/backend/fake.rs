@@ -9,7 +9,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 /// Hands out what is queued in `rx` on receive; records every send.
 pub(crate) struct Fake {
-    pub(crate) rx: VecDeque<Vec<u8>>,
+    /// Datagrams for the next receives, each with its source and destination.
+    pub(crate) rx: VecDeque<(SocketAddr, SocketAddr, Vec<u8>)>,
+    /// The IPv4 ID every received datagram comes with (`None`: unknown, as from a UDP
+    /// socket).
+    pub(crate) ipv4_id: Option<u16>,
     pub(crate) sent: Vec<Vec<u8>>,
     pub(crate) fd: EventFd,
 }
@@ -22,15 +26,17 @@ impl Backend for Fake {
         let mut n = 0;
         let mut off = 0;
         while n < out.len() {
-            let Some(d) = self.rx.pop_front() else { break };
+            let Some((src, dst, d)) = self.rx.pop_front() else {
+                break;
+            };
             pool[off..off + d.len()].copy_from_slice(&d);
             out[n] = Received {
-                src: self.local(),
-                dst: self.local(),
+                src,
+                dst,
                 offset: off,
                 len: d.len(),
                 segment: None,
-                ipv4_id: Some(1),
+                ipv4_id: self.ipv4_id,
             };
             off += d.len();
             n += 1;
@@ -60,8 +66,15 @@ impl Fake {
     pub(crate) fn new() -> Fake {
         Fake {
             rx: VecDeque::new(),
+            ipv4_id: Some(1),
             sent: Vec::new(),
             fd: EventFd::new().unwrap(),
         }
+    }
+
+    /// Queues datagrams from and to the local address.
+    pub(crate) fn queue(&mut self, datagrams: impl IntoIterator<Item = Vec<u8>>) {
+        let at = self.local();
+        self.rx.extend(datagrams.into_iter().map(|d| (at, at, d)));
     }
 }

@@ -12,6 +12,7 @@ pub mod capture;
 #[cfg(test)]
 mod fake;
 pub mod fault;
+pub mod ifaddrs;
 pub mod l2;
 pub mod link;
 pub mod pcapng;

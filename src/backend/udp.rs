@@ -489,42 +489,8 @@ pub fn wait_readable(fds: &[std::os::fd::BorrowedFd<'_>], timeout: Duration) {
 /// gives it: what a NIC on that interface can send in one frame (rxe derives its port
 /// MTU from it).
 pub fn link_mtu(ip: IpAddr) -> Option<u32> {
-    let mut subnet = None;
-    for a in nix::ifaddrs::getifaddrs().ok()? {
-        let (Some(addr), mask) = (a.address, a.netmask) else {
-            continue;
-        };
-        let (exact, within) = match ip {
-            IpAddr::V4(v4) => {
-                let Some(have) = addr.as_sockaddr_in().map(|s| u32::from(s.ip())) else {
-                    continue;
-                };
-                let m = mask
-                    .and_then(|m| m.as_sockaddr_in().map(|s| u32::from(s.ip())))
-                    .unwrap_or(u32::MAX);
-                (have == u32::from(v4), have & m == u32::from(v4) & m)
-            }
-            IpAddr::V6(v6) => {
-                let Some(have) = addr.as_sockaddr_in6().map(|s| u128::from(s.ip())) else {
-                    continue;
-                };
-                let m = mask
-                    .and_then(|m| m.as_sockaddr_in6().map(|s| u128::from(s.ip())))
-                    .unwrap_or(u128::MAX);
-                (have == u128::from(v6), have & m == u128::from(v6) & m)
-            }
-        };
-        if exact {
-            return read_mtu(&a.interface_name);
-        }
-        if within && subnet.is_none() {
-            subnet = Some(a.interface_name);
-        }
-    }
-    read_mtu(&subnet?)
-}
-
-fn read_mtu(interface: &str) -> Option<u32> {
-    let path = format!("/sys/class/net/{interface}/mtu");
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    let ifs = super::ifaddrs::interfaces();
+    let exact = ifs.iter().find(|i| i.has(ip));
+    let subnet = || ifs.iter().find(|i| i.addrs.iter().any(|a| a.contains(ip)));
+    exact.or_else(subnet)?.mtu()
 }

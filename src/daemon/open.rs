@@ -15,25 +15,15 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The first IPv4 address of interface `name`, with its prefix (24 when it has no netmask).
 fn first_v4(name: &str) -> Option<(std::net::Ipv4Addr, u8)> {
-    for a in nix::ifaddrs::getifaddrs().ok()? {
-        if a.interface_name != name {
-            continue;
-        }
-        let (Some(addr), mask) = (a.address, a.netmask) else {
-            continue;
-        };
-        if let Some(s) = addr.as_sockaddr_in() {
-            let prefix = mask
-                .and_then(|m| {
-                    m.as_sockaddr_in()
-                        .map(|m| u32::from(m.ip()).count_ones() as u8)
-                })
-                .unwrap_or(24);
-            return Some((s.ip(), prefix));
-        }
-    }
-    None
+    crate::backend::ifaddrs::interface(name)?
+        .addrs
+        .iter()
+        .find_map(|a| match a.ip {
+            IpAddr::V4(v4) => Some((v4, a.prefix.unwrap_or(24))),
+            IpAddr::V6(_) => None,
+        })
 }
 
 /// An open port: the backend, what processes are told about it, and the source port their

@@ -14,8 +14,8 @@
 //! MTU and interface come from the daemon at discovery time (`daemon::client::info`), and
 //! opening the device attaches to it.
 
+use crate::backend::ifaddrs::{self, Interface};
 use crate::engine::Mtu;
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -134,7 +134,7 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
             // lo): that interface's MTU, as rxe's port MTU follows its netdev.
             None => found
                 .as_ref()
-                .map(|f| f.mtu)
+                .map(if_mtu)
                 .or_else(|| crate::backend::udp::link_mtu(ip))
                 .map_or(Mtu::M1024, active_mtu),
         };
@@ -208,76 +208,36 @@ pub fn active_mtu(if_mtu: u32) -> Mtu {
         .unwrap_or(Mtu::M256)
 }
 
-#[derive(Debug, Clone, Default)]
-struct Iface {
-    name: String,
-    up: bool,
-    loopback: bool,
-    v4: Vec<IpAddr>,
-    v6: Vec<IpAddr>,
-    mac: [u8; 6],
-    mtu: u32,
+/// The addresses of an interface that can be GIDs: IPv4 first, then IPv6 but for
+/// link-local addresses (they need a scope: not a GID a peer can reach by address alone).
+fn gid_addrs(i: &Interface) -> impl Iterator<Item = IpAddr> + '_ {
+    let v4 = i.addrs.iter().map(|a| a.ip).filter(IpAddr::is_ipv4);
+    let v6 = i.addrs.iter().map(|a| a.ip).filter(|ip| match ip {
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+        IpAddr::V4(_) => false,
+    });
+    v4.chain(v6)
 }
 
-fn scan() -> Vec<Iface> {
-    use nix::net::if_::InterfaceFlags as F;
-    let mut by_name: BTreeMap<String, Iface> = BTreeMap::new();
-    let mut order: Vec<String> = Vec::new();
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return Vec::new();
-    };
-    for a in addrs {
-        let i = by_name.entry(a.interface_name.clone()).or_insert_with(|| {
-            order.push(a.interface_name.clone());
-            Iface {
-                name: a.interface_name.clone(),
-                ..Iface::default()
-            }
-        });
-        i.up |= a.flags.contains(F::IFF_UP) && a.flags.contains(F::IFF_RUNNING);
-        i.loopback |= a.flags.contains(F::IFF_LOOPBACK);
-        let Some(addr) = a.address else { continue };
-        if let Some(s) = addr.as_sockaddr_in() {
-            i.v4.push(IpAddr::V4(s.ip()));
-        } else if let Some(s) = addr.as_sockaddr_in6() {
-            let ip = s.ip();
-            // Link-local addresses need a scope: not a GID a peer can reach by address alone.
-            if (ip.segments()[0] & 0xffc0) != 0xfe80 {
-                i.v6.push(IpAddr::V6(ip));
-            }
-        } else if let Some(l) = addr.as_link_addr() {
-            if let Some(mac) = l.addr() {
-                i.mac = mac;
-            }
-        }
-    }
-    order
-        .into_iter()
-        .filter_map(|n| by_name.remove(&n))
-        .map(|mut i| {
-            i.mtu = std::fs::read_to_string(format!("/sys/class/net/{}/mtu", i.name))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(1500);
-            i
-        })
-        .collect()
+/// The interface's MTU (1500 when it cannot be read).
+fn if_mtu(i: &Interface) -> u32 {
+    i.mtu().unwrap_or(1500)
 }
 
-fn interface_of(ip: IpAddr) -> Option<Iface> {
-    scan()
+fn interface_of(ip: IpAddr) -> Option<Interface> {
+    ifaddrs::interfaces()
         .into_iter()
-        .find(|i| i.v4.contains(&ip) || i.v6.contains(&ip))
+        .find(|i| gid_addrs(i).any(|a| a == ip))
 }
 
 /// This machine's interfaces as devices (zero set-up).
 pub fn interfaces() -> Vec<PortConfig> {
-    let ifs = scan();
     let mut out = Vec::new();
     let mut n = 0;
-    let (lo, others): (Vec<_>, Vec<_>) = ifs.into_iter().partition(|i| i.loopback);
+    let (lo, others): (Vec<_>, Vec<_>) =
+        ifaddrs::interfaces().into_iter().partition(|i| i.loopback);
     for i in others.into_iter().chain(lo) {
-        let Some(&ip) = i.v4.first().or(i.v6.first()) else {
+        let Some(ip) = gid_addrs(&i).next() else {
             continue;
         };
         if !i.up {
@@ -292,7 +252,7 @@ pub fn interfaces() -> Vec<PortConfig> {
         out.push(PortConfig {
             name,
             ip,
-            mtu: active_mtu(i.mtu),
+            mtu: active_mtu(if_mtu(&i)),
             ifname: Some(i.name.clone()),
             mac: i.mac,
             daemon: None,

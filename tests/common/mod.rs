@@ -5,6 +5,7 @@ pub mod attach;
 pub mod daemon;
 pub mod dropin;
 pub mod netns;
+pub mod nic;
 pub mod proc;
 pub mod rc;
 

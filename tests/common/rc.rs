@@ -295,6 +295,14 @@ impl Pair {
             .collect()
     }
 
+    /// Trace lines as "from->to OPCODE psn [syndrome] [verdict]" without times.
+    pub fn untimed_trace(&self) -> Vec<String> {
+        self.trace_lines()
+            .iter()
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .collect()
+    }
+
     /// Opcode names of the trace, in order, from `from` (None = both directions).
     pub fn opcodes(&self, from: Option<usize>) -> Vec<String> {
         let tr = self.net.trace.as_ref().expect("tracing on");

@@ -100,7 +100,7 @@ fn drop_out_is_seeded_and_keeps_the_rest_in_order() {
 #[test]
 fn duplicate_in_delivers_twice_and_clear_stops_it() {
     let (mut f, h) = port(&["duplicate 100% in"]);
-    f.inner.rx.extend((0..40).map(|n| pkt(1, n)));
+    f.inner.queue((0..40).map(|n| pkt(1, n)));
     let got: Vec<u32> = recv(&mut f).iter().map(|p| num(p)).collect();
     let want: Vec<u32> = (0..40).flat_map(|n| [n, n]).collect();
     assert_eq!(got, want);
@@ -108,7 +108,7 @@ fn duplicate_in_delivers_twice_and_clear_stops_it() {
     send(&mut f, &[7], |_| 1);
     assert_eq!(f.inner().sent.len(), 1);
     h.lock().unwrap().clear();
-    f.inner.rx.extend((0..5).map(|n| pkt(1, n)));
+    f.inner.queue((0..5).map(|n| pkt(1, n)));
     assert_eq!(recv(&mut f).len(), 5);
 }
 
@@ -149,8 +149,7 @@ fn corrupt_changes_bytes_of_matching_packets_only() {
     let (mut f, _) = port(&["corrupt 100% in opcode=RC_SEND_ONLY"]);
     let mut ack = pkt(1, 1);
     ack[0] = 0x11;
-    f.inner.rx.push_back(pkt(1, 0));
-    f.inner.rx.push_back(ack.clone());
+    f.inner.queue([pkt(1, 0), ack.clone()]);
     let got = recv(&mut f);
     assert_ne!(got[0], pkt(1, 0));
     assert_eq!(got[1], ack);
