@@ -41,7 +41,7 @@ pub struct DaemonArgs {
     pub neigh_timeout: Option<Duration>,
     /// Longest time the idle daemon polls its port and rings (yielding the CPU each turn)
     /// before it sleeps on them (0: always sleep, which leaves the CPU to the programs).
-    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::driver::DEFAULT_SPIN_US)]
+    #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::verbs::DEFAULT_SPIN_US)]
     pub spin_us: u64,
 }
 
