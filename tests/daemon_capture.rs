@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
 
@@ -156,14 +156,7 @@ fn spawn_daemon(ns: &Netns, port: &str, tag: &str, pcap: Option<&Path>) -> (Guar
             .spawn()
             .unwrap(),
     ));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "daemon {tag} never made its socket"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::daemon::wait_for_socket(&socket, tag);
     (child, socket)
 }
 

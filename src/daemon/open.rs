@@ -95,17 +95,7 @@ pub(super) fn open_port(
         PortSpec::Tap { name, v4, v6 } => {
             // An existing (persistent) TAP of that name is attached to; otherwise created.
             let link = TapLink::create(name).or_else(|_| TapLink::attach(name))?;
-            let info = PortInfo {
-                kind: "tap".into(),
-                name: name.clone(),
-                addrs: v4
-                    .map(|(a, _)| IpAddr::V4(a))
-                    .into_iter()
-                    .chain(v6.map(|(a, _)| IpAddr::V6(a)))
-                    .collect(),
-                mac: link.mac(),
-                mtu: link.mtu() as u32,
-            };
+            let info = frame_port_info("tap", name, *v4, *v6, &link);
             let cfg = with_ttl(iface_config(&link, *v4, *v6));
             let f = capture(name, Some(link.mac()))?;
             (l2_port(link, cfg, f)?, info, None)
@@ -126,17 +116,7 @@ pub(super) fn open_port(
                     "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
                 )));
             }
-            let info = PortInfo {
-                kind: "afpacket".into(),
-                name: iface.clone(),
-                addrs: v4
-                    .map(|(a, _)| IpAddr::V4(a))
-                    .into_iter()
-                    .chain(v6.map(|(a, _)| IpAddr::V6(a)))
-                    .collect(),
-                mac: link.mac(),
-                mtu: link.mtu() as u32,
-            };
+            let info = frame_port_info("afpacket", iface, v4, v6, &link);
             let cfg = with_ttl(iface_config(&link, v4, v6));
             let f = capture(iface, Some(link.mac()))?;
             (l2_port(link, cfg, f)?, info, None)
@@ -187,4 +167,26 @@ pub fn default_socket(spec: &PortSpec) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/run"));
     base.join("roce-emu").join(format!("{name}.sock"))
+}
+
+/// What a frame port (TAP, AF_PACKET) reports of itself: its kind, name, addresses, MAC
+/// and MTU.
+fn frame_port_info(
+    kind: &str,
+    name: &str,
+    v4: Option<(std::net::Ipv4Addr, u8)>,
+    v6: Option<(std::net::Ipv6Addr, u8)>,
+    link: &impl FrameLink,
+) -> PortInfo {
+    PortInfo {
+        kind: kind.into(),
+        name: name.into(),
+        addrs: v4
+            .map(|(a, _)| IpAddr::V4(a))
+            .into_iter()
+            .chain(v6.map(|(a, _)| IpAddr::V6(a)))
+            .collect(),
+        mac: link.mac(),
+        mtu: link.mtu() as u32,
+    }
 }

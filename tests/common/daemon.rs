@@ -32,14 +32,7 @@ impl Daemon {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "daemon {tag} never made its socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_socket(&socket, tag);
         Daemon { child, socket }
     }
 
@@ -120,4 +113,16 @@ pub fn finish_ok_within(secs: u64, c: Child, who: &str) -> String {
     let (out, err) = super::proc::text(&o);
     assert!(o.status.success(), "{who}: {}\n{out}\n{err}", o.status);
     out
+}
+
+/// Waits (at most 10 s) for a starting daemon's control socket.
+pub fn wait_for_socket(socket: &std::path::Path, tag: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "daemon {tag} never made its socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
