@@ -12,6 +12,7 @@ mod common;
 use common::nic::{connect, exchange, pattern, Info, Nic, IOVA, READ_LEN, READ_SRC, RECV_DST};
 use common::nic::{SEND_LEN, SEND_SRC, WAIT, WRITE_DST, WRITE_LEN};
 use roce_emu::engine::{SendOp, WcOpcode};
+use roce_emu::verbs::Device;
 use std::io::{BufRead, Write};
 use std::net::UdpSocket;
 use std::process::{Child, Command, Stdio};
@@ -156,7 +157,17 @@ struct Peer {
 
 impl Peer {
     fn spawn(mode: &str, addr: &str) -> Peer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
+        Peer::spawn_as(mode, addr, None)
+    }
+
+    /// The child, as user `uid` when given (root only).
+    fn spawn_as(mode: &str, addr: &str, uid: Option<u32>) -> Peer {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        if let Some(uid) = uid {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(uid).gid(uid);
+        }
+        let mut child = cmd
             .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, format!("{mode} {addr}"))
             .stdin(Stdio::piped())
@@ -296,6 +307,98 @@ fn a_member_outlives_the_hub_process() {
     drop(hub);
 }
 
+/// Whether this test runs as root (it can then start a child as another user); else it
+/// says loudly that it skips.
+fn root_or_skip(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        eprintln!("SKIPPED: {test} needs root (a child process as uid 65534)");
+    }
+    root
+}
+
+/// The hub's listening name is abstract (no permissions): a NIC of another user connects
+/// to it, and must be refused, or its packets would reach this user's processes and this
+/// user's packets for its block would reach it.
+#[test]
+fn another_users_nic_cannot_join_the_hub() {
+    if !root_or_skip("another_users_nic_cannot_join_the_hub") {
+        return;
+    }
+    let hub = Nic::open("127.0.15.11");
+    let mut other = Peer::spawn_as("try", "127.0.15.11", Some(65534));
+    let l = other.expect("");
+    assert!(
+        l.starts_with("REFUSED") && l.contains("another user"),
+        "{l}"
+    );
+    other.finish();
+    let s = hub.stats();
+    assert_eq!((s.share_joined, s.share_forwarded), (0, 0), "{s:?}");
+    assert!(hub.ctx.local_ip().is_ipv4());
+}
+
+/// And a NIC never joins a hub of another user (who would then receive its packets).
+#[test]
+fn a_hub_of_another_user_is_not_joined() {
+    if !root_or_skip("a_hub_of_another_user_is_not_joined") {
+        return;
+    }
+    let mut hub = Peer::spawn_as("hub", "127.0.15.12", Some(65534));
+    hub.expect("READY");
+    let e = Device::new("127.0.15.12".parse().unwrap())
+        .open()
+        .err()
+        .expect("a hub of uid 65534 must not be joined by root");
+    assert!(e.to_string().contains("another user"), "{e}");
+    drop(hub);
+}
+
+/// Connections that say nothing (a stuck or hostile program of this user) neither block
+/// nor delay a NIC that joins after them.
+#[test]
+fn silent_connections_do_not_stop_a_join() {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let ip: std::net::IpAddr = "127.0.15.13".parse().unwrap();
+    let hub = Nic::open("127.0.15.13");
+    let name = roce_emu::backend::shared::listener_name(ip);
+    let silent: Vec<Socket> = (0..20)
+        .map(|_| {
+            let s = Socket::new(Domain::UNIX, Type::SEQPACKET, None).unwrap();
+            s.connect(&SockAddr::unix(&name).unwrap()).unwrap();
+            s
+        })
+        .collect();
+    let start = Instant::now();
+    let m = Nic::open("127.0.15.13");
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "the join took {:?}",
+        start.elapsed()
+    );
+    let (qh, qm) = (hub.qp(), m.qp());
+    connect(qh, qm);
+    exchange(qh, qm, 1);
+    drop(silent);
+}
+
+/// A block a member left is not granted to the next NIC at once: a late packet for one of
+/// the old QPs must not reach a QP of the new NIC with the same QPN.
+#[test]
+fn a_departed_members_block_is_quarantined() {
+    let hub = Nic::open("127.0.15.14");
+    let first = Nic::open("127.0.15.14");
+    let block = first.qp().qpn >> 16;
+    drop(first);
+    let start = Instant::now();
+    while hub.stats().share_left == 0 {
+        assert!(start.elapsed() < WAIT, "the member never left");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let next = Nic::open("127.0.15.14");
+    assert_ne!(next.qp().qpn >> 16, block, "the departed member's block");
+}
+
 /// The other process of the two-process tests (does nothing when run as a test).
 #[test]
 fn child_entry() {
@@ -309,6 +412,14 @@ fn child_entry() {
         std::thread::sleep(Duration::from_secs(60));
         std::process::exit(3);
     });
+    if mode == "try" {
+        // Opens the address and says whether it could.
+        match Device::new(addr.parse().unwrap()).open() {
+            Ok(_) => println!("CHILD OPENED"),
+            Err(e) => println!("CHILD REFUSED {e}"),
+        }
+        return;
+    }
     let n = Nic::open(addr);
     match mode {
         "hub" => {

@@ -37,10 +37,18 @@ const FWD_BATCH: usize = 64;
 const ROUTE_SELF: u16 = u16::MAX;
 const ROUTE_NONE: u16 = u16::MAX - 1;
 
+/// A member NIC: its block and the connection its packets go over.
+struct Member {
+    block: u8,
+    sock: Arc<Socket>,
+}
+
 /// The lease table, shared by the receive path and the lease thread.
 struct Leases {
     own: u8,
-    members: Vec<(u8, Arc<Socket>)>,
+    members: Vec<Member>,
+    /// When each block's last member left (`grant`'s quarantine).
+    freed: [Option<std::time::Instant>; 256],
 }
 
 struct Ctl {
@@ -112,6 +120,7 @@ impl Hub {
             leases: Mutex::new(Leases {
                 own,
                 members: Vec::new(),
+                freed: [None; 256],
             }),
             generation: AtomicU64::new(0),
             joined: AtomicU64::new(0),
@@ -158,7 +167,7 @@ impl Hub {
 
     /// Blocks leased now (for tests and the lead's diagnostics).
     pub(super) fn leased(&self) -> Vec<u8> {
-        self.ctl.lock().members.iter().map(|m| m.0).collect()
+        self.ctl.lock().members.iter().map(|m| m.block).collect()
     }
 
     /// Takes the lease table again if the lease thread changed it.
@@ -172,10 +181,10 @@ impl Hub {
         self.routes = [ROUTE_NONE; 256];
         self.routes[usize::from(leases.own)] = ROUTE_SELF;
         self.links.clear();
-        for (block, sock) in &leases.members {
-            self.routes[usize::from(*block)] = self.links.len() as u16;
+        for m in &leases.members {
+            self.routes[usize::from(m.block)] = self.links.len() as u16;
             self.links.push(Link {
-                sock: Arc::clone(sock),
+                sock: Arc::clone(&m.sock),
                 out: FwdWriter::default(),
             });
         }
@@ -283,16 +292,30 @@ impl Drop for Hub {
     }
 }
 
-/// The lease thread: accepts joins, grants blocks, notices members that go.
+/// Most connections waiting for their `Join` at once: a flood of silent connections (of
+/// this user's: others are refused at accept) displaces the oldest, never a new one.
+const MAX_PENDING: usize = 32;
+
+/// A connection accepted and not yet joined, dropped after `JOIN_READ`.
+struct Pending {
+    sock: Socket,
+    since: std::time::Instant,
+}
+
+/// The lease thread: accepts joins, grants blocks, notices members that go. Everything
+/// here is non-blocking: a connection that says nothing waits in `pending` beside the
+/// others (it cannot hold up a join behind it), and is dropped after `JOIN_READ`.
 fn serve(listener: &Socket, ctl: &Ctl) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let tick = PollTimeout::try_from(SERVE_TICK.as_millis() as i32).unwrap_or(PollTimeout::MAX);
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut pending: Vec<Pending> = Vec::new();
     while !ctl.stop.load(Ordering::Relaxed) {
         let members: Vec<Arc<Socket>> = ctl
             .lock()
             .members
             .iter()
-            .map(|m| Arc::clone(&m.1))
+            .map(|m| Arc::clone(&m.sock))
             .collect();
         let mut fds = vec![PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
         fds.extend(
@@ -300,12 +323,18 @@ fn serve(listener: &Socket, ctl: &Ctl) {
                 .iter()
                 .map(|s| PollFd::new(s.as_fd(), PollFlags::POLLIN)),
         );
+        fds.extend(
+            pending
+                .iter()
+                .map(|p| PollFd::new(p.sock.as_fd(), PollFlags::POLLIN)),
+        );
         if poll(&mut fds, tick).is_err() {
             continue;
         }
         let ready: Vec<bool> = fds.iter().map(|f| f.any().unwrap_or(true)).collect();
         drop(fds);
-        for (s, _) in members.iter().zip(&ready[1..]).filter(|(_, r)| **r) {
+        let (ready_members, ready_pending) = ready[1..].split_at(members.len());
+        for (s, _) in members.iter().zip(ready_members).filter(|(_, r)| **r) {
             // A member sends nothing after its join: readable means gone (EOF, reset).
             let mut b = [0u8; proto::CONTROL_LEN];
             let gone = match (&**s).read(&mut b) {
@@ -315,45 +344,92 @@ fn serve(listener: &Socket, ctl: &Ctl) {
             };
             if gone {
                 let mut l = ctl.lock();
-                l.members.retain(|m| !Arc::ptr_eq(&m.1, s));
+                let now = std::time::Instant::now();
+                let Leases { members, freed, .. } = &mut *l;
+                members.retain(|m| {
+                    let keep = !Arc::ptr_eq(&m.sock, s);
+                    if !keep {
+                        freed[usize::from(m.block)] = Some(now);
+                    }
+                    keep
+                });
                 ctl.generation.fetch_add(1, Ordering::Release);
                 ctl.left.fetch_add(1, Ordering::Relaxed);
             }
         }
+        // Joins that arrived, in order; the rest wait (or time out).
+        let mut k = 0;
+        pending.retain(|p| {
+            let r = ready_pending.get(k).copied().unwrap_or(false);
+            k += 1;
+            if r {
+                join(&p.sock, ctl);
+                return false;
+            }
+            p.since.elapsed() < JOIN_READ
+        });
         if ready[0] {
             while let Ok((sock, _)) = listener.accept() {
-                join(sock, ctl);
+                if let Some(p) = admit(sock, uid) {
+                    if pending.len() >= MAX_PENDING {
+                        pending.remove(0);
+                    }
+                    pending.push(p);
+                }
             }
         }
     }
 }
 
-/// Serves one joining NIC: reads its `Join`, grants a block or refuses.
-fn join(sock: Socket, ctl: &Ctl) {
+/// A new connection: only this user's NICs may join (`SO_PEERCRED`; the abstract socket
+/// itself has no permissions, so anyone on the machine can connect to it).
+fn admit(sock: Socket, uid: u32) -> Option<Pending> {
+    let peer = nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials)
+        .map(|c| c.uid())
+        .ok();
+    if peer != Some(uid) {
+        let answer = Control::Refused { why: Refusal::User }.encode();
+        let _ = sock.send_with_flags(&answer, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+        return None;
+    }
+    sock.set_nonblocking(true).ok()?;
+    Some(Pending {
+        sock,
+        since: std::time::Instant::now(),
+    })
+}
+
+/// Serves one joining NIC whose `Join` waits: grants a block or refuses.
+fn join(sock: &Socket, ctl: &Ctl) {
     let mut b = [0u8; proto::CONTROL_LEN + 1];
-    let _ = sock.set_nonblocking(false);
-    let _ = sock.set_read_timeout(Some(JOIN_READ));
-    let msg = match (&sock).read(&mut b) {
+    let msg = match (&*sock).read(&mut b) {
         Ok(n) => Control::decode(&b[..n]),
         Err(_) => return,
     };
     let answer = match msg {
         Ok(Control::Join { claim }) => {
             let mut l = ctl.lock();
-            match grant(&l, claim) {
+            match grant(&l, claim, std::time::Instant::now()) {
                 Ok(block) => {
-                    let _ = sock.set_nonblocking(true);
+                    let Ok(sock) = sock.try_clone() else { return };
                     let _ = sock.set_send_buffer_size(MEMBER_SNDBUF);
                     let sock = Arc::new(sock);
                     // Routed before the member hears of its lease: whoever learns one of
                     // its QPNs from it finds the route in place.
-                    l.members.push((block, Arc::clone(&sock)));
+                    l.members.push(Member {
+                        block,
+                        sock: Arc::clone(&sock),
+                    });
+                    l.freed[usize::from(block)] = None;
                     ctl.generation.fetch_add(1, Ordering::Release);
                     let reply = Control::Lease { block }.encode();
-                    if sock.send_with_flags(&reply, libc::MSG_NOSIGNAL).is_ok() {
+                    if sock
+                        .send_with_flags(&reply, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT)
+                        .is_ok()
+                    {
                         ctl.joined.fetch_add(1, Ordering::Relaxed);
                     } else {
-                        l.members.retain(|m| !Arc::ptr_eq(&m.1, &sock));
+                        l.members.retain(|m| !Arc::ptr_eq(&m.sock, &sock));
                         ctl.generation.fetch_add(1, Ordering::Release);
                     }
                     return;
@@ -365,43 +441,103 @@ fn join(sock: Socket, ctl: &Ctl) {
         // Not one of ours: close it.
         _ => return,
     };
-    let _ = sock.send_with_flags(&answer.encode(), libc::MSG_NOSIGNAL);
+    let _ = sock.send_with_flags(&answer.encode(), libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
 }
 
-/// The block for a joining NIC: the one it claims if free, else the lowest free one from
-/// 1 (block 0 last: the first hub's, whose QPNs remote peers may still send to).
-fn grant(l: &Leases, claim: Option<u8>) -> Result<u8, Refusal> {
-    let taken = |b: u8| b == l.own || l.members.iter().any(|m| m.0 == b);
-    match claim {
-        Some(b) if taken(b) => Err(Refusal::Taken),
-        Some(b) => Ok(b),
-        None => (1..=255u8)
-            .chain([0])
-            .find(|&b| !taken(b))
-            .ok_or(Refusal::Full),
+/// The block for a joining NIC: the one it claims if nobody holds it (a take-over: it
+/// had that block under a hub that went away), else a free one out of quarantine: never
+/// used ones first, lowest first from 1 (block 0 last: the first hub's, whose QPNs remote
+/// peers may still send to), then the one free the longest.
+fn grant(l: &Leases, claim: Option<u8>, now: std::time::Instant) -> Result<u8, Refusal> {
+    let taken = |b: u8| b == l.own || l.members.iter().any(|m| m.block == b);
+    if let Some(b) = claim {
+        return if taken(b) { Err(Refusal::Taken) } else { Ok(b) };
     }
+    let free = (1..=255u8).chain([0]).filter(|&b| !taken(b));
+    let mut best: Option<(u8, Option<std::time::Instant>)> = None;
+    for b in free {
+        match l.freed[usize::from(b)] {
+            None => return Ok(b),
+            Some(t) if now.saturating_duration_since(t) >= proto::QUARANTINE => {
+                if best.is_none_or(|(_, t0)| t0.is_some_and(|t0| t < t0)) {
+                    best = Some((b, Some(t)));
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    best.map(|(b, _)| b).ok_or(Refusal::Full)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
+
+    fn sock() -> Arc<Socket> {
+        let (a, _) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        Arc::new(Socket::from(std::os::fd::OwnedFd::from(a)))
+    }
 
     #[test]
     fn blocks_are_granted_once_and_claims_are_honoured() {
-        let (a, _) = std::os::unix::net::UnixDatagram::pair().unwrap();
-        let s = Arc::new(Socket::from(std::os::fd::OwnedFd::from(a)));
+        let s = sock();
+        let now = Instant::now();
         let mut l = Leases {
             own: 3,
-            members: vec![(1, Arc::clone(&s))],
+            members: vec![Member {
+                block: 1,
+                sock: Arc::clone(&s),
+            }],
+            freed: [None; 256],
         };
-        assert_eq!(grant(&l, None), Ok(2));
-        assert_eq!(grant(&l, Some(1)), Err(Refusal::Taken));
-        assert_eq!(grant(&l, Some(3)), Err(Refusal::Taken), "the hub's own");
-        assert_eq!(grant(&l, Some(0)), Ok(0));
+        assert_eq!(grant(&l, None, now), Ok(2));
+        assert_eq!(grant(&l, Some(1), now), Err(Refusal::Taken));
+        assert_eq!(
+            grant(&l, Some(3), now),
+            Err(Refusal::Taken),
+            "the hub's own"
+        );
+        assert_eq!(grant(&l, Some(0), now), Ok(0));
         l.members = (0..=255u8)
             .filter(|&b| b != 3)
-            .map(|b| (b, Arc::clone(&s)))
+            .map(|b| Member {
+                block: b,
+                sock: Arc::clone(&s),
+            })
             .collect();
-        assert_eq!(grant(&l, None), Err(Refusal::Full));
+        assert_eq!(grant(&l, None, now), Err(Refusal::Full));
+    }
+
+    #[test]
+    fn a_block_a_member_left_is_quarantined_but_its_holder_may_claim_it_back() {
+        let s = sock();
+        let t0 = Instant::now();
+        let mut l = Leases {
+            own: 0,
+            members: (2..=255u8)
+                .map(|b| Member {
+                    block: b,
+                    sock: Arc::clone(&s),
+                })
+                .collect(),
+            freed: [None; 256],
+        };
+        // Block 1's member just left: nobody new gets it until the quarantine passed.
+        l.freed[1] = Some(t0);
+        assert_eq!(grant(&l, None, t0), Err(Refusal::Full));
+        assert_eq!(
+            grant(&l, None, t0 + proto::QUARANTINE / 2),
+            Err(Refusal::Full)
+        );
+        assert_eq!(grant(&l, None, t0 + proto::QUARANTINE), Ok(1));
+        // Its old holder, rejoining after a hub went away, claims it at once.
+        assert_eq!(grant(&l, Some(1), t0), Ok(1));
+        // Of two free blocks out of quarantine, the one free the longest goes first.
+        l.members.retain(|m| m.block != 7);
+        l.freed[7] = Some(t0 + Duration::from_secs(1));
+        l.freed[1] = Some(t0 + Duration::from_secs(2));
+        let later = t0 + proto::QUARANTINE + Duration::from_secs(3);
+        assert_eq!(grant(&l, None, later), Ok(7));
     }
 }

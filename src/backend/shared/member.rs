@@ -55,6 +55,23 @@ impl Member {
         if sock.connect(&addr).is_err() {
             return Err(JoinError::NoHub);
         }
+        // The listening name is abstract (no permissions): anyone can hold it. Our packets
+        // go only to a hub of our own user (`SO_PEERCRED`: who bound and listens).
+        let own = nix::unistd::geteuid().as_raw();
+        let hub_uid =
+            nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::PeerCredentials)
+                .map(|c| c.uid())
+                .map_err(|e| JoinError::Refused(sys_error(ip, e.into())))?;
+        if hub_uid != own {
+            let e = std::io::Error::new(
+                ErrorKind::AddrInUse,
+                format!(
+                    "the address is shared by a NIC of another user (uid {hub_uid}; this program \
+                     runs as {own}): use another address, or a roce-emu daemon of your own"
+                ),
+            );
+            return Err(JoinError::Refused(sys_error(ip, e)));
+        }
         let wait = deadline
             .saturating_duration_since(Instant::now())
             .clamp(Duration::from_millis(10), LEASE_WAIT);
@@ -75,6 +92,7 @@ impl Member {
                     Refusal::Taken => "the QPN block this NIC had is leased to another",
                     Refusal::Full => "all 256 QPN blocks are leased",
                     Refusal::Version => "the hub speaks another protocol version",
+                    Refusal::User => "the NIC holding the address runs as another user",
                 };
                 let e = std::io::Error::new(ErrorKind::AddrInUse, why);
                 return Err(JoinError::Refused(sys_error(ip, e)));

@@ -21,6 +21,11 @@ pub const VERSION: u8 = 1;
 pub const BLOCK_SHIFT: u32 = 16;
 /// The block the first hub keeps (QPNs from `FIRST_QPN`, as a NIC alone would).
 pub const FIRST_HUB_BLOCK: u8 = 0;
+/// How long a block stays ungranted after its member left, unless that member claims it
+/// back (a take-over): a late packet for one of the old QPs (a retransmission, a READ
+/// response in flight) must not reach a QP of the next NIC, which could have the same QPN.
+/// The daemon's quarantine (`daemon::lease::DEFAULT_QUARANTINE`), for the same reason.
+pub const QUARANTINE: std::time::Duration = std::time::Duration::from_secs(60);
 /// Most entries in one forward message: a member asks `recvmmsg` for as many messages as
 /// its caller's receive slots hold entries of this count.
 pub const MAX_ENTRIES: usize = 8;
@@ -69,6 +74,9 @@ pub enum Refusal {
     Full = 2,
     /// The other side speaks another version.
     Version = 3,
+    /// The joining NIC runs as another user than the hub: a hub forwards a user's packets
+    /// only to that user's own NICs.
+    User = 4,
 }
 
 pub const CONTROL_LEN: usize = 8;
@@ -100,6 +108,7 @@ impl Control {
                 why: match m[2] {
                     1 => Refusal::Taken,
                     2 => Refusal::Full,
+                    4 => Refusal::User,
                     _ => Refusal::Version,
                 },
             }),
