@@ -13,7 +13,7 @@
 //! best round is reported (interference from other load only ever slows a round down).
 //! Run: `cargo bench --bench ring` (RING_BENCH_SECS per case, default 0.5 s).
 
-use roce_emu::ring::{create_region, new_bell, Consumer, Meta, Popped, Producer, PushError};
+use roce_emu::ring::{bell_pair, create_region, Consumer, Meta, Popped, Producer, PushError};
 use std::hint::black_box;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
@@ -35,10 +35,10 @@ fn meta() -> Meta {
 
 fn ring_pair() -> (Producer, Consumer) {
     let fd = create_region(capacity()).unwrap();
-    let b = new_bell().unwrap();
+    let (pb, cb) = bell_pair().unwrap();
     (
-        Producer::attach(fd.as_fd(), b.try_clone().unwrap()).unwrap(),
-        Consumer::attach(fd.as_fd(), b).unwrap(),
+        Producer::attach(fd.as_fd(), pb).unwrap(),
+        Consumer::attach(fd.as_fd(), cb).unwrap(),
     )
 }
 

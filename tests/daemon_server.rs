@@ -300,3 +300,42 @@ fn another_user_cannot_attach() {
     );
     assert_eq!(counters(&d.socket)["counters"]["refused"], 1);
 }
+
+/// A daemon of another user is never attached to: it would receive every packet the
+/// program sends. (As root, the test starts one as uid 65534.)
+#[test]
+fn a_daemon_of_another_user_is_not_attached_to() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("SKIPPED: a_daemon_of_another_user_is_not_attached_to needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("roce-emu-test-other-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.join("d.sock");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["daemon", "--port", "udp:127.0.31.9", "--socket"])
+        .arg(&socket)
+        .uid(65534)
+        .gid(65534)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !socket.exists() {
+        assert!(start.elapsed() < WAIT, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let e = roce_emu::daemon::client::DaemonBackend::connect(&socket)
+        .err()
+        .expect("root must not attach to a daemon of uid 65534");
+    assert!(e.to_string().contains("runs as user 65534"), "{e}");
+    let e = roce_emu::daemon::client::info(&socket)
+        .err()
+        .expect("nor ask it");
+    assert!(e.to_string().contains("runs as user 65534"), "{e}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

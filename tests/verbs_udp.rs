@@ -272,3 +272,23 @@ fn a_post_made_while_polling_leaves_before_the_program_sleeps() {
     assert_eq!((done.wr_id, done.status), (7, WcStatus::Success));
     drop(b);
 }
+
+/// Every NIC seeds its key bytes anew: the first region of each program (here, of each
+/// context) must not get the same R_Key run after run, or a peer that saw one program's
+/// keys knows the next one's. Four contexts all alike: 2^-24 by chance.
+#[test]
+fn rkeys_differ_between_nics() {
+    let rkeys: Vec<u32> = (0..4)
+        .map(|i| {
+            let mut dev = Device::new(format!("127.0.34.{}", i + 1).parse().unwrap());
+            dev.share = false;
+            let ctx = dev.open().unwrap();
+            let pd = ctx.alloc_pd();
+            ctx.reg_mr(pd, 0x1000, 4096, Access::ALL).unwrap().rkey().0
+        })
+        .collect();
+    assert!(
+        rkeys.iter().any(|&k| k != rkeys[0]),
+        "the same R_Key in every NIC: {rkeys:x?}"
+    );
+}

@@ -100,8 +100,14 @@ impl NicArgs {
 
 /// A `SECS` option: a positive, finite number of seconds (fractions allowed).
 fn seconds(s: &str) -> Result<std::time::Duration, String> {
+    // Longest accepted: a year, far beyond any timer here, and far from Duration's limits
+    // (a time plus it never overflows).
+    const MAX: f64 = 365.0 * 24.0 * 3600.0;
     match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(std::time::Duration::from_secs_f64(v)),
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX => Ok(std::time::Duration::from_secs_f64(v)),
+        Ok(v) if v.is_finite() && v > MAX => {
+            Err(format!("{s} seconds is too long (at most {MAX} s, a year)"))
+        }
         _ => Err(format!("{s} is not a positive number of seconds")),
     }
 }

@@ -11,7 +11,7 @@
 //! system call while packets are there); packets to send are pushed on the tx ring and
 //! published once per batch. A full ring is a counted drop (RC retransmits), never a
 //! block. An empty receive arms the ring (`Consumer::arm`) so the daemon rings the rx
-//! doorbell, the eventfd the driver sleeps on ([`Backend::rx_fd`]).
+//! doorbell, the socket end the driver sleeps on ([`Backend::rx_fd`]).
 //!
 //! Control after the attach: a small thread (all signals blocked, as the progress
 //! thread) reads the control socket. A `PortDown` from the daemon, or the socket closing
@@ -502,8 +502,14 @@ fn spawn_control(
         .spawn(move || {
             use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
             let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
+            // Wakes a driver asleep on the rx doorbell: our end of it is a socket (the
+            // daemon holds the other end), and shutting down its reading side makes it
+            // readable (EOF) for good, as the daemon's going does.
             let ring = || {
-                let _ = nix::unistd::write(&bell, &1u64.to_ne_bytes());
+                let _ = nix::sys::socket::shutdown(
+                    std::os::fd::AsRawFd::as_raw_fd(&bell),
+                    nix::sys::socket::Shutdown::Read,
+                );
             };
             loop {
                 let r = control::recv::<ToProcess>(sock.as_fd());

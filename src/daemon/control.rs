@@ -17,7 +17,8 @@ use std::net::IpAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 /// Protocol version: a process and a daemon of different versions refuse each other.
-pub const VERSION: u32 = 1;
+/// 2: doorbells are socket pairs; `Using`.
+pub const VERSION: u32 = 2;
 /// Largest control message.
 pub const MAX_MSG: usize = 64 * 1024;
 /// Most descriptors one message carries (rings, two doorbells, spare).
@@ -28,8 +29,13 @@ pub const MAX_FDS: usize = 4;
 #[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToDaemon {
     /// Attach: lease a QPN block and set up the rings. The daemon answers `Welcome` and
-    /// then sends the rings' descriptors (`ring::LinkFds::send`), or `Refused`.
+    /// then sends the rings' descriptors (`ring::LinkFds::send`), or `Refused`. `pid` is
+    /// what the process says; the daemon shows the one the kernel says (`SO_PEERCRED`).
     Hello { version: u32, pid: u32 },
+    /// The attached process made its first QP: its block's QPNs may now be known to
+    /// peers, so the block is quarantined when the process leaves (`lease::Leases`). No
+    /// answer.
+    Using,
     /// What port the daemon has (for a device list), without attaching: `Info`.
     Info,
     /// The port's and every process's counters.
@@ -121,11 +127,21 @@ pub fn send(sock: BorrowedFd<'_>, msg: &impl Serialize, fds: &[RawFd]) -> Result
 
 /// Sends `msg` without waiting: a full socket is an error (`WouldBlock`), never a block.
 pub fn try_send(sock: BorrowedFd<'_>, msg: &impl Serialize) -> Result<(), ControlError> {
+    try_send_bytes(sock, &encode(msg)?)
+}
+
+/// A message as it travels (checked against [`MAX_MSG`]).
+pub fn encode(msg: &impl Serialize) -> Result<Vec<u8>, ControlError> {
     let bytes = serde_json::to_vec(msg).map_err(|e| ControlError::Malformed(e.to_string()))?;
     if bytes.len() > MAX_MSG {
         return Err(ControlError::TooLarge);
     }
-    let iov = [IoSlice::new(&bytes)];
+    Ok(bytes)
+}
+
+/// Sends an [`encode`]d message without waiting (`WouldBlock` when the socket is full).
+pub fn try_send_bytes(sock: BorrowedFd<'_>, bytes: &[u8]) -> Result<(), ControlError> {
+    let iov = [IoSlice::new(bytes)];
     let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
     sendmsg::<()>(sock.as_raw_fd(), &iov, &[], flags, None).map_err(io)?;
     Ok(())
@@ -176,8 +192,13 @@ pub fn recv<T: for<'de> Deserialize<'de>>(
 /// The user id of the process at the other end (`SO_PEERCRED`): the daemon attaches only
 /// its own user's processes (and root's).
 pub fn peer_uid(sock: BorrowedFd<'_>) -> Result<u32, ControlError> {
+    Ok(peer(sock)?.0)
+}
+
+/// The user id and process id at the other end (`SO_PEERCRED`), as the kernel says them.
+pub fn peer(sock: BorrowedFd<'_>) -> Result<(u32, u32), ControlError> {
     let cred = getsockopt(&sock, sockopt::PeerCredentials).map_err(io)?;
-    Ok(cred.uid())
+    Ok((cred.uid(), cred.pid().max(0) as u32))
 }
 
 #[cfg(test)]

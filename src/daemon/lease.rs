@@ -32,11 +32,15 @@ enum Block {
     /// Never leased here (block 0).
     Reserved,
     /// Free since `since` (None: never used), leasable once the quarantine has passed.
-    Free {
-        since: Option<Duration>,
-    },
+    Free { since: Option<Duration> },
     Leased {
         owner: Owner,
+        /// Its owner created a QP (`mark_used`): its QPNs may be known to peers, so the
+        /// block goes into quarantine when the owner leaves. A block whose owner never
+        /// made one (`ibv_devinfo`, a program that only lists devices) comes back at once,
+        /// as it was before (`before`).
+        used: bool,
+        before: Option<Duration>,
     },
 }
 
@@ -76,7 +80,11 @@ impl Leases {
     fn leasable(&self, b: usize, now: Duration) -> Option<Option<Duration>> {
         match self.blocks[b] {
             Block::Free { since: None } => Some(None),
-            Block::Free { since: Some(t) } if now >= t + self.quarantine => Some(Some(t)),
+            Block::Free { since: Some(t) }
+                if t.checked_add(self.quarantine).is_some_and(|end| now >= end) =>
+            {
+                Some(Some(t))
+            }
             _ => None,
         }
     }
@@ -99,18 +107,42 @@ impl Leases {
                 best = Some((b, since));
             }
         }
-        let (b, _) = best?;
-        self.blocks[b] = Block::Leased { owner };
+        let (b, before) = best?;
+        self.blocks[b] = Block::Leased {
+            owner,
+            used: false,
+            before,
+        };
         Some(b as u8)
     }
 
-    /// `owner` left: its blocks go into quarantine from `now`. How many it held.
+    /// `owner` created a QP: its blocks will be quarantined when it leaves.
+    pub fn mark_used(&mut self, owner: Owner) {
+        for b in self.blocks.iter_mut() {
+            if let Block::Leased { owner: o, used, .. } = b {
+                if *o == owner {
+                    *used = true;
+                }
+            }
+        }
+    }
+
+    /// `owner` left: its blocks go into quarantine from `now` (those it never made a QP
+    /// in come back as they were). How many it held.
     pub fn release(&mut self, now: Duration, owner: Owner) -> usize {
         let mut n = 0;
         for b in self.blocks.iter_mut() {
-            if *b == (Block::Leased { owner }) {
-                *b = Block::Free { since: Some(now) };
-                n += 1;
+            if let Block::Leased {
+                owner: o,
+                used,
+                before,
+            } = *b
+            {
+                if o == owner {
+                    let since = if used { Some(now) } else { before };
+                    *b = Block::Free { since };
+                    n += 1;
+                }
             }
         }
         n
@@ -119,7 +151,7 @@ impl Leases {
     /// Who holds the block of `qpn`, if anyone.
     pub fn owner(&self, qpn: u32) -> Option<Owner> {
         match self.blocks[usize::from(block_of(qpn))] {
-            Block::Leased { owner } => Some(owner),
+            Block::Leased { owner, .. } => Some(owner),
             _ => None,
         }
     }
@@ -161,6 +193,7 @@ mod tests {
         let mut l = Leases::new(S);
         for owner in 1..=255 {
             assert!(l.lease(Duration::ZERO, owner).is_some());
+            l.mark_used(owner);
         }
         assert_eq!(l.lease(Duration::ZERO, 999), None, "all 255 leased");
         assert_eq!(l.release(Duration::from_millis(10), 5), 1);
@@ -176,6 +209,8 @@ mod tests {
         let mut l = Leases::new(Duration::ZERO);
         let a = l.lease(Duration::ZERO, 1).unwrap();
         let b = l.lease(Duration::ZERO, 2).unwrap();
+        l.mark_used(1);
+        l.mark_used(2);
         l.release(Duration::from_secs(5), 2);
         l.release(Duration::from_secs(6), 1);
         // Blocks 3.. were never used: they come first.
@@ -186,5 +221,34 @@ mod tests {
         // Then b (freed at 5 s) before a (freed at 6 s).
         assert_eq!(l.lease(Duration::from_secs(7), 300), Some(b));
         assert_eq!(l.lease(Duration::from_secs(7), 301), Some(a));
+    }
+
+    /// 255 programs that only open the device (`ibv_devinfo` in a loop) lock nobody out:
+    /// a block whose owner made no QP needs no quarantine (no peer knows its QPNs).
+    #[test]
+    fn a_block_never_used_for_a_qp_comes_back_at_once() {
+        let mut l = Leases::new(Duration::from_secs(60));
+        for owner in 1..=1000u64 {
+            let now = Duration::from_millis(owner);
+            assert!(l.lease(now, owner).is_some(), "open number {owner}");
+            assert_eq!(l.release(now, owner), 1);
+        }
+        // One that made a QP is quarantined; the next gets another block.
+        let b = l.lease(Duration::from_secs(2), 2000).unwrap();
+        l.mark_used(2000);
+        l.release(Duration::from_secs(2), 2000);
+        assert_ne!(l.lease(Duration::from_secs(2), 2001), Some(b));
+        assert_eq!(l.counts(Duration::from_secs(2)).quarantined, 1);
+    }
+
+    /// A quarantine as long as a `Duration` allows overflows nothing.
+    #[test]
+    fn a_huge_quarantine_never_overflows() {
+        let mut l = Leases::new(Duration::MAX);
+        let b = l.lease(Duration::from_secs(1), 1).unwrap();
+        l.mark_used(1);
+        l.release(Duration::from_secs(5), 1);
+        assert_ne!(l.lease(Duration::from_secs(9), 2), Some(b));
+        assert_eq!(l.counts(Duration::from_secs(9)).quarantined, 1);
     }
 }

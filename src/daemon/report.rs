@@ -53,6 +53,8 @@ pub struct Reporter {
     sock: Arc<OwnedFd>,
     due: Instant,
     calls: u32,
+    /// `Using` was said (`mark_used`).
+    used: bool,
     /// Report messages sent, and those not sent (the daemon's socket full, or gone).
     pub sent: u64,
     pub failed: u64,
@@ -64,8 +66,23 @@ impl Reporter {
             sock,
             due: Instant::ZERO,
             calls: 0,
+            used: false,
             sent: 0,
             failed: 0,
+        }
+    }
+
+    /// Tells the daemon, once, before the first QP's number can leave this process, that
+    /// the block is in use: its QPNs may become known to peers, so it is quarantined when
+    /// the process leaves (`lease::Leases::mark_used`). It waits for room in the socket
+    /// (the message must arrive); the daemon reads its control sockets every turn.
+    pub fn mark_used(&mut self) {
+        if self.used {
+            return;
+        }
+        self.used = true;
+        if let Err(e) = control::send(self.sock.as_fd(), &ToDaemon::Using, &[]) {
+            tracing::warn!("cannot tell the daemon this process uses its QPN block: {e}");
         }
     }
 
@@ -140,6 +157,19 @@ pub struct ProcessReport {
     qps_dropped: u64,
 }
 
+/// Longest piece of a process's own text (a counter name it made up) kept in an error: a
+/// report is untrusted, and what the daemon keeps of it goes into every `counters` answer,
+/// which must stay within one control message.
+const MAX_ECHO: usize = 64;
+
+/// `k` as an error may quote it: at most `MAX_ECHO` characters.
+fn echo(k: &str) -> String {
+    match k.char_indices().nth(MAX_ECHO) {
+        Some((at, _)) => format!("{:?}... ({} bytes)", &k[..at], k.len()),
+        None => format!("{k:?}"),
+    }
+}
+
 /// A counter set from a report: an object of known names to unsigned numbers.
 fn counters_of(v: &Value) -> Result<Counters, String> {
     let obj = v.as_object().ok_or("counters: not an object")?;
@@ -148,10 +178,10 @@ fn counters_of(v: &Value) -> Result<Counters, String> {
         let which = Counter::ALL
             .iter()
             .find(|c| c.name() == k)
-            .ok_or_else(|| format!("no counter {k:?}"))?;
+            .ok_or_else(|| format!("no counter {}", echo(k)))?;
         let n = n
             .as_u64()
-            .ok_or_else(|| format!("counter {k:?}: not an unsigned number"))?;
+            .ok_or_else(|| format!("counter {}: not an unsigned number", echo(k)))?;
         c.add(*which, n);
     }
     Ok(c)
@@ -200,7 +230,8 @@ impl ProcessReport {
                     let qpn = match qpn {
                         Some(n) if (u64::from(lo)..=u64::from(hi)).contains(&n) => n as u32,
                         _ => {
-                            err(format!("qpn {:?} outside the block leased", q.get("qpn")));
+                            let shown = q.get("qpn").map(|v| echo(&v.to_string()));
+                            err(format!("qpn {shown:?} outside the block leased"));
                             continue;
                         }
                     };
@@ -447,6 +478,24 @@ mod tests {
         assert_eq!(r.qps.len(), MAX_QPS_KEPT);
         assert_eq!(r.qps_dropped, MAX_QPS_PER_MSG as u64);
         assert_eq!(r.errors, 0);
+    }
+
+    /// A report naming a counter of 100 KB: the error kept quotes a bounded piece of it,
+    /// so every `counters` answer still fits its messages (it broke `counters` for every
+    /// user of the daemon, for good).
+    #[test]
+    fn a_huge_counter_name_cannot_break_the_answer() {
+        let mut r = ProcessReport::default();
+        let name = "x".repeat(100_000);
+        r.apply(&json!({ "nic": { name.clone(): 1 } }), Some(3));
+        let q = json!({ "qpn": name, "counters": {} });
+        r.apply(&json!({ "qps": [q] }), Some(3));
+        assert_eq!(r.errors, 2);
+        let entry = serde_json::to_value(&r).unwrap();
+        assert!(size(&entry) < 1024, "{} bytes", size(&entry));
+        for m in counters_answer(json!({}), vec![entry]) {
+            assert!(control::encode(&m).is_ok(), "an answer over MAX_MSG");
+        }
     }
 
     #[test]

@@ -51,6 +51,24 @@ const RX_TURNS: usize = 8;
 const CONTROL_MSGS: usize = 16;
 /// While the port is quiet, it is looked at every this many turns (see `turn`).
 const PORT_EVERY: u64 = 4;
+/// Transmit batches taken from one process per turn: a process that keeps its ring full
+/// gets its share and the next process its turn (nothing a client does may starve the
+/// others or hold the loop).
+const TX_BATCHES_PER_TURN: usize = 4;
+/// New connections accepted per turn, and at most attached or waiting at once.
+const ACCEPT_PER_TURN: usize = 16;
+const MAX_CLIENTS: usize = 1024;
+/// A connection that has not attached this long after it came (a process that said
+/// nothing, or a tool that asked and then kept the socket) is closed.
+const UNATTACHED_TTL: Duration = Duration::from_secs(10);
+/// The send buffer of each process's control socket: room for a `counters` answer of
+/// several messages. Every send is non-blocking; a process whose socket stays full is
+/// detached, never waited for.
+const CONTROL_SNDBUF: usize = 1 << 20;
+/// Answers queued for a process that does not read them as fast as they come (a
+/// `counters` answer larger than its socket's buffer is queued here and sent as the
+/// socket drains); a process with more than this waiting is detached.
+const MAX_OUTBOX: usize = 8 << 20;
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -143,11 +161,47 @@ pub struct ProcessCounters {
 pub(super) struct Client {
     pub(super) id: u64,
     pub(super) sock: Socket,
+    /// When it connected (an unattached connection is closed after `UNATTACHED_TTL`).
+    pub(super) since: Instant,
     /// None until its `Hello` was served.
     pub(super) link: Option<DaemonEnd>,
     pub(super) counters: ProcessCounters,
     /// Its rx ring has entries not yet published.
     pub(super) dirty: bool,
+    /// Answers not sent yet (its socket was full), oldest first, and their bytes.
+    pub(super) outbox: std::collections::VecDeque<Vec<u8>>,
+    pub(super) outbox_bytes: usize,
+}
+
+impl Client {
+    /// Queues an answer; `Err` when the process has left too many unread.
+    fn queue(&mut self, msg: &ToProcess) -> Result<(), String> {
+        let bytes = control::encode(msg).map_err(|e| e.to_string())?;
+        self.outbox_bytes += bytes.len();
+        self.outbox.push_back(bytes);
+        if self.outbox_bytes > MAX_OUTBOX {
+            return Err(format!(
+                "it left more than {} MiB of answers unread",
+                MAX_OUTBOX >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// Sends what is queued until the socket is full; `Err` if the socket failed.
+    fn send_queued_answers(&mut self) -> Result<(), String> {
+        while let Some(m) = self.outbox.front() {
+            match control::try_send_bytes(self.sock.as_fd(), m) {
+                Ok(()) => {
+                    self.outbox_bytes -= m.len();
+                    self.outbox.pop_front();
+                }
+                Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a stopped daemon reports.
@@ -190,6 +244,8 @@ pub struct Daemon {
     faults: FaultHandle,
     /// The `--pcap` capture's counters.
     capture: Option<Arc<CaptureStats>>,
+    /// The client whose ring is drained first next turn (round robin).
+    first_tx: usize,
 }
 
 impl Daemon {
@@ -237,6 +293,7 @@ impl Daemon {
             port_busy: true,
             control_ready: true,
             turns: 0,
+            first_tx: 0,
         })
     }
 
@@ -356,7 +413,11 @@ impl Daemon {
                 PollFd::new(self.port.rx_fd(), PollFlags::POLLIN),
             ];
             for c in &self.clients {
-                fds.push(PollFd::new(c.sock.as_fd(), PollFlags::POLLIN));
+                let mut ev = PollFlags::POLLIN;
+                if !c.outbox.is_empty() {
+                    ev |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(c.sock.as_fd(), ev));
                 if let Some(l) = &c.link {
                     fds.push(PollFd::new(l.tx.bell_fd(), PollFlags::POLLIN));
                 }
@@ -416,13 +477,20 @@ impl Daemon {
     }
 
     /// Sends what the processes queued (or hands it to a local owner); how many packets.
+    /// At most `TX_BATCHES_PER_TURN` batches of each process, starting with a different
+    /// process each turn: what one process keeps queueing waits for the next turn.
     fn send_queued(&mut self) -> Result<usize, DaemonError> {
         let mut moved = 0;
-        for k in 0..self.clients.len() {
-            loop {
-                let n = self.send_batch_of(k)?;
-                moved += n;
-                if n < TX_BATCH {
+        let n = self.clients.len();
+        if n > 0 {
+            self.first_tx = (self.first_tx + 1) % n;
+        }
+        for i in 0..n {
+            let k = (self.first_tx + i) % n;
+            for _ in 0..TX_BATCHES_PER_TURN {
+                let sent = self.send_batch_of(k)?;
+                moved += sent;
+                if sent < TX_BATCH {
                     break;
                 }
             }
@@ -543,6 +611,20 @@ impl Daemon {
                     }
                 }
             }
+            if gone.is_none() {
+                if let Err(why) = self.clients[k].send_queued_answers() {
+                    gone = Some(format!("its socket failed: {why}"));
+                }
+            }
+            if gone.is_none()
+                && self.clients[k].link.is_none()
+                && self.clients[k].since.elapsed() > UNATTACHED_TTL
+            {
+                gone = Some(format!(
+                    "connected {} s ago and never attached",
+                    UNATTACHED_TTL.as_secs()
+                ));
+            }
             match gone {
                 Some(why) => self.detach(k, why),
                 None => k += 1,
@@ -552,14 +634,18 @@ impl Daemon {
 
     /// One control message of client `k`; `Err` ends its attachment.
     fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), String> {
-        let sock = self.clients[k].sock.as_fd();
         match msg {
             ToDaemon::Info => {
                 let m = ToProcess::Info {
                     version: control::VERSION,
                     port: self.info.clone(),
                 };
-                control::send(sock, &m, &[]).map_err(|e| e.to_string())
+                self.clients[k].queue(&m)
+            }
+            ToDaemon::Using => {
+                let id = self.clients[k].id;
+                self.leases.mark_used(id);
+                Ok(())
             }
             ToDaemon::QpCounters { report } => {
                 let c = &mut self.clients[k];
@@ -587,8 +673,7 @@ impl Daemon {
                 });
                 super::report::counters_answer(json, processes.collect())
                     .iter()
-                    .try_for_each(|m| control::send(sock, m, &[]))
-                    .map_err(|e| e.to_string())
+                    .try_for_each(|m| self.clients[k].queue(m))
             }
             ToDaemon::Fault { rule } => {
                 let error = match super::fault::parse(&rule) {
@@ -611,9 +696,13 @@ impl Daemon {
                     Err(e) => Some(e),
                 };
                 let m = ToProcess::FaultSet { error };
-                control::send(sock, &m, &[]).map_err(|e| e.to_string())
+                self.clients[k].queue(&m)
             }
-            ToDaemon::Hello { version, pid } => {
+            ToDaemon::Hello {
+                version,
+                pid: claimed,
+            } => {
+                let sock = self.clients[k].sock.as_fd();
                 let refuse = |why: String| {
                     let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
                     Err(why)
@@ -652,10 +741,14 @@ impl Daemon {
                 control::send(sock, &welcome, &[]).map_err(|e| e.to_string())?;
                 fds.send(sock).map_err(|e| format!("{e:?}"))?;
                 let c = &mut self.clients[k];
-                c.counters.pid = pid;
                 c.counters.block = block;
                 c.link = Some(end);
                 self.counters.attached += 1;
+                // The pid shown is the kernel's (`accept`), not the one it claims.
+                let pid = c.counters.pid;
+                if claimed != pid {
+                    tracing::debug!(pid, claimed, "a process claims another pid");
+                }
                 tracing::info!(pid, block, "process attached");
                 Ok(())
             }
@@ -687,7 +780,9 @@ impl Daemon {
         // Dropping `c` unmaps its rings and closes its socket.
     }
 
-    /// Takes new connections: only the daemon's own user (and root) may attach.
+    /// Takes new connections (a few per turn, a bounded number in all): only the daemon's
+    /// own user (and root) may attach. Each socket is non-blocking from here on: an answer
+    /// the process does not read fails, it never waits.
     fn accept(&mut self) {
         // Refused ones: discard what they send; drop them at their EOF or after a second.
         self.refused.retain(|(s, since)| {
@@ -696,8 +791,18 @@ impl Daemon {
             let gone = matches!((&*s).read(&mut buf), Ok(0));
             !gone && since.elapsed() < Duration::from_secs(1)
         });
-        while let Ok((sock, _)) = self.listener.accept() {
-            let uid = control::peer_uid(sock.as_fd()).unwrap_or(u32::MAX);
+        for _ in 0..ACCEPT_PER_TURN {
+            let Ok((sock, _)) = self.listener.accept() else {
+                break;
+            };
+            let (uid, pid) = control::peer(sock.as_fd()).unwrap_or((u32::MAX, 0));
+            let _ = sock.set_nonblocking(true);
+            if self.clients.len() >= MAX_CLIENTS {
+                self.counters.refused += 1;
+                let why = format!("{MAX_CLIENTS} connections already");
+                let _ = control::send(sock.as_fd(), &ToProcess::Refused { why }, &[]);
+                continue;
+            }
             if uid != self.uid && uid != 0 {
                 self.counters.refused += 1;
                 let why = format!(
@@ -709,21 +814,27 @@ impl Daemon {
                 // a moment: closing on an unread request of theirs would reset their
                 // socket (ECONNRESET) before they read why.
                 let _ = sock.shutdown(std::net::Shutdown::Write);
-                let _ = sock.set_nonblocking(true);
-                self.refused.push((sock, Instant::now()));
+                if self.refused.len() < MAX_CLIENTS {
+                    self.refused.push((sock, Instant::now()));
+                }
                 continue;
             }
+            let _ = sock.set_send_buffer_size(CONTROL_SNDBUF);
             let id = self.next_id;
             self.next_id += 1;
             self.clients.push(Client {
                 id,
                 sock,
+                since: Instant::now(),
                 link: None,
                 counters: ProcessCounters {
                     uid,
+                    pid,
                     ..ProcessCounters::default()
                 },
                 dirty: false,
+                outbox: Default::default(),
+                outbox_bytes: 0,
             });
         }
     }

@@ -6,8 +6,10 @@
 
 use super::shm::adopt_received;
 use super::spsc::{create_region, AttachError, Consumer, Producer};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{
+    recv, recvmsg, send, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned,
+    MsgFlags, SockFlag, SockType,
+};
 use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
@@ -32,7 +34,7 @@ impl From<nix::Error> for LinkError {
 }
 
 /// The descriptors of a link, in the order they travel: rx is daemon -> process, tx is
-/// process -> daemon; each bell is the eventfd its ring's consumer sleeps on.
+/// process -> daemon; each bell is the process's end of its ring's doorbell ([`bell_pair`]).
 #[derive(Debug)]
 pub struct LinkFds {
     pub rx_mem: OwnedFd,
@@ -55,26 +57,63 @@ pub struct ProcessEnd {
 
 pub struct Link;
 
-/// A new doorbell: an eventfd, counter 0.
-pub fn new_bell() -> Result<OwnedFd, LinkError> {
-    // Non-blocking: the consumer drains it without ever blocking in read, and a producer's
-    // write never blocks (the counter cannot realistically reach its maximum).
-    Ok(EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?.into())
+/// A new doorbell: the two ends of a Unix socket pair, one for the producer (it rings by
+/// sending a byte) and one for the consumer (it sleeps until its end is readable).
+///
+/// Why not an eventfd, which is cheaper: an eventfd passed to another process is the same
+/// open file there, O_NONBLOCK included, so the other process could clear O_NONBLOCK (one
+/// `fcntl`) or fill the counter and make the daemon's next read or write block forever.
+/// A socket pair gives each side its own open file, and every call here says
+/// `MSG_DONTWAIT` itself: nothing the other side does can make it block. When one side
+/// goes, the other's end reads EOF, so a consumer asleep on it wakes.
+pub fn bell_pair() -> Result<(OwnedFd, OwnedFd), LinkError> {
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    Ok(socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        flags,
+    )?)
+}
+
+/// Rings a doorbell (the producer's end). A full socket means the consumer has rings
+/// waiting already; an error means the other side is gone, which the control socket
+/// reports: neither is ours to handle here.
+pub(super) fn ring(bell: &OwnedFd) {
+    let _ = send(
+        bell.as_raw_fd(),
+        &[1],
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+    );
+}
+
+/// Takes the rings waiting on a doorbell (the consumer's end), at most a few: a peer
+/// that rings without end costs a bounded amount of work per call.
+pub(super) fn drain(bell: &OwnedFd) {
+    let mut b = [0u8; 8];
+    for _ in 0..16 {
+        match recv(bell.as_raw_fd(), &mut b, MsgFlags::MSG_DONTWAIT) {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
 }
 
 impl Link {
     /// Creates both rings (`capacity` data bytes each) and both doorbells, maps the
     /// daemon's end, and returns it with the descriptors to send to the process.
     pub fn create(capacity: usize) -> Result<(DaemonEnd, LinkFds), LinkError> {
+        let (rx_ours, rx_bell) = bell_pair()?;
+        let (tx_ours, tx_bell) = bell_pair()?;
         let fds = LinkFds {
             rx_mem: create_region(capacity)?,
             tx_mem: create_region(capacity)?,
-            rx_bell: new_bell()?,
-            tx_bell: new_bell()?,
+            rx_bell,
+            tx_bell,
         };
         let end = DaemonEnd {
-            rx: Producer::attach(fds.rx_mem.as_fd(), fds.rx_bell.try_clone()?)?,
-            tx: Consumer::attach(fds.tx_mem.as_fd(), fds.tx_bell.try_clone()?)?,
+            rx: Producer::attach(fds.rx_mem.as_fd(), rx_ours)?,
+            tx: Consumer::attach(fds.tx_mem.as_fd(), tx_ours)?,
         };
         Ok((end, fds))
     }
@@ -100,7 +139,10 @@ impl LinkFds {
         ];
         let iov = [IoSlice::new(&LINK_MSG)];
         let cmsg = [ControlMessage::ScmRights(&raw)];
-        let n = sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
+        // Never waits: a process that does not read its socket is not served (the daemon
+        // gives up on it), it does not stop the daemon.
+        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+        let n = sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsg, flags, None)?;
         if n != LINK_MSG.len() {
             return Err(LinkError::Message("short send"));
         }

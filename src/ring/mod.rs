@@ -4,9 +4,10 @@
 //!
 //! A ring is a single-producer single-consumer queue of variable-length packets (up to
 //! [`MAX_PACKET`] bytes each, with their addresses) in one memfd that both processes map.
-//! A [`link::Link`] is two rings (daemon -> process "rx", process -> daemon "tx") and an
-//! eventfd doorbell per ring; the daemon creates all four descriptors and passes them over
-//! the process's Unix socket with `SCM_RIGHTS`.
+//! A [`link::Link`] is two rings (daemon -> process "rx", process -> daemon "tx") and a
+//! doorbell per ring (a socket pair: each side its own end, so the other side cannot make
+//! it block, [`link::bell_pair`]); the daemon creates them and passes the memory and the
+//! process's bell ends over the process's Unix socket with `SCM_RIGHTS`.
 //!
 //! # The shared region (one memfd per ring, sealed against shrinking and growing)
 //!
@@ -51,14 +52,14 @@
 //!   Both publish once per batch.
 //! - Doorbell: the consumer, finding the ring empty, stores `waiting = 1`, issues a SeqCst
 //!   fence, and loads `tail` again; only if it is still unchanged does it sleep in
-//!   `poll` on the eventfd. The producer stores `tail`, issues a SeqCst fence, and loads
-//!   `waiting`; only if it is 1 does it swap it to 0 and write the eventfd (one system
+//!   `poll` on its bell. The producer stores `tail`, issues a SeqCst fence, and loads
+//!   `waiting`; only if it is 1 does it swap it to 0 and ring the bell (one system
 //!   call per sleep, none under load). This is the store-buffering (Dekker) pattern: the
 //!   two fences are ordered in the single total order of SeqCst operations, and whichever
 //!   comes second sees the other side's store (C++ [atomics.fences]/p4, which Rust
 //!   follows). So either the consumer sees the new tail and does not sleep, or the
 //!   producer sees `waiting` and rings. A ring that lands between the consumer's check and
-//!   its `poll` is not lost either: the eventfd counter stays non-zero until read, so the
+//!   its `poll` is not lost either: the bell's byte stays queued until read, so the
 //!   `poll` returns at once. A swap racing with the consumer's own reset only leaves a
 //!   spurious count, which costs one empty wakeup. The fences are CPU barriers (mfence /
 //!   dmb ish) on shared physical memory, so the argument holds across processes.
@@ -85,7 +86,7 @@ pub mod link;
 mod shm;
 mod spsc;
 
-pub use link::{new_bell, DaemonEnd, Link, LinkError, LinkFds, ProcessEnd};
+pub use link::{bell_pair, DaemonEnd, Link, LinkError, LinkFds, ProcessEnd};
 pub use spsc::{
     create_region, AttachError, Consumer, ConsumerStats, Entry, Popped, Producer, ProducerStats,
 };

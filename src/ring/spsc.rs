@@ -143,9 +143,7 @@ fn broke(broken: &mut Option<Corrupt>, c: Corrupt) -> Corrupt {
 }
 
 fn ring_bell(bell: &OwnedFd) {
-    // EAGAIN means the counter is at its maximum, so the consumer wakes anyway; any other
-    // error means the peer's end is gone, which the control socket reports.
-    let _ = nix::unistd::write(bell, &1u64.to_ne_bytes());
+    super::link::ring(bell);
 }
 
 /// What a producer counted.
@@ -175,7 +173,12 @@ pub struct Producer {
 }
 
 impl Producer {
-    /// Maps the ring in `mem`; `bell` is the eventfd the consumer sleeps on.
+    #[cfg(test)]
+    pub(super) fn bell_for_tests(&self) -> &OwnedFd {
+        &self.bell
+    }
+
+    /// Maps the ring in `mem`; `bell` is the producer's end of the doorbell (`link::bell_pair`).
     pub fn attach(mem: BorrowedFd<'_>, bell: OwnedFd) -> Result<Producer, AttachError> {
         let m = Mapped::attach(mem)?;
         let tail = m
@@ -298,7 +301,7 @@ impl Producer {
     }
 
     /// Publishes what `try_push` staged (one Release store) and, if the consumer said it
-    /// is going to sleep, wakes it (one eventfd write). `true` if it rang.
+    /// is going to sleep, wakes it (one doorbell send). `true` if it rang.
     pub fn flush(&mut self) -> Result<bool, PushError> {
         if let Some(c) = self.broken {
             return Err(PushError::Broken(c));
@@ -413,7 +416,12 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    /// Maps the ring in `mem`; `bell` is the eventfd the producer rings.
+    #[cfg(test)]
+    pub(super) fn bell_for_tests(&self) -> &OwnedFd {
+        &self.bell
+    }
+
+    /// Maps the ring in `mem`; `bell` is the consumer's end of the doorbell (`link::bell_pair`).
     pub fn attach(mem: BorrowedFd<'_>, bell: OwnedFd) -> Result<Consumer, AttachError> {
         let m = Mapped::attach(mem)?;
         let head = m
@@ -445,7 +453,7 @@ impl Consumer {
         self.broken
     }
 
-    /// The eventfd that becomes readable when the producer rings (for a poll loop over
+    /// The doorbell end that becomes readable when the producer rings (for a poll loop over
     /// many links: see [`Consumer::arm`]).
     pub fn bell_fd(&self) -> BorrowedFd<'_> {
         self.bell.as_fd()
@@ -676,12 +684,12 @@ impl Consumer {
     }
 
     /// After a sleep (or an `arm` that said not to): clears `waiting` and drains the
-    /// eventfd so the next sleep waits for a new ring.
+    /// doorbell so the next sleep waits for a new ring.
     pub fn disarm(&mut self) {
         if let Ok(w) = self.m.index(OFF_WAITING) {
             w.store(0, Ordering::Relaxed);
         }
-        let _ = nix::unistd::read(&self.bell, &mut [0u8; 8]);
+        super::link::drain(&self.bell);
     }
 
     /// Sleeps until the ring has entries or `timeout` passes; `Ok(true)` if it has.

@@ -10,15 +10,15 @@ use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
 fn bell() -> OwnedFd {
-    new_bell().unwrap()
+    bell_pair().unwrap().1
 }
 
 /// A producer, a consumer, and the memfd as a file to scribble on.
 fn pair(cap: usize) -> (Producer, Consumer, File) {
     let fd = create_region(cap).unwrap();
-    let b = bell();
-    let p = Producer::attach(fd.as_fd(), b.try_clone().unwrap()).unwrap();
-    let c = Consumer::attach(fd.as_fd(), b).unwrap();
+    let (pb, cb) = bell_pair().unwrap();
+    let p = Producer::attach(fd.as_fd(), pb).unwrap();
+    let c = Consumer::attach(fd.as_fd(), cb).unwrap();
     (p, c, File::from(fd))
 }
 
@@ -313,4 +313,38 @@ fn link_fds_travel_over_a_unix_socket() {
         LinkFds::recv(b.as_fd()),
         Err(LinkError::Message(_))
     ));
+}
+
+/// The other side cannot make a doorbell block: each side has its own end (its own open
+/// file), so clearing O_NONBLOCK on one end, or leaving rings unread until its socket is
+/// full, changes nothing for the other. (With a shared eventfd, one `fcntl` made the
+/// daemon's next drain block forever.)
+#[test]
+fn a_peer_cannot_make_a_doorbell_block() {
+    let (mut daemon, fds) = Link::create(1 << 16).unwrap();
+    // The process clears O_NONBLOCK on both of its ends.
+    for fd in [&fds.rx_bell, &fds.tx_bell] {
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+        )
+        .unwrap();
+    }
+    let proc_end = Link::attach(fds).unwrap();
+    // The daemon drains an empty bell and rings a bell nobody reads, many times: none of
+    // it waits (a blocking call would hang this test).
+    let start = std::time::Instant::now();
+    for _ in 0..100_000 {
+        daemon.tx.disarm();
+        super::link::ring(daemon.rx.bell_for_tests());
+    }
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // The process rings without end: the daemon's drain takes a bounded number each time.
+    for _ in 0..1000 {
+        super::link::ring(proc_end.tx.bell_for_tests());
+    }
+    daemon.tx.disarm();
+    drop(proc_end);
+    // Its ends gone, the daemon's consumer end reads EOF: a sleeper there wakes.
+    assert!(daemon.tx.wait(Duration::from_secs(5)).is_ok());
 }

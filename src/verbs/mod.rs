@@ -222,7 +222,18 @@ impl Context {
                 backend = Box::new(Lossy::new(backend, p, seed));
             }
         }
-        let mem = Arc::new(MrTable::new());
+        // Key bytes seeded per NIC from the OS: with one constant seed, every program's
+        // first region had the same rkey, run after run (an R_Key is the one secret a
+        // peer needs to reach a region, IBA 10.6.3.2). The table stays deterministic for
+        // a given seed (the simulator and tests pick theirs).
+        let seed = {
+            use std::hash::BuildHasher;
+            std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+        };
+        let mem = Arc::new(MrTable::with_config(crate::mem::MrTableConfig {
+            seed,
+            ..Default::default()
+        }));
         let engine = Engine::new(cfg, Arc::clone(&mem));
         let clock = Clock::default();
         let mut nic = Nic::new(Driver::new(engine, backend, clock));
@@ -386,7 +397,13 @@ impl Context {
     // ---- queue pairs ----------------------------------------------------------------
 
     pub fn create_qp(&self, init: &QpInit) -> Result<u32, Error> {
-        Ok(self.shared.lock().driver.engine.create_qp(init)?)
+        let mut nic = self.shared.lock();
+        let qpn = nic.driver.engine.create_qp(init)?;
+        // Before the QPN can leave this process: a daemon quarantines the block then.
+        if let Some(r) = &mut nic.reporter {
+            r.mark_used();
+        }
+        Ok(qpn)
     }
 
     /// `ibv_destroy_qp`. What the QP still owes its peer (the ACK of the last message it
