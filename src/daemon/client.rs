@@ -50,6 +50,8 @@ pub enum DaemonError {
     Silent { path: PathBuf, secs: u64 },
     #[error("the roce-emu daemon at {path} refused to attach this process: {why}")]
     Refused { path: PathBuf, why: String },
+    #[error("not attaching to the roce-emu daemon at {path}: {why}")]
+    Untrusted { path: PathBuf, why: String },
     #[error("the roce-emu daemon at {path}: {why}")]
     Protocol { path: PathBuf, why: String },
 }
@@ -89,7 +91,31 @@ fn connect_socket(path: &Path, timeout: Duration) -> Result<Socket, DaemonError>
     sock.set_write_timeout(Some(timeout)).map_err(err)?;
     let addr = SockAddr::unix(path).map_err(err)?;
     sock.connect(&addr).map_err(err)?;
+    check_daemon_user(path, &sock)?;
     Ok(sock)
+}
+
+/// The daemon must run as this program's user (or root): a daemon of another user would
+/// receive every packet this program sends and hand it any packet it likes. A socket path
+/// is only as safe as its folder; the peer's credentials (`SO_PEERCRED`: who listens) are
+/// what the kernel vouches for.
+fn check_daemon_user(path: &Path, sock: &Socket) -> Result<(), DaemonError> {
+    let own = nix::unistd::geteuid().as_raw();
+    let theirs =
+        control::peer_uid(std::os::fd::AsFd::as_fd(sock)).map_err(|e| DaemonError::Connect {
+            path: path.to_path_buf(),
+            source: io::Error::other(e.to_string()),
+        })?;
+    if theirs != own && theirs != 0 {
+        return Err(DaemonError::Untrusted {
+            path: path.to_path_buf(),
+            why: format!(
+                "it runs as user {theirs} and this program as user {own}: a daemon of \
+                 another user would see this program's traffic (start one of your own)"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Maps a control error while attaching to what it means for the user.
