@@ -216,4 +216,15 @@ fn a_library_path_without_lib_is_caught() {
             .any(|b| b.starts_with("usr/bin/ib_write_bw:") && b.contains("libnl-3.so.200")),
         "ib_write_bw's libnl-3 was not caught: {bad:?}"
     );
+    // A library that resolves on this system from a package outside the fresh list is
+    // caught as well (what libnl-3 does on a machine where tshark brought it): zlib1g,
+    // present everywhere, struck from the list.
+    let mut without_zlib = fresh_base();
+    without_zlib.remove("zlib1g");
+    let (_, bad) = problems(&env.root, &env.lib, &env.library_path(), &without_zlib);
+    assert!(
+        bad.iter()
+            .any(|b| b.contains("libz.so.1 =>") && b.contains("(package zlib1g:")),
+        "a system library from a package outside the list was not caught: {bad:?}"
+    );
 }
