@@ -102,9 +102,10 @@ done
 
 echo "chroot.sh: in the chroot, README command 1: $command_1" >&2
 rc=0
+start=$SECONDS
 timeout 3600 chroot "$run" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
   PATH=/root/.cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   RUSTUP_AUTO_INSTALL=0 \
   /bin/bash -c "cd /root/roce-emu && $command_1" || rc=$?
-echo "chroot.sh: README command 1 exited $rc"
+echo "chroot.sh: README command 1 exited $rc after $((SECONDS - start)) s"
 exit $rc
