@@ -1,19 +1,44 @@
 //! roce-emu: a user-space RoCEv2 software NIC.
 //!
-//! Layers (each may import only those below it; `tests/layering.rs` checks this):
+//! The 13 modules, in layers (a module imports only modules on its row or below, and only
+//! those `tests/layering.rs` allows it):
 //!
 //! ```text
-//!        cli
-//!         |
-//!       engine ---> mem      (engine is sans-IO: packets and time in, packets, deadlines,
-//!         |                   completions out)
-//!       wire                 (bytes: headers, opcode table, ICRC, frames; imports nothing of ours)
+//!   cli                        the tools
+//!   conform                    scripts played against a target NIC
+//!   verbs                      owning a NIC
+//!   daemon   ring   driver     the port service, its rings, the I/O loop
+//!   backend  iface  sim        ports, L2, the simulated network
+//!   engine                     the sans-IO transport
+//!   mem      wire   rng        registered memory, bytes, randomness
 //! ```
 //!
-//! `mem` is registered memory (PDs, MRs, L_Key/R_Key checks, SGE copies); of ours it imports
-//! only the seeded [`rng`] (for key bytes) and it knows nothing about packets.
+//! - [`wire`]: bytes: every RoCEv2 header (view + `Repr`, smoltcp's contract), the opcode
+//!   table, the ICRC, Ethernet/IP/UDP framing; imports nothing of ours.
+//! - [`rng`]: the crate's one seeded random source (key bytes, fault rules, the simulator).
+//! - [`mem`]: registered memory: PDs, MRs, L_Key/R_Key and range checks, SGE copies, the
+//!   program's own memory (`mem::backing`); of ours only `rng`, nothing about packets.
+//! - [`engine`]: the sans-IO RC transport, one `Engine` per NIC: datagrams and time in,
+//!   datagrams, deadlines, events and completions out; no sockets, threads or clock.
+//! - [`sim`]: a deterministic network of engines with a virtual clock and seeded fault
+//!   rules, for tests, fuzzing and the demo's `--loss`.
+//! - [`iface`]: the sans-IO L2 of a NIC that owns its frames (ARP, IPv6 ND, ICMP echo,
+//!   framing with the IPv4 ID and ICRC rebased).
+//! - [`backend`]: ports: the `Backend` trait, UDP (batched, GSO/GRO), the daemon-less
+//!   shared port, TAP and AF_PACKET links, fault and capture wrappers.
+//! - [`driver`]: the real clock and the I/O loop that feeds an engine from a backend.
+//! - [`ring`]: shared-memory packet rings between the daemon and one attached process.
+//! - [`daemon`]: `roce-emu daemon`: one port shared by a machine's programs (leases,
+//!   routing, control, counters, faults) and the process side that attaches to it.
+//! - [`verbs`]: the one way to own a NIC from Rust (contexts, PDs, MRs, CQs, QPs,
+//!   completion channels, the progress thread, device discovery); the drop-in
+//!   `libibverbs.so.1` (the `abi/` crate) is a skin over it.
+//! - [`conform`]: protocol conformance: `spec/` scripts played packet by packet against a
+//!   target NIC through an agent, and the result matrix.
+//! - [`cli`]: the `roce-emu` tools (demo, pingpong, perf, pcap, daemon, counters, fault,
+//!   conform, run/env/devinfo); of ours only `verbs`, `wire`, `daemon`, `conform`.
 //!
-//! `wire` follows smoltcp's view/Repr contract, documented in [`wire`].
+//! `README.md` and `docs/` (tools, drop-in, daemon, internals, interop, tests) say more.
 // No unsafe code, except three fenced modules where each block carries a SAFETY comment:
 // `backend::sys` (socket options no well-kept crate wraps), `mem::backing` (raw copies
 // and atomics on registered memory, including the program's own, foreign, memory) and

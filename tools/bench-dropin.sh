@@ -11,8 +11,9 @@ cd "$(dirname "$0")/.."
 op=${1:-write}; size=${2:-65536}; iters=${3:-20000}; rounds=${4:-5}; mode=${5:-two}
 tools/dropin/build.sh >/dev/null
 cargo build --release --quiet --bin roce-emu
-root=$(tools/dropin/debian.sh)/tree
-lib="$PWD/target/release/dropin:$root/usr/lib/x86_64-linux-gnu"
+cache=$(tools/dropin/debian.sh)
+root=$cache/tree
+lib="$PWD/target/release/dropin:$(cat "$cache/libpath")"
 bin=target/release/roce-emu
 srv=127.0.0.1; cli=127.0.0.2
 [ "$mode" = same ] && cli=127.0.0.1

@@ -2,7 +2,8 @@
 //! `libibverbs.so.1` (abi/, built by tools/dropin/build.sh) with unmodified programs.
 //!
 //! The library is found next to this binary (`target/<profile>/dropin/`, where the build
-//! script puts it) or in `ROCE_EMU_DROPIN_DIR`. `run` puts that folder first on the
+//! script puts it), in `../lib/roce-emu/` beside it (`PREFIX/bin/roce-emu` and
+//! `PREFIX/lib/roce-emu/`, where tools/install.sh puts them) or in `ROCE_EMU_DROPIN_DIR`. `run` puts that folder first on the
 //! program's `LD_LIBRARY_PATH` and replaces itself with the program, so the program's exit
 //! status and signals are its own.
 
@@ -40,23 +41,28 @@ pub struct DevinfoArgs {
 
 /// Where the drop-in library is, or what to do to build it.
 pub fn library_dir() -> Result<PathBuf, String> {
-    let dir = match std::env::var_os("ROCE_EMU_DROPIN_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this program's own path: {e}"))?
-            .parent()
-            .map(|p| p.join("dropin"))
-            .ok_or("this program's path has no folder")?,
+    let candidates = match std::env::var_os("ROCE_EMU_DROPIN_DIR") {
+        Some(d) => vec![PathBuf::from(d)],
+        None => {
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find this program's own path: {e}"))?;
+            let bin = exe.parent().ok_or("this program's path has no folder")?;
+            // The build tree's layout first, then an installed one (tools/install.sh).
+            vec![bin.join("dropin"), bin.join("../lib/roce-emu")]
+        }
     };
-    if dir.join("libibverbs.so.1").is_file() {
-        Ok(dir)
-    } else {
-        Err(format!(
-            "no libibverbs.so.1 in {}: build it with tools/dropin/build.sh \
-             (or set ROCE_EMU_DROPIN_DIR to its folder)",
-            dir.display()
-        ))
+    for dir in &candidates {
+        if dir.join("libibverbs.so.1").is_file() {
+            // Canonical, so the program's library path names no `..`.
+            return Ok(std::fs::canonicalize(dir).unwrap_or_else(|_| dir.clone()));
+        }
     }
+    let looked: Vec<String> = candidates.iter().map(|d| d.display().to_string()).collect();
+    Err(format!(
+        "no libibverbs.so.1 in {}: build it with tools/dropin/build.sh, install it with \
+         tools/install.sh (or set ROCE_EMU_DROPIN_DIR to its folder)",
+        looked.join(" or ")
+    ))
 }
 
 /// The device list is checked here so that a bad `--devices` is a clear error now, not

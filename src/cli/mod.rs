@@ -4,6 +4,7 @@ pub mod conform;
 pub mod daemon;
 pub mod demo;
 pub mod dropin;
+pub mod install;
 pub mod oob;
 pub mod pcap;
 pub mod perf;
@@ -54,6 +55,9 @@ enum Command {
     /// Play the conformance scripts of spec/ against roce-emu and other NICs' agents
     /// (real rxe in the lab), packet by packet; print the matrix.
     Conform(conform::Args),
+    /// Write the man pages and shell completions (for tools/install.sh).
+    #[command(hide = true)]
+    GenDocs(install::GenDocsArgs),
 }
 
 /// The options of every command that opens a NIC.
@@ -166,5 +170,6 @@ pub fn main() -> i32 {
         Command::Counters(args) => daemon::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
         Command::Conform(args) => conform::run(&args),
+        Command::GenDocs(args) => install::run(&args),
     }
 }

@@ -35,10 +35,15 @@ pub fn setup(test: &str) -> Option<&'static Env> {
                 String::from_utf8_lossy(&deb.stderr).trim()
             ));
         }
-        let root = PathBuf::from(String::from_utf8_lossy(&deb.stdout).trim()).join("tree");
+        let cache = PathBuf::from(String::from_utf8_lossy(&deb.stdout).trim());
+        // debian.sh lists the tree's library folders (lib/ and usr/lib/ ...): one source
+        // of that path for the scripts and the tests.
+        let libs = std::fs::read_to_string(cache.join("libpath"))
+            .map_err(|e| format!("{}: {e}", cache.join("libpath").display()))?;
         Ok(Env {
             lib: repo().join("target/debug/dropin"),
-            root,
+            root: cache.join("tree"),
+            tree_libs: libs.trim().to_string(),
         })
     });
     match env {
@@ -55,6 +60,9 @@ pub struct Env {
     pub lib: PathBuf,
     /// The unpacked Debian packages.
     pub root: PathBuf,
+    /// Every library folder of `root` (colon-separated), as tools/dropin/debian.sh lists
+    /// them in its cache's `libpath`.
+    pub tree_libs: String,
 }
 
 impl Env {
@@ -62,14 +70,11 @@ impl Env {
         self.root.join("usr/bin").join(name)
     }
 
-    /// Our library first, then Debian's other libraries (libmlx5, libefa, librdmacm,
-    /// libibumad, libpci) that perftest links.
+    /// Our library first, then every library folder of the tree: Debian's other
+    /// libraries (libmlx5, libefa, librdmacm, libibumad, libpci) that perftest links, and
+    /// theirs (libnl-3, under lib/).
     pub fn library_path(&self) -> String {
-        format!(
-            "{}:{}",
-            self.lib.display(),
-            self.root.join("usr/lib/x86_64-linux-gnu").display()
-        )
+        format!("{}:{}", self.lib.display(), self.tree_libs)
     }
 
     /// `program ARGS` with the drop-in active and `devices` as its device list.

@@ -10,8 +10,12 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-root=$("$repo/tools/dropin/debian.sh")/tree
+cache=$("$repo/tools/dropin/debian.sh")
+root=$cache/tree
 lib=$root/usr/lib/x86_64-linux-gnu
+# The stock library's own dependencies (libnl-3 under lib/, libnl-route-3 under usr/lib)
+# are found at link time through every library folder of the tree, as debian.sh lists them.
+rpath_link=$(sed 's/:/ /g' "$cache/libpath" | xargs -n1 printf -- '-Wl,-rpath-link,%s ')
 out=$repo/target/conform
 mkdir -p "$out"
 [ -f "$lib/libibverbs.so.1.stock" ] || { echo "no libibverbs.so.1.stock in $lib" >&2; exit 1; }
@@ -23,7 +27,7 @@ ln -sf "$lib/libibverbs.so.1.stock" "$ldir/libibverbs.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wformat=2 \
   -isystem "$root/usr/include" \
   -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp}.c \
-  -L"$ldir" -Wl,-rpath-link,"$lib" -Wl,--as-needed -libverbs
+  -L"$ldir" $rpath_link -Wl,--as-needed -libverbs
 # Only libibverbs.so.1 and libc; no glibc symbol newer than Debian 12's 2.36.
 needed=$(objdump -p "$out/agent.tmp" | awk '/NEEDED/ {print $2}' | sort | paste -sd' ')
 [ "$needed" = "libc.so.6 libibverbs.so.1" ] || { echo "agent needs: $needed" >&2; exit 1; }

@@ -12,18 +12,34 @@
 # tests/ (Debian ships it in /usr/share/doc/rdma-core/tests with most files compressed).
 # The stock libibverbs.so.1 is unpacked too, as usr/lib/.../libibverbs.so.1.stock, so it
 # can never shadow the drop-in on a library path.
+#
+# Beside the tree, $root/libpath holds the tree's library path (LD_LIBRARY_PATH form):
+# every folder of the tree that holds a shared library by its SONAME (lib*.so.N), so
+# usr/lib/x86_64-linux-gnu and lib/x86_64-linux-gnu (where Debian 12's libnl-3-200 puts
+# libnl-3.so.200), and any other a package uses. It is the one source of that path for
+# demo.sh, the tests and the lab: a program run with less loads what the tree lacks from
+# the system, and a fresh machine does not have it.
 set -euo pipefail
 root=${ROCE_DEBIAN_ROOT:-$HOME/.cache/roce-emu-debian12}
 PKGS="libibverbs1 libibverbs-dev ibverbs-utils ibverbs-providers perftest librdmacm1
 rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200"
 stamp="$root/.stamp"
 want="v2 $PKGS"
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then echo "$root"; exit 0; fi
+# Written on every run (not only after a fetch), so a tree unpacked by an older debian.sh
+# gets it too; atomically, as other runs may read it meanwhile.
+write_libpath() {
+  find "$root/tree" -path "$root/tree/tests" -prune -o -path "$root/tree/usr/share" -prune \
+    -o -name 'lib*.so.[0-9]*' ! -name '*.stock' -printf '%h\n' | sort -u | paste -sd: \
+    >"$root/libpath.$$"
+  mv "$root/libpath.$$" "$root/libpath"
+}
+if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then write_libpath; echo "$root"; exit 0; fi
 mkdir -p "$root/debs"
 cd "$root/debs"
 todo=()
 for p in $PKGS; do compgen -G "${p}_*.deb" >/dev/null || todo+=("$p"); done
 if [ ${#todo[@]} -gt 0 ]; then
+  echo "debian.sh: fetching Debian 12's RDMA programs (${todo[*]}) into $root (once)" >&2
   # apt-get download needs package lists; update them once if the first try fails.
   if ! apt-get download "${todo[@]}" >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then apt-get update -qq; fi
@@ -49,4 +65,5 @@ if [ -d "$t" ]; then
 fi
 rm -rf "$root/tree" && mv "$root/tree.new" "$root/tree"
 echo "$want" >"$stamp"
+write_libpath
 echo "$root"

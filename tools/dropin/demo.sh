@@ -6,12 +6,18 @@
 # tools/dropin/debian.sh (nothing is installed); the drop-in is built by build.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# What each slow step does, said before it starts (the first run compiles for minutes).
+echo "demo.sh: building the drop-in libibverbs.so.1 (tools/dropin/build.sh, release)" >&2
 tools/dropin/build.sh >/dev/null
+echo "demo.sh: building the roce-emu binary (cargo build --release)" >&2
 cargo build --release --quiet --bin roce-emu
-root=$(tools/dropin/debian.sh)/tree
+echo "demo.sh: Debian 12's RDMA programs (tools/dropin/debian.sh, cached after the first run)" >&2
+cache=$(tools/dropin/debian.sh)
+root=$cache/tree
 bin=$root/usr/bin
-# perftest also links Debian's libmlx5, libefa, librdmacm, libibumad and libpci.
-export LD_LIBRARY_PATH=$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# perftest also links Debian's libmlx5, libefa, librdmacm (and through it libnl-3),
+# libibumad and libpci: every library folder of the tree, as debian.sh lists them.
+export LD_LIBRARY_PATH=$(cat "$cache/libpath")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 run=(target/release/roce-emu run --)
 
 echo "== roce-emu run -- ibv_devinfo -d rxe_lo"

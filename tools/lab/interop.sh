@@ -61,6 +61,8 @@ if want_any $DROPIN_TESTS; then
   fi
   [ -f "$DROPIN/libibverbs.so.1" ] || { echo "FAIL: no libibverbs.so.1 in $DROPIN"; exit 1; }
   DEBIAN=$("$root/tools/dropin/debian.sh") || { echo "FAIL: tools/dropin/debian.sh (Debian 12's RDMA packages)"; exit 1; }
+  # Every library folder of the tree (libnl-3 is under lib/, the rest under usr/lib/).
+  DEBIAN_LIBS=$(cat "$DEBIAN/libpath")
   DEBIAN=$DEBIAN/tree
   [ -x "$DEBIAN/usr/bin/ibv_rc_pingpong" ] || { echo "FAIL: no ibv_rc_pingpong in $DEBIAN"; exit 1; }
 fi
@@ -327,8 +329,8 @@ nak_on_wire() { # FROM
 # tests: daemon:SOCKET).
 dropin_cmd() { # PROGRAM ARGS...: runs it on the host side, output in $T/host.txt
   local prog=$1 port=${DROPIN_PORT:-$LAB_HOST4}; shift
-  echo "+ LD_LIBRARY_PATH=$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu ROCE_EMU_DEVICES=rxe0=$port $prog $*" > "$T/host.txt"
-  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN/usr/lib/x86_64-linux-gnu" ROCE_EMU_DEVICES="rxe0=$port" \
+  echo "+ LD_LIBRARY_PATH=$DROPIN:$DEBIAN_LIBS ROCE_EMU_DEVICES=rxe0=$port $prog $*" > "$T/host.txt"
+  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN_LIBS" ROCE_EMU_DEVICES="rxe0=$port" \
     timeout 100 "$DEBIAN/usr/bin/$prog" "$@" < /dev/null >> "$T/host.txt" 2>&1
 }
 # dropin_client GUEST_CMD PROGRAM ARGS...: guest 1 serves, the Debian program connects. Neither
