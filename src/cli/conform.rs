@@ -24,7 +24,7 @@ pub struct Args {
     emu_ips: String,
     /// Attach the in-process roce-emu target to this `roce-emu daemon` (its port's
     /// address is then the target's): the scripts cross the daemon's routing.
-    #[arg(long = "emu-daemon", value_name = "SOCKET")]
+    #[arg(long = "daemon", alias = "emu-daemon", value_name = "SOCKET")]
     emu_daemon: Option<PathBuf>,
     /// Multiply every time bound of the scripts (a slow target: rxe in a TCG guest).
     #[arg(long = "time-scale", value_name = "K", default_value_t = 1.0)]
