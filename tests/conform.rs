@@ -199,7 +199,12 @@ fn conform_prints_a_line_per_script() {
     let total = scripts.len();
     for (k, (l, s)) in lines.iter().zip(&scripts).enumerate() {
         let role = format!("{:?}", s.role).to_lowercase();
-        let head = format!("[{:>w$}/{total}] {} ({role}): roce-emu ", k + 1, s.name, w = total.to_string().len());
+        let head = format!(
+            "[{:>w$}/{total}] {} ({role}): roce-emu ",
+            k + 1,
+            s.name,
+            w = total.to_string().len()
+        );
         assert!(l.starts_with(&head), "{l}\nwant {head}");
         assert!(l.ends_with(" s"), "{l}");
     }

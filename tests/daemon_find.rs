@@ -85,7 +85,14 @@ fn counters_and_fault_find_the_daemon() {
     let (t, err) = text(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(t.starts_with("port udp 127.0.41.1 (127.0.41.1)"), "{t}");
-    for g in ["counters ", "port_stats ", "l2 ", "leases ", "faults ", "capture "] {
+    for g in [
+        "counters ",
+        "port_stats ",
+        "l2 ",
+        "leases ",
+        "faults ",
+        "capture ",
+    ] {
         assert!(t.contains(&format!("\n  {g}")), "no {g}in\n{t}");
     }
     assert!(t.contains("(all others 0)") || t.contains("(all 0)"), "{t}");
@@ -119,7 +126,10 @@ fn counters_and_fault_find_the_daemon() {
     std::io::Read::read_to_string(w.stdout.as_mut().unwrap(), &mut s).unwrap();
     let stamps: Vec<&str> = s.lines().filter(|l| l.starts_with("--- ")).collect();
     assert!(stamps.len() >= 2, "{s}");
-    assert!(stamps[0].ends_with(" UTC ---") && stamps[0].len() == 31, "{s}");
+    assert!(
+        stamps[0].ends_with(" UTC ---") && stamps[0].len() == 31,
+        "{s}"
+    );
 
     // Two: listed, the user chooses.
     let b = D::start(&xdg, "127.0.41.2");
@@ -128,7 +138,10 @@ fn counters_and_fault_find_the_daemon() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("2 roce-emu daemons are running"), "{err}");
     for d in [&a, &b] {
-        assert!(err.contains(&format!("--daemon {}", d.1.display())), "{err}");
+        assert!(
+            err.contains(&format!("--daemon {}", d.1.display())),
+            "{err}"
+        );
     }
     assert!(err.contains("port udp 127.0.41.1") && err.contains("port udp 127.0.41.2"));
     drop(b);
@@ -142,7 +155,16 @@ fn a_refused_tool_is_told_to_attach() {
     let d = D::start(&xdg, "127.0.41.3");
     let out = run(
         &xdg,
-        &["perf", "write", "--bind", "127.0.41.3", "-p", "18643", "--wait", "2"],
+        &[
+            "perf",
+            "write",
+            "--bind",
+            "127.0.41.3",
+            "-p",
+            "18643",
+            "--wait",
+            "2",
+        ],
     );
     let (o, err) = text(&out);
     assert!(!out.status.success(), "{o}{err}");

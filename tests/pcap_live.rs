@@ -105,10 +105,21 @@ fn pcapng_time_direction_and_growing() {
     assert!(lines[1].starts_with("2 0.000001 out 198.18."), "{stdout}");
     assert!(lines[2].starts_with("3 2.000250 198.18."), "{stdout}");
     // The third frame's direction from the port's own address.
-    let dst = lines[2].split(" -> ").nth(1).unwrap().split(':').next().unwrap();
+    let dst = lines[2]
+        .split(" -> ")
+        .nth(1)
+        .unwrap()
+        .split(':')
+        .next()
+        .unwrap();
     let out = pcap(&["--local", dst], &path);
     assert!(
-        text(&out).0.lines().nth(2).unwrap().starts_with("3 2.000250 in "),
+        text(&out)
+            .0
+            .lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("3 2.000250 in "),
         "{}",
         text(&out).0
     );
@@ -172,7 +183,9 @@ fn equal_run(n: usize) -> Vec<Vec<u8>> {
         .filter(|f| common::is_udp_4791(f) && f[12..14] == [8, 0])
         .collect();
     for w in frames.windows(n) {
-        let same = w.iter().all(|f| f.len() == w[0].len() && f[26..34] == w[0][26..34]);
+        let same = w
+            .iter()
+            .all(|f| f.len() == w[0].len() && f[26..34] == w[0][26..34]);
         if same && w[0].len() > 200 {
             return w.to_vec();
         }

@@ -134,9 +134,7 @@ pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
         "leases", l["leased"], l["quarantined"], l["free"]
     );
     let rules = v["faults"]["rules"].as_array().cloned().unwrap_or_default();
-    let cleared = v["faults"]["cleared"]
-        .as_array()
-        .map_or(0, |c| c.len());
+    let cleared = v["faults"]["cleared"].as_array().map_or(0, |c| c.len());
     let _ = writeln!(
         out,
         "  {:<12} {} rules{}",
@@ -294,8 +292,14 @@ mod tests {
                 "nic": {"acks_sent": 2}, "qps": [{"qpn": 65536, "counters": {"sent_pkts": 4}}]}]
         });
         let t = render(&v, None);
-        assert!(t.contains("counters     rcvd_pkts 10, (all others 0)"), "{t}");
-        assert!(t.contains("port_stats   gso_sends 3, (all others 0)"), "{t}");
+        assert!(
+            t.contains("counters     rcvd_pkts 10, (all others 0)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("port_stats   gso_sends 3, (all others 0)"),
+            "{t}"
+        );
         assert!(t.contains("qp 0x010000: sent_pkts 4"), "{t}");
         assert!(t.contains("nic:   acks_sent 2"), "{t}");
         assert!(t.contains("capture      off"), "{t}");

@@ -3,8 +3,8 @@
 
 use crate::daemon::control::{self, ToDaemon, ToProcess};
 use crate::daemon::port::PortSpec;
-use crate::daemon::server::{self, Config, Daemon};
 use crate::daemon::report;
+use crate::daemon::server::{self, Config, Daemon};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;

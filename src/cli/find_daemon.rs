@@ -2,23 +2,19 @@
 //! given: the one answering at the default socket folder (`$XDG_RUNTIME_DIR/roce-emu/`
 //! or `/run/roce-emu/`, where `roce-emu daemon` listens by default).
 
-use crate::backend::daemon_path;
 use crate::daemon::client;
+use crate::daemon::port::PortSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long one daemon may take to say what port it has.
 const ASK: Duration = Duration::from_secs(2);
 
-/// The folders daemons listen in by default, this user's first (a user's runtime folder,
-/// then root's `/run/roce-emu`).
+/// The folder `roce-emu daemon` puts its socket in by default here (every port's
+/// default socket is in the same one): `$XDG_RUNTIME_DIR/roce-emu`, else `/run/roce-emu`.
 fn folders() -> Vec<PathBuf> {
-    let mut v = vec![daemon_path::socket_dir()];
-    let root = PathBuf::from("/run/roce-emu");
-    if !v.contains(&root) {
-        v.push(root);
-    }
-    v
+    let any = crate::daemon::server::default_socket(&PortSpec::Udp([127, 0, 0, 1].into()));
+    any.parent().map(Path::to_path_buf).into_iter().collect()
 }
 
 /// The sockets in `dir` (`*.sock`), sorted.

@@ -102,4 +102,3 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
         o.insert("icrc_ok".into(), json!(i.ok()));
     }
 }
-

@@ -241,9 +241,7 @@ pub fn decode_capture(
         if out_ok {
             let t0 = *first.get_or_insert(rec.time_ns);
             let rel = rec.time_ns - t0;
-            let dir = rec
-                .dir
-                .or_else(|| dir_by_address(&d, rec.own, &opts.local));
+            let dir = rec.dir.or_else(|| dir_by_address(&d, rec.own, &opts.local));
             let st = Stamp {
                 n: rec.n,
                 rel_ns: rel,

@@ -86,9 +86,9 @@ impl Iface {
         for o in &i.options {
             match o {
                 InterfaceDescriptionOption::IfTsResol(r) => f.tsresol = *r,
-                InterfaceDescriptionOption::IfIpv4Addr(a) if a.len() >= 4 => {
-                    f.own.push(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])))
-                }
+                InterfaceDescriptionOption::IfIpv4Addr(a) if a.len() >= 4 => f
+                    .own
+                    .push(IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3]))),
                 InterfaceDescriptionOption::IfIpv6Addr(a) if a.len() >= 16 => {
                     let b: [u8; 16] = a[..16].try_into().unwrap_or([0; 16]);
                     f.own.push(IpAddr::V6(Ipv6Addr::from(b)));
