@@ -251,3 +251,48 @@ fn gso_train_is_named_and_split() {
     assert!(stdout.contains("do not verify"), "{stdout}");
     assert!(err.contains("1 bad ICRC"), "{err}");
 }
+
+/// A real capture on `lo` (an AF_PACKET socket on lo while `roce-emu perf write -s 4096
+/// --mtu 1024` ran between 127.0.43.2 and 127.0.43.1, received copies only): each WRITE
+/// left as two GSO sends, FIRST (1056 bytes, with its RETH) + MIDDLE (1040), then MIDDLE
+/// + LAST. Before, both frames were "BAD ICRC" and the exit status 1.
+#[test]
+fn a_real_lo_capture_of_gso_trains_splits() {
+    let file = data("gso/lo_write_s4096_m1024.pcap");
+    let out = pcap(&[], &file);
+    let (stdout, err) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{err}");
+    assert!(err.contains("0 bad ICRC, 2 GSO trains split"), "{err}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].ends_with(
+            "GSO train of 2 packets, not split by the capture point (1 x 1056 + 1040 bytes):"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("1.1 ")
+            && lines[1].contains("RC_RDMA_WRITE_FIRST")
+            && lines[1].ends_with(" ok")
+    );
+    assert!(
+        lines[2].starts_with("1.2 ")
+            && lines[2].contains("RC_RDMA_WRITE_MIDDLE")
+            && lines[2].ends_with(" ok")
+    );
+    assert!(lines[3].contains("(2 x 1040 bytes)"), "{stdout}");
+    assert!(lines[5].contains("RC_RDMA_WRITE_LAST") && lines[5].ends_with(" ok"));
+    assert!(lines[6].starts_with("3 0.000322 ") && lines[6].contains("RC_ACKNOWLEDGE"));
+    let out = pcap(&["--json"], &file);
+    let v: Vec<serde_json::Value> = text(&out)
+        .0
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(v.len(), 3);
+    assert_eq!(v[0]["train"]["segment_len"], 1056);
+    assert_eq!(v[0]["train"]["last_len"], 1040);
+    assert_eq!(v[0]["segments"][0]["opcode_name"], "RC_RDMA_WRITE_FIRST");
+    assert_eq!(v[0]["segments"][1]["icrc_ok"], true);
+    assert_eq!(v[2]["time"], 0.000322);
+}

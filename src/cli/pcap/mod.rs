@@ -123,9 +123,14 @@ fn prefix(n: &str, time: &str, dir: Option<Dir>) -> String {
 
 /// "GSO train of N packets, not split by the capture point".
 fn train_words(t: &Train) -> String {
+    let sizes = if t.last_len == t.segment_len {
+        format!("{} x {} bytes", t.count, t.segment_len)
+    } else {
+        format!("{} x {} + {} bytes", t.count - 1, t.segment_len, t.last_len)
+    };
     format!(
-        "GSO train of {} packets, not split by the capture point ({} x {} bytes)",
-        t.count, t.count, t.segment_len
+        "GSO train of {} packets, not split by the capture point ({sizes})",
+        t.count
     )
 }
 
@@ -160,7 +165,12 @@ fn write_frame(
             if let Some(t) = train {
                 o.insert(
                     "train".into(),
-                    json!({"packets": t.count, "segment_len": t.segment_len, "split": t.split()}),
+                    json!({
+                        "packets": t.count,
+                        "segment_len": t.segment_len,
+                        "last_len": t.last_len,
+                        "split": t.split(),
+                    }),
                 );
                 if t.split() {
                     let segs: Vec<Value> = decoded_segments

@@ -6,12 +6,15 @@
 //! the capture shows the whole train as one UDP datagram: its "ICRC" is the last
 //! packet's, computed over that packet alone, so decoded as one packet it looks bad.
 //!
-//! Here a datagram whose ICRC is bad is tried as a train: cut into N >= 2 pieces of the
-//! same length, each piece checked with the IP and UDP headers its own datagram has after
-//! segmentation (lengths for one piece; IPv4 identification counting up from the train's,
-//! as the kernel numbers segments). A train whose every piece verifies is split; one whose
-//! pieces carry BTHs of one QP with consecutive PSNs, but whose ICRCs do not verify, is
-//! still named as a train (and counts as bad ICRC).
+//! Here a datagram whose ICRC is bad is tried as a train: cut as the kernel cuts it, into
+//! N >= 2 pieces of the GSO size, the last one possibly shorter (a WRITE FIRST with its
+//! RETH, then the MIDDLE packets 16 bytes shorter, say), each piece checked with the IP
+//! and UDP headers its own datagram has after segmentation (lengths for that piece; IPv4
+//! identification counting up from the train's, as the kernel numbers segments). A train
+//! whose every piece verifies is split; one whose pieces carry BTHs of one QP with
+//! consecutive PSNs, but whose ICRCs do not verify, is still named as a train (and counts
+//! as bad ICRC). Sizes that do not divide the datagram are tried only where the second
+//! piece starts with the next PSN of the first's QP, so the search stays cheap.
 
 use crate::wire::icrc::{self, Ipv4IdSolver};
 use crate::wire::pretty::RoceDecode;
@@ -32,8 +35,10 @@ const UDP_HDR: usize = 8;
 pub struct Train {
     /// Packets in the train.
     pub count: usize,
-    /// Bytes of each (BTH through ICRC).
+    /// Bytes of each (BTH through ICRC): the GSO size.
     pub segment_len: usize,
+    /// Bytes of the last one (at most `segment_len`).
+    pub last_len: usize,
     /// When every piece's ICRC verifies: each piece as its own IP datagram (IP and UDP
     /// headers as after segmentation, then the packet), to decode with `Link::Ip`.
     pub segments: Option<Vec<Vec<u8>>>,
@@ -71,29 +76,35 @@ fn headers(ip: &[u8], udp: &[u8], len: usize, id: Option<u16>) -> Option<(Vec<u8
     Some((ip, udp))
 }
 
-/// The BTHs of the pieces belong to one QP and their PSNs count up by one.
+/// The BTHs of the pieces belong to one QP and their PSNs count up by one (stops at the
+/// first piece that does not follow).
 fn bths_in_sequence(pieces: &[&[u8]]) -> bool {
-    let bths: Option<Vec<BthRepr>> = pieces
-        .iter()
-        .map(|p| BthRepr::parse(&bth::Packet::new_unchecked(*p)).ok())
-        .collect();
-    let Some(bths) = bths else { return false };
-    bths.windows(2).all(|w| {
-        w[0].dqpn == w[1].dqpn
-            && w[0].tver == 0
-            && w[1].psn.value() == (w[0].psn.value() + 1) & 0x00ff_ffff
-    })
+    let bth = |p: &[u8]| BthRepr::parse(&bth::Packet::new_unchecked(p)).ok();
+    let Some(mut prev) = pieces.first().and_then(|p| bth(p)) else {
+        return false;
+    };
+    for p in &pieces[1..] {
+        let Some(b) = bth(p) else { return false };
+        if b.dqpn != prev.dqpn
+            || b.tver != 0
+            || b.psn.value() != (prev.psn.value() + 1) & 0x00ff_ffff
+        {
+            return false;
+        }
+        prev = b;
+    }
+    true
 }
 
 /// Checks every piece's ICRC; on success, the pieces as datagrams.
 /// `solve`: also accept pieces whose IPv4 identifications follow no known numbering.
 fn verify_pieces(ip: &[u8], udp: &[u8], pieces: &[&[u8]], solve: bool) -> Option<Vec<Vec<u8>>> {
-    let len = pieces.first()?.len();
     let v4 = ip.first()? >> 4 == 4;
     let id0 = v4.then(|| u16::from_be_bytes([ip[IPV4_ID], ip[IPV4_ID + 1]]));
     let check = |k: usize, id: Option<u16>| -> Option<Vec<u8>> {
-        let (ip, udp) = headers(ip, udp, len, id)?;
         let piece = pieces[k];
+        let len = piece.len();
+        let (ip, udp) = headers(ip, udp, len, id)?;
         let (covered, _) = piece.split_at(len - ICRC_LEN);
         let computed = icrc::compute(&ip, &udp, covered).ok()?;
         let tail = &piece[len - ICRC_LEN..];
@@ -112,7 +123,7 @@ fn verify_pieces(ip: &[u8], udp: &[u8], pieces: &[&[u8]], solve: bool) -> Option
     let mut solver = Ipv4IdSolver::new();
     (0..pieces.len())
         .map(|k| {
-            let (ip0, udp) = headers(ip, udp, len, Some(0))?;
+            let (ip0, udp) = headers(ip, udp, pieces[k].len(), Some(0))?;
             if ip0.len() != 20 {
                 return None;
             }
@@ -131,25 +142,34 @@ pub fn detect(d: &RoceDecode<'_>) -> Option<Train> {
     let (ip, udp) = (d.frame.ip.bytes(), d.frame.udp.slice());
     let total = roce.len();
     let mut named: Option<Train> = None;
-    // Every length that divides the datagram into at least two packets, shortest first
+    // Every GSO size that cuts the datagram into at least two packets, shortest first
     // (RoCE packets are padded to 4 bytes).
-    for len in (MIN_PACKET..=total / 2).step_by(4) {
-        if total % len != 0 {
+    for len in (MIN_PACKET..total).step_by(4) {
+        let count = total.div_ceil(len);
+        let last_len = total - (count - 1) * len;
+        if last_len < MIN_PACKET {
+            continue;
+        }
+        // Cheap first: a size that leaves a shorter last piece must at least start the
+        // second piece with the next PSN of the first's QP.
+        if total % len != 0 && !bths_in_sequence(&[&roce[..len], &roce[len..]]) {
             continue;
         }
         let pieces: Vec<&[u8]> = roce.chunks(len).collect();
         let in_sequence = bths_in_sequence(&pieces);
         if let Some(segments) = verify_pieces(ip, udp, &pieces, in_sequence) {
             return Some(Train {
-                count: pieces.len(),
+                count,
                 segment_len: len,
+                last_len,
                 segments: Some(segments),
             });
         }
         if in_sequence && named.is_none() {
             named = Some(Train {
-                count: pieces.len(),
+                count,
                 segment_len: len,
+                last_len,
                 segments: None,
             });
         }
