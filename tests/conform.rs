@@ -180,3 +180,34 @@ fn script_errors_name_the_line_and_the_fix() {
     let e = conform::parse("f.rc", "f", "title \"t\"\nrole responder\nqp\n").unwrap_err();
     assert!(e.what.contains("no cite line"), "{e}");
 }
+
+/// `roce-emu conform` says each script's result on stderr as it finishes (name, role,
+/// result and time per target), in order, before the matrix on stdout.
+#[test]
+fn conform_prints_a_line_per_script() {
+    let dir = spec_dir().join("access");
+    let scripts = conform::load(std::slice::from_ref(&dir)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["conform", "--emu-ips", "127.0.78.40,127.0.78.41"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = common::proc::text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| l.starts_with('[')).collect();
+    assert_eq!(lines.len(), scripts.len(), "{stderr}");
+    let total = scripts.len();
+    for (k, (l, s)) in lines.iter().zip(&scripts).enumerate() {
+        let role = format!("{:?}", s.role).to_lowercase();
+        let head = format!(
+            "[{:>w$}/{total}] {} ({role}): roce-emu ",
+            k + 1,
+            s.name,
+            w = total.to_string().len()
+        );
+        assert!(l.starts_with(&head), "{l}\nwant {head}");
+        assert!(l.ends_with(" s"), "{l}");
+    }
+    // The matrix is still on stdout, unchanged in form.
+    assert!(stdout.starts_with("script"), "{stdout}");
+}

@@ -176,7 +176,7 @@ fn per_qp_counters_match_the_transfer_and_the_daemon_and_outlive_the_programs() 
 
     // The text table names the QPs with their counters.
     let out = Command::new(BIN)
-        .args(["counters", "--socket"])
+        .args(["counters", "--daemon"])
         .arg(&d.socket)
         .output()
         .unwrap();

@@ -104,7 +104,8 @@ fn ipv6_socket_addresses_are_bracketed() {
     let roce: Vec<&str> = stdout.lines().filter(|l| l.contains(" -> ")).collect();
     assert!(!roce.is_empty(), "{stdout}");
     for l in &roce {
-        let addrs = l.split(' ').nth(1).unwrap();
+        // "N TIME SRC -> DST ...": the frame number and its time come first.
+        let addrs = l.split(' ').nth(2).unwrap();
         assert!(addrs.starts_with("[2001:db8:4791::"), "{l}");
         assert!(
             l.contains("]:49441 -> [2001:db8:4791::") && l.contains("]:4791 "),

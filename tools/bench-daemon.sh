@@ -85,5 +85,5 @@ echo "median of $rounds: perf write $wsize B ($witers iterations): in-process $m
   "daemon $mwd MB/s, daemon/in-process $(ratio "$mwd" "$mwi") (target >= 0.8)"
 echo "median of $rounds: pingpong $psize B ($piters iterations): in-process $mpi us," \
   "daemon $mpd us, daemon/in-process $(ratio "$mpd" "$mpi")x (target <= 1.3)"
-echo "($(nproc) cores, $(uname -r), load average $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; daemon counters: $("$bin" counters --json --socket "$sock" 2>/dev/null |
+echo "($(nproc) cores, $(uname -r), load average $load0 before, $(cut -d' ' -f1-3 /proc/loadavg) after; daemon counters: $("$bin" counters --json --daemon "$sock" 2>/dev/null |
   python3 -c 'import json,sys; c=json.load(sys.stdin)["counters"]; print(", ".join(f"{k} {c[k]}" for k in ("hairpin_pkts","ring_full","no_owner")))' 2>/dev/null || echo unavailable))"

@@ -9,6 +9,7 @@
 
 pub mod afpacket;
 pub mod capture;
+pub mod daemon_path;
 #[cfg(test)]
 mod fake;
 pub mod fault;

@@ -78,7 +78,17 @@ pub struct UdpBackend {
 
 fn bind(addr: SocketAddr) -> Result<UdpSocket, BackendError> {
     let err = |source: std::io::Error| {
+        // A daemon's port: say to attach to it (the kind stays "in use" for the shared
+        // port's election, which reads it).
+        let source = match source.kind() {
+            ErrorKind::AddrInUse if addr.port() == ROCE_UDP_PORT => {
+                super::daemon_path::held_by_daemon(addr.ip()).unwrap_or(source)
+            }
+            _ => source,
+        };
+        let daemon = source.get_ref().is_some();
         let hint = match source.kind() {
+            _ if daemon => "",
             ErrorKind::AddrInUse => " (another NIC or rxe already uses this address and port)",
             ErrorKind::AddrNotAvailable => " (the address is not configured on this machine)",
             ErrorKind::PermissionDenied => " (permission denied)",

@@ -1,4 +1,5 @@
-//! `roce-emu conform`: plays the scripts of spec/ against targets and prints the matrix.
+//! `roce-emu conform`: plays the scripts of spec/ against targets, says each script's
+//! results on stderr as it finishes, and prints the matrix.
 
 use crate::conform::{self, report, TargetSpec};
 use std::net::IpAddr;
@@ -24,7 +25,7 @@ pub struct Args {
     emu_ips: String,
     /// Attach the in-process roce-emu target to this `roce-emu daemon` (its port's
     /// address is then the target's): the scripts cross the daemon's routing.
-    #[arg(long = "emu-daemon", value_name = "SOCKET")]
+    #[arg(long = "daemon", alias = "emu-daemon", value_name = "SOCKET")]
     emu_daemon: Option<PathBuf>,
     /// Multiply every time bound of the scripts (a slow target: rxe in a TCG guest).
     #[arg(long = "time-scale", value_name = "K", default_value_t = 1.0)]
@@ -83,11 +84,20 @@ fn go(a: &Args) -> Result<i32, String> {
     let labels: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
     let mut rows = Vec::new();
     for (n, s) in scripts.iter().enumerate() {
+        let mut times = Vec::with_capacity(targets.len());
         let results = targets
             .iter_mut()
-            .map(|t| (t.label.clone(), t.play(s, n, a.time_scale)))
+            .map(|t| {
+                let start = std::time::Instant::now();
+                let o = t.play(s, n, a.time_scale);
+                times.push(start.elapsed());
+                (t.label.clone(), o)
+            })
             .collect();
         let row = report::row(s, results);
+        // Progress on stderr as each script finishes (the matrix, on stdout, comes at the
+        // end): a run of many scripts against a slow target is not silent.
+        eprintln!("{}", report::progress_line(n, scripts.len(), &row, &times));
         tracing::info!(script = %s.name, marks = ?row.results.iter().map(|c| c.mark()).collect::<Vec<_>>());
         rows.push(row);
     }

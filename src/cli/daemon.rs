@@ -1,10 +1,10 @@
-//! `roce-emu daemon` (one port shared by the programs of a machine) and `roce-emu
-//! counters` (what it has moved, per port and per process).
+//! `roce-emu daemon` (one port shared by the programs of a machine) and `roce-emu fault`
+//! (its fault rules at run time); `roce-emu counters` is in [`super::counters`].
 
 use crate::daemon::control::{self, ToDaemon, ToProcess};
 use crate::daemon::port::PortSpec;
+use crate::daemon::report;
 use crate::daemon::server::{self, Config, Daemon};
-use crate::daemon::{lease, report};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -48,9 +48,10 @@ pub struct DaemonArgs {
 #[derive(clap::Args, Debug)]
 #[command(after_help = RULES_HELP)]
 pub struct FaultArgs {
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: PathBuf,
+    /// The daemon's control socket (default: the one daemon running at the default
+    /// path, $XDG_RUNTIME_DIR/roce-emu/ or /run/roce-emu/).
+    #[arg(long = "daemon", alias = "socket", value_name = "SOCKET")]
+    pub daemon: Option<PathBuf>,
     /// The rule, as words (`drop 5% in`); several rules separated by `;`. `list` shows the
     /// rules with their counters, `clear` removes them all.
     #[arg(value_name = "RULE", required = true, num_args = 1.., allow_hyphen_values = true)]
@@ -67,19 +68,6 @@ const RULES_HELP: &str = "Rules:
 The rate defaults to 100%; without in/out a rule acts both ways. Rules apply at the port to
 RoCE datagrams (never to ARP, ND or ICMP), each seeded (the same seed and packets give the
 same choices).";
-
-#[derive(clap::Args, Debug)]
-pub struct CountersArgs {
-    /// The daemon's control socket.
-    #[arg(long, value_name = "PATH")]
-    pub socket: PathBuf,
-    /// One JSON object instead of the table.
-    #[arg(long)]
-    pub json: bool,
-    /// Print again every SECS seconds until interrupted.
-    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
-    pub watch: Option<Duration>,
-}
 
 /// The config file's settings: `port = ...`, `socket = ...`, `quarantine = SECS`,
 /// `pcap = FILE`, `fault = RULE`, `neigh_timeout = SECS`; `#` starts a comment.
@@ -228,7 +216,8 @@ fn ask_keep(socket: &PathBuf, msg: &ToDaemon) -> Result<(socket2::Socket, ToProc
     }
 }
 
-fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
+/// The daemon's counters, as `roce-emu counters --json` prints them.
+pub(super) fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     use std::os::fd::AsFd;
     match ask_keep(socket, &ToDaemon::Counters)? {
         (s, ToProcess::Counters { json }) => report::collect_answer(s.as_fd(), json),
@@ -236,12 +225,19 @@ fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     }
 }
 
-/// `roce-emu fault --socket PATH RULE...`: sets each `;`-separated rule, stopping at the
-/// first the daemon refuses; then prints the rules in force with their counters.
+/// `roce-emu fault [--daemon SOCKET] RULE...`: sets each `;`-separated rule, stopping at
+/// the first the daemon refuses; then prints the rules in force with their counters.
 pub fn fault(args: &FaultArgs) -> i32 {
+    let socket = match super::find_daemon::resolve(args.daemon.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce-emu fault: {e}");
+            return 2;
+        }
+    };
     let text = args.rule.join(" ");
     for rule in text.split(';').map(str::trim).filter(|r| !r.is_empty()) {
-        match ask(&args.socket, &ToDaemon::Fault { rule: rule.into() }) {
+        match ask(&socket, &ToDaemon::Fault { rule: rule.into() }) {
             Ok(ToProcess::FaultSet { error: None }) => {}
             Ok(ToProcess::FaultSet { error: Some(e) }) => {
                 eprintln!("roce-emu fault: {rule:?}: {e}");
@@ -257,7 +253,7 @@ pub fn fault(args: &FaultArgs) -> i32 {
             }
         }
     }
-    match fetch(&args.socket) {
+    match fetch(&socket) {
         Ok(v) => {
             let rules = v["faults"]["rules"].as_array().cloned().unwrap_or_default();
             if rules.is_empty() {
@@ -276,112 +272,6 @@ pub fn fault(args: &FaultArgs) -> i32 {
         Err(e) => {
             eprintln!("roce-emu fault: {e}");
             1
-        }
-    }
-}
-
-fn print_table(v: &serde_json::Value) {
-    let c = &v["counters"];
-    println!(
-        "port {} {}",
-        v["port"]["kind"].as_str().unwrap_or("?"),
-        v["port"]["name"].as_str().unwrap_or("?")
-    );
-    if let Some(obj) = c.as_object() {
-        for (k, val) in obj {
-            println!("  {k:<16} {val}");
-        }
-    }
-    if let Some(o) = v["l2"].as_object() {
-        let l2: Vec<String> = o
-            .iter()
-            .filter(|(_, n)| n.as_u64().is_some_and(|n| n > 0))
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        println!("  l2               {}", l2.join(", "));
-    }
-    let l = &v["leases"];
-    println!(
-        "  leases           {} leased, {} in quarantine, {} free",
-        l["leased"], l["quarantined"], l["free"]
-    );
-    println!("processes");
-    println!(
-        "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  left",
-        "pid",
-        "uid",
-        "block",
-        "qpns",
-        "rcvd_pkts",
-        "rcvd_bytes",
-        "sent_pkts",
-        "sent_bytes",
-        "drops"
-    );
-    for p in v["processes"].as_array().into_iter().flatten() {
-        let n = |k: &str| p[k].as_u64().unwrap_or(0);
-        let qpns = p["block"]
-            .as_u64()
-            .and_then(|b| u8::try_from(b).ok())
-            .map(|b| {
-                let (lo, hi) = lease::range(b);
-                format!("{lo:#08x}-{hi:#08x}")
-            })
-            .unwrap_or_default();
-        println!(
-            "  {:>8} {:>6} {:>6} {:<17} {:>10} {:>12} {:>10} {:>12} {:>9}  {}",
-            n("pid"),
-            n("uid"),
-            n("block"),
-            qpns,
-            n("rcvd_pkts"),
-            n("rcvd_bytes"),
-            n("sent_pkts"),
-            n("sent_bytes"),
-            n("ring_full") + n("bad_source") + n("tx_dropped"),
-            p["left"].as_str().unwrap_or("")
-        );
-        let line = |c: &serde_json::Value| {
-            c.as_object()
-                .map(|o| {
-                    o.iter()
-                        .map(|(k, v)| format!("{k} {v}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
-                .unwrap_or_default()
-        };
-        let nic = line(&p["nic"]);
-        if !nic.is_empty() {
-            println!("      nic: {nic}");
-        }
-        for q in p["qps"].as_array().into_iter().flatten() {
-            let qpn = q["qpn"].as_u64().unwrap_or(0);
-            println!("      qp {qpn:#08x}: {}", line(&q["counters"]));
-        }
-        if n("report_errors") > 0 {
-            println!(
-                "      {} bad counter reports (last: {})",
-                n("report_errors"),
-                p["report_error"].as_str().unwrap_or("?")
-            );
-        }
-    }
-}
-
-pub fn counters(args: &CountersArgs) -> i32 {
-    loop {
-        match fetch(&args.socket) {
-            Ok(v) if args.json => println!("{v}"),
-            Ok(v) => print_table(&v),
-            Err(e) => {
-                eprintln!("roce-emu counters: {e}");
-                return 1;
-            }
-        }
-        match args.watch {
-            Some(d) => std::thread::sleep(d),
-            None => return 0,
         }
     }
 }

@@ -13,9 +13,10 @@ use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct EnvArgs {
-    /// The devices programs see, as ROCE_EMU_DEVICES takes them
-    /// (NAME=ADDR[@MTU],...; default: one per interface of this machine).
-    #[arg(long, value_name = "NAME=ADDR[@MTU],...")]
+    /// The devices programs see, as ROCE_EMU_DEVICES takes them: NAME=ADDR[@MTU] (a port
+    /// of this NIC's own) or NAME=daemon:SOCKET[@MTU] (a `roce-emu daemon`'s port), comma
+    /// separated (default: one per interface of this machine).
+    #[arg(long, value_name = "NAME=ADDR[@MTU]|NAME=daemon:SOCKET,...")]
     pub devices: Option<String>,
 }
 

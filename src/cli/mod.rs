@@ -1,9 +1,11 @@
 //! People-facing tools: `roce-emu <command>`.
 
 pub mod conform;
+pub mod counters;
 pub mod daemon;
 pub mod demo;
 pub mod dropin;
+pub mod find_daemon;
 pub mod install;
 pub mod oob;
 pub mod pcap;
@@ -48,9 +50,9 @@ enum Command {
     /// Own one port (UDP, TAP, AF_PACKET) and share it among the programs of this machine.
     Daemon(daemon::DaemonArgs),
     /// A daemon's counters: the port's and each process's.
-    Counters(daemon::CountersArgs),
-    /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault --socket PATH
-    /// drop 5% in`.
+    Counters(counters::CountersArgs),
+    /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault [--daemon
+    /// SOCKET] drop 5% in`.
     Fault(daemon::FaultArgs),
     /// Play the conformance scripts of spec/ against roce-emu and other NICs' agents
     /// (real rxe in the lab), packet by packet; print the matrix.
@@ -167,7 +169,7 @@ pub fn main() -> i32 {
         Command::Run(args) => dropin::run(&args),
         Command::Devinfo(args) => dropin::devinfo(&args),
         Command::Daemon(args) => daemon::run(&args),
-        Command::Counters(args) => daemon::counters(&args),
+        Command::Counters(args) => counters::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
         Command::Conform(args) => conform::run(&args),
         Command::GenDocs(args) => install::run(&args),

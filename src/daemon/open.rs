@@ -163,10 +163,7 @@ pub fn default_socket(spec: &PortSpec) -> PathBuf {
         PortSpec::Tap { name, .. } => format!("tap-{name}"),
         PortSpec::AfPacket { iface, .. } => format!("afpacket-{iface}"),
     };
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run"));
-    base.join("roce-emu").join(format!("{name}.sock"))
+    crate::backend::daemon_path::socket_dir().join(format!("{name}.sock"))
 }
 
 /// What a frame port (TAP, AF_PACKET) reports of itself: its kind, name, addresses, MAC

@@ -39,7 +39,7 @@ impl Daemon {
     /// `roce-emu counters --json`.
     pub fn counters(&self) -> serde_json::Value {
         let out = Command::new(BIN)
-            .args(["counters", "--json", "--socket"])
+            .args(["counters", "--json", "--daemon"])
             .arg(&self.socket)
             .output()
             .unwrap();
@@ -51,10 +51,10 @@ impl Daemon {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// `roce-emu fault --socket SOCKET RULE...`, which must be taken.
+    /// `roce-emu fault --daemon SOCKET RULE...`, which must be taken.
     pub fn fault(&self, rule: &[&str]) {
         let out = Command::new(BIN)
-            .args(["fault", "--socket"])
+            .args(["fault", "--daemon"])
             .arg(&self.socket)
             .args(rule)
             .output()

@@ -446,7 +446,7 @@ daemon_up() { # tap|afpacket: starts the test's daemon; sets DKIND DPID DSOCK DA
 daemon_down() { # stops the test's daemon (SIGTERM by PID); fails unless it exits 0 and cleans up
   local rc=0 drc w=0
   if [ -n "$DPID" ]; then
-    "$BIN" counters --socket "$DSOCK" --json > "$T/counters.json" 2>&1
+    "$BIN" counters --daemon "$DSOCK" --json > "$T/counters.json" 2>&1
     # Where frames may have been lost on the way in: the interface's counters, and the
     # daemon's packet socket (its receive buffer and drops: `d` in skmem).
     { h ip -s link show "$DIFACE"; [ "$DKIND" = tap ] || h ss -0 -a -m -p; } > "$T/link.txt" 2>&1

@@ -194,11 +194,19 @@ fn elect(ip: IpAddr, claim: Option<u8>, deadline: Instant) -> Result<Role, Backe
             Err(member::JoinError::NoHub) => {}
         }
         if Instant::now() >= deadline {
+            // A daemon's port: say how to attach to it.
+            let (source, hint) = match crate::backend::daemon_path::held_by_daemon(ip) {
+                Some(e) => (e, ""),
+                None => (
+                    ErrorKind::AddrInUse.into(),
+                    " (held by a NIC that does not share the address (rxe, or a NIC \
+                     opened with sharing off), or its hub does not answer)",
+                ),
+            };
             return Err(BackendError::Bind {
                 addr: SocketAddr::new(ip, ROCE_UDP_PORT),
-                source: ErrorKind::AddrInUse.into(),
-                hint: " (held by a NIC that does not share the address (rxe, or a NIC \
-                       opened with sharing off), or its hub does not answer)",
+                source,
+                hint,
             });
         }
         std::thread::sleep(RETRY);

@@ -1,0 +1,317 @@
+//! `roce-emu counters`: what a daemon has moved, per port and per process. The text shows
+//! every group `--json` has (port counters, port_stats, l2, leases, faults, capture, each
+//! process with its engine counters and per-QP counters), zeros folded into "(all others
+//! 0)"; `--watch` stamps each refresh with the time and the main counters' rates since the
+//! last.
+
+use crate::daemon::lease;
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+#[derive(clap::Args, Debug)]
+pub struct CountersArgs {
+    /// The daemon's control socket (default: the one daemon running at the default
+    /// path, $XDG_RUNTIME_DIR/roce-emu/ or /run/roce-emu/).
+    #[arg(long = "daemon", alias = "socket", value_name = "SOCKET")]
+    pub daemon: Option<PathBuf>,
+    /// One JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Print again every SECS seconds until interrupted, each time stamped.
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub watch: Option<Duration>,
+}
+
+/// The counters whose rates `--watch` shows: the port's and each process's.
+const RATED: &[&str] = &[
+    "rcvd_pkts",
+    "sent_pkts",
+    "hairpin_pkts",
+    "rcvd_bytes",
+    "sent_bytes",
+];
+
+/// The previous refresh, for rates.
+pub struct Before<'a> {
+    pub v: &'a Value,
+    pub elapsed: Duration,
+}
+
+/// `k v` for every field of `o` but `skip`: numbers that are not 0, other scalars that are
+/// not null, and `(all others 0)` when some were 0. Objects and arrays are left to the
+/// caller.
+fn fields(o: &Map<String, Value>, skip: &[&str], rate: &dyn Fn(&str, u64) -> String) -> String {
+    let mut shown = Vec::new();
+    let mut zeros = 0;
+    for (k, v) in o {
+        if skip.contains(&k.as_str()) {
+            continue;
+        }
+        match v {
+            Value::Number(n) if n.as_u64() == Some(0) => zeros += 1,
+            Value::Number(n) => shown.push(format!("{k} {n}{}", rate(k, n.as_u64().unwrap_or(0)))),
+            Value::String(s) => shown.push(format!("{k} {s:?}")),
+            Value::Bool(b) => shown.push(format!("{k} {b}")),
+            Value::Null | Value::Object(_) | Value::Array(_) => {}
+        }
+    }
+    match (shown.is_empty(), zeros) {
+        (true, 0) => "(none)".into(),
+        (true, _) => "(all 0)".into(),
+        (false, 0) => shown.join(", "),
+        (false, _) => format!("{}, (all others 0)", shown.join(", ")),
+    }
+}
+
+/// " (+N/s)" for a rated counter that moved since `before`.
+fn rate_of(before: Option<&Value>, elapsed: Duration, k: &str, now: u64) -> String {
+    let Some(b) = before.and_then(|b| b[k].as_u64()) else {
+        return String::new();
+    };
+    if !RATED.contains(&k) || elapsed.is_zero() {
+        return String::new();
+    }
+    let per_s = now.saturating_sub(b) as f64 / elapsed.as_secs_f64();
+    format!(" ({per_s:+.0}/s)")
+}
+
+fn no_rate(_: &str, _: u64) -> String {
+    String::new()
+}
+
+/// One group: `  NAME  fields`, or what a null group means.
+fn group(out: &mut String, name: &str, v: &Value, null: &str) {
+    let text = match v {
+        Value::Object(o) => fields(o, &[], &no_rate),
+        Value::Null => null.to_string(),
+        other => other.to_string(),
+    };
+    let _ = writeln!(out, "  {name:<12} {text}");
+}
+
+/// The process of `before` with the same pid and block as `p`.
+fn same_process<'a>(before: Option<&'a Value>, p: &Value) -> Option<&'a Value> {
+    before?["processes"]
+        .as_array()?
+        .iter()
+        .find(|q| q["pid"] == p["pid"] && q["block"] == p["block"])
+}
+
+/// The counters as text; with `before`, rates of the main counters since then.
+pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
+    let mut out = String::new();
+    let port = &v["port"];
+    let addrs: Vec<String> = port["addrs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| a.as_str().unwrap_or("?").to_string())
+        .collect();
+    let _ = writeln!(
+        out,
+        "port {} {} ({}), MTU {}",
+        port["kind"].as_str().unwrap_or("?"),
+        port["name"].as_str().unwrap_or("?"),
+        addrs.join(", "),
+        port["mtu"]
+    );
+    let elapsed = before.map_or(Duration::ZERO, |b| b.elapsed);
+    let bv = before.map(|b| b.v);
+    let port_rate = |k: &str, n: u64| rate_of(bv.map(|b| &b["counters"]), elapsed, k, n);
+    let counters = match &v["counters"] {
+        Value::Object(o) => fields(o, &[], &port_rate),
+        _ => "(none)".into(),
+    };
+    let _ = writeln!(out, "  {:<12} {counters}", "counters");
+    group(&mut out, "port_stats", &v["port_stats"], "(none)");
+    group(&mut out, "l2", &v["l2"], "(none: a UDP port has no frames)");
+    let l = &v["leases"];
+    let _ = writeln!(
+        out,
+        "  {:<12} {} leased, {} in quarantine, {} free",
+        "leases", l["leased"], l["quarantined"], l["free"]
+    );
+    let rules = v["faults"]["rules"].as_array().cloned().unwrap_or_default();
+    let cleared = v["faults"]["cleared"].as_array().map_or(0, |c| c.len());
+    let _ = writeln!(
+        out,
+        "  {:<12} {} rules{}",
+        "faults",
+        rules.len(),
+        if cleared > 0 {
+            format!(", {cleared} cleared")
+        } else {
+            String::new()
+        }
+    );
+    for r in &rules {
+        let _ = writeln!(
+            out,
+            "    {:<56} matched {} applied {}",
+            r["rule"].as_str().unwrap_or("?"),
+            r["matched"],
+            r["applied"]
+        );
+    }
+    group(&mut out, "capture", &v["capture"], "off");
+    let procs = v["processes"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(out, "processes: {}", procs.len());
+    for p in &procs {
+        render_process(&mut out, p, same_process(bv, p), elapsed);
+    }
+    out
+}
+
+fn render_process(out: &mut String, p: &Value, before: Option<&Value>, elapsed: Duration) {
+    let qpns = p["block"]
+        .as_u64()
+        .and_then(|b| u8::try_from(b).ok())
+        .map(|b| {
+            let (lo, hi) = lease::range(b);
+            format!(" (QPNs {lo:#08x}-{hi:#08x})")
+        })
+        .unwrap_or_default();
+    let left = match p["left"].as_str() {
+        Some(why) => format!(", left: {why}"),
+        None => ", attached".into(),
+    };
+    let _ = writeln!(
+        out,
+        "  pid {} uid {} block {}{qpns}{left}",
+        p["pid"], p["uid"], p["block"]
+    );
+    let o = p.as_object().cloned().unwrap_or_default();
+    let rate = |k: &str, n: u64| rate_of(before, elapsed, k, n);
+    let skip = ["pid", "uid", "block", "left", "report_error"];
+    let _ = writeln!(out, "    ring:  {}", fields(&o, &skip, &rate));
+    if let Some(e) = p["report_error"].as_str() {
+        let _ = writeln!(out, "    last bad counter report: {e}");
+    }
+    let nic = match &p["nic"] {
+        Value::Object(n) => fields(n, &[], &no_rate),
+        _ => "(no report yet)".into(),
+    };
+    let _ = writeln!(out, "    nic:   {nic}");
+    for q in p["qps"].as_array().into_iter().flatten() {
+        let c = match &q["counters"] {
+            Value::Object(c) => fields(c, &[], &no_rate),
+            _ => "(none)".into(),
+        };
+        let _ = writeln!(out, "    qp {:#08x}: {c}", q["qpn"].as_u64().unwrap_or(0));
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` (civil from days, Howard Hinnant's algorithm: no time
+/// zone data needed).
+pub fn utc_stamp(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+pub fn counters(args: &CountersArgs) -> i32 {
+    let socket = match super::find_daemon::resolve(args.daemon.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce-emu counters: {e}");
+            return 2;
+        }
+    };
+    let mut prev: Option<(Value, Instant)> = None;
+    loop {
+        let v = match super::daemon::fetch(&socket) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("roce-emu counters: {e}");
+                return 1;
+            }
+        };
+        let now = Instant::now();
+        if args.json {
+            println!("{v}");
+        } else {
+            if args.watch.is_some() {
+                println!("--- {} ---", utc_stamp(SystemTime::now()));
+            }
+            let before = prev.as_ref().map(|(b, t)| Before {
+                v: b,
+                elapsed: now.duration_since(*t),
+            });
+            print!("{}", render(&v, before.as_ref()));
+        }
+        match args.watch {
+            Some(d) => {
+                prev = Some((v, now));
+                std::thread::sleep(d);
+            }
+            None => return 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_stamp_is_civil_time() {
+        let t = UNIX_EPOCH + Duration::from_secs(1_795_000_000);
+        assert_eq!(utc_stamp(t), "2026-11-18 11:06:40 UTC");
+        assert_eq!(utc_stamp(UNIX_EPOCH), "1970-01-01 00:00:00 UTC");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert_eq!(utc_stamp(leap), "2000-02-29 00:00:00 UTC");
+    }
+
+    #[test]
+    fn zeros_fold_and_rates_show() {
+        let v: Value = serde_json::json!({
+            "port": {"kind": "udp", "name": "127.0.0.9", "addrs": ["127.0.0.9"], "mtu": 1500},
+            "counters": {"rcvd_pkts": 10, "sent_pkts": 0, "refused": 0},
+            "port_stats": {"gso_sends": 3, "truncated": 0},
+            "l2": null, "capture": null,
+            "leases": {"leased": 1, "quarantined": 0, "free": 254},
+            "faults": {"rules": [], "cleared": []},
+            "processes": [{"pid": 7, "uid": 0, "block": 1, "left": null, "rcvd_pkts": 5,
+                "sent_pkts": 0, "report_error": null,
+                "nic": {"acks_sent": 2}, "qps": [{"qpn": 65536, "counters": {"sent_pkts": 4}}]}]
+        });
+        let t = render(&v, None);
+        assert!(
+            t.contains("counters     rcvd_pkts 10, (all others 0)"),
+            "{t}"
+        );
+        assert!(
+            t.contains("port_stats   gso_sends 3, (all others 0)"),
+            "{t}"
+        );
+        assert!(t.contains("qp 0x010000: sent_pkts 4"), "{t}");
+        assert!(t.contains("nic:   acks_sent 2"), "{t}");
+        assert!(t.contains("capture      off"), "{t}");
+        let mut b = v.clone();
+        b["counters"]["rcvd_pkts"] = 4.into();
+        b["processes"][0]["rcvd_pkts"] = 1.into();
+        let before = Before {
+            v: &b,
+            elapsed: Duration::from_secs(2),
+        };
+        let t = render(&v, Some(&before));
+        assert!(t.contains("rcvd_pkts 10 (+3/s)"), "{t}");
+        assert!(t.contains("rcvd_pkts 5 (+2/s)"), "{t}");
+    }
+}
