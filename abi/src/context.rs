@@ -109,7 +109,9 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         cqs: Mutex::new(HashMap::new()),
     });
     tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
-    Box::leak(ctx).ibv()
+    let ctx = Box::leak(ctx);
+    crate::exit::opened(&ctx.nic);
+    ctx.ibv()
 }
 
 #[no_mangle]
@@ -119,6 +121,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ffi::ibv_context) -> c_int {
     }
     // SAFETY: a context we opened with Box::leak; the program stops using it now.
     let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
+    crate::exit::closing(&ctx.nic);
     ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
     if ctx.v.context.cmd_fd >= 0 {
         // SAFETY: the /dev/null fd opened for this context, closed once.

@@ -28,6 +28,7 @@ mod context;
 mod cq;
 mod device;
 mod errno;
+mod exit;
 mod ffi;
 mod fork;
 mod mr;

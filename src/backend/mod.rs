@@ -172,6 +172,11 @@ pub trait Backend: Send {
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         None
     }
+    /// Hands on what the port holds for others before the NIC goes (its program may be
+    /// exiting, with no destructor to come): a capture's buffered frames go to the file.
+    /// Packets a port forwards to other NICs it serves (a shared address's hub) are not
+    /// held here but on its socket: the caller receives once more for those.
+    fn flush_held(&mut self) {}
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -200,6 +205,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         (**self).l2_stats()
+    }
+    fn flush_held(&mut self) {
+        (**self).flush_held()
     }
 }
 
