@@ -58,6 +58,9 @@ pub struct PortStats {
     /// Datagrams dropped because their socket stayed unwritable too long: a NIC whose
     /// queue is full drops too, and the transport retransmits.
     pub tx_stalled: u64,
+    /// Datagrams larger than the port's MTU (a TAP or AF_PACKET link's): dropped, never
+    /// sent (a QP's path MTU larger than the link's; logged at warn, rate-limited).
+    pub tx_over_mtu: u64,
     /// Datagrams a fault rule ([`fault::Lossy`]) dropped on transmit.
     pub fault_dropped: u64,
     /// Packets written to a capture ([`capture::Capture`]), and captures that failed
@@ -100,6 +103,7 @@ impl PortStats {
             gro_datagrams,
             gro_segments,
             tx_stalled,
+            tx_over_mtu,
             fault_dropped,
             captured,
             capture_errors,
@@ -122,6 +126,7 @@ impl PortStats {
         self.gro_datagrams += gro_datagrams;
         self.gro_segments += gro_segments;
         self.tx_stalled += tx_stalled;
+        self.tx_over_mtu += tx_over_mtu;
         self.fault_dropped += fault_dropped;
         self.captured += captured;
         self.capture_errors += capture_errors;
