@@ -32,6 +32,7 @@ mod exit;
 mod ffi;
 mod fork;
 mod mr;
+mod pcap;
 mod qp;
 mod strings;
 mod stubs;

@@ -236,8 +236,10 @@ impl<B: Backend> Backend for Capture<B> {
             Sink::Pcap(Some(w)) => {
                 if w.flush().is_err() {
                     self.errors += 1;
-                    self.out = Sink::Pcap(None);
                 }
+                // The capture ends here: the program may be exiting, and a frame written
+                // after this flush could be cut short in the file.
+                self.out = Sink::Pcap(None);
             }
             Sink::Pcap(None) => {}
             Sink::Pcapng(f) => f.flush(),

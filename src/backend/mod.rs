@@ -178,7 +178,8 @@ pub trait Backend: Send {
         None
     }
     /// Hands on what the port holds for others before the NIC goes (its program may be
-    /// exiting, with no destructor to come): a capture's buffered frames go to the file.
+    /// exiting, with no destructor to come): a capture's buffered frames go to the file,
+    /// and the capture ends.
     /// Packets a port forwards to other NICs it serves (a shared address's hub) are not
     /// held here but on its socket: the caller receives once more for those.
     fn flush_held(&mut self) {}

@@ -78,6 +78,10 @@ pub struct Device {
     pub gso: bool,
     /// Write every packet sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// Say on stderr, when the NIC closes or its program exits, how many packets the
+    /// capture holds ([`Context::capture_summary`]): for the drop-in, whose programs know
+    /// nothing of the capture. The tools print the summary themselves.
+    pub pcap_report: bool,
     /// Drop this share of transmitted datagrams, seeded (`--loss`, `--seed`).
     pub loss: Option<(f64, u64)>,
     /// Start the progress thread (default). Without it only the program's own calls
@@ -99,6 +103,7 @@ impl Device {
             share: true,
             gso: true,
             pcap: None,
+            pcap_report: false,
             loss: None,
             progress_thread: true,
             daemon: None,
@@ -171,6 +176,8 @@ pub struct Context {
     /// lock.
     mem: Arc<MrTable>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The capture to report on at close (`Device::pcap_report`).
+    report: Option<PathBuf>,
 }
 
 impl Context {
@@ -237,6 +244,7 @@ impl Context {
             shared,
             mem,
             thread,
+            report: dev.pcap.clone().filter(|_| dev.pcap_report),
         })
     }
 
@@ -489,13 +497,23 @@ impl Context {
     /// (the NAK of the request that failed, the ACK of the last message, a capture's
     /// buffered frames). Waits at most `max` for the NIC, which a thread of the program may
     /// hold; false if it could not have it. The NIC stays usable.
+    /// A capture ends here: frames recorded after it could be cut short by the exit.
     pub fn flush_at_exit(&self, max: Duration) -> bool {
         match self.shared.lock_within(max) {
             Some(mut nic) => {
                 nic.close_out(&self.shared);
+                self.report_capture(&nic);
                 true
             }
             None => false,
+        }
+    }
+
+    /// The capture summary on stderr, if asked for (`Device::pcap_report`).
+    fn report_capture(&self, nic: &progress::Nic) {
+        if let Some(path) = &self.report {
+            let line = summary_line(path, &nic.driver.backend.stats(), &nic.driver.io);
+            eprintln!("roce-emu: {line}");
         }
     }
 
@@ -512,25 +530,29 @@ impl Context {
     /// For `--pcap`: a line saying how many packets the capture holds and how many the
     /// NIC sent and received, which should be equal (every packet, one frame each).
     pub fn capture_summary(&self, path: &std::path::Path) -> String {
-        let (p, io) = (self.port_stats(), self.io_stats());
-        let sent = io.tx_datagrams - p.fault_dropped;
-        let mut line = format!(
-            "{}: {} packets captured ({} sent + {} received)",
-            path.display(),
-            p.captured,
-            sent,
-            io.rx_datagrams
-        );
-        if p.capture_errors > 0 {
-            line.push_str(": the capture failed (disk full?) and stopped early");
-        }
-        line
+        summary_line(path, &self.port_stats(), &self.io_stats())
     }
 
     /// The port's counters (GSO/GRO, drops, capture, faults).
     pub fn port_stats(&self) -> PortStats {
         self.shared.lock().driver.backend.stats()
     }
+}
+
+/// [`Context::capture_summary`]'s line.
+fn summary_line(path: &std::path::Path, p: &PortStats, io: &IoStats) -> String {
+    let sent = io.tx_datagrams - p.fault_dropped;
+    let mut line = format!(
+        "{}: {} packets captured ({} sent + {} received)",
+        path.display(),
+        p.captured,
+        sent,
+        io.rx_datagrams
+    );
+    if p.capture_errors > 0 {
+        line.push_str(": the capture failed (disk full?) and stopped early");
+    }
+    line
 }
 
 impl Drop for Context {
@@ -540,7 +562,9 @@ impl Drop for Context {
             let _ = t.join();
         }
         // What the engine still has (a NAK, the ACK of the last message) leaves now.
-        self.shared.lock().close_out(&self.shared);
+        let mut nic = self.shared.lock();
+        nic.close_out(&self.shared);
+        self.report_capture(&nic);
     }
 }
 
