@@ -47,9 +47,12 @@ fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if let Ok(filter) = std::env::var("ROCE_EMU_LOG") {
+            // Colours only for a terminal: a log redirected to a file gets no escape codes.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
                 .with_writer(std::io::stderr)
+                .with_ansi(ansi)
                 .try_init();
         }
     });
