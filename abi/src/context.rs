@@ -63,7 +63,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
     // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
     device.daemon.clone_from(&dev.port.daemon);
     device.pcap = crate::pcap::path(&dev.port.name);
-    device.pcap_report = true;
+    device.pcap_report = Some(crate::pcap::report);
     let nic = match device.open() {
         Ok(n) => n,
         Err(e) => {

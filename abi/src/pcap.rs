@@ -33,6 +33,11 @@ fn name(base: &Path, device: &str, pid: u32, n: u32) -> PathBuf {
     base.with_file_name(file)
 }
 
+/// The capture's summary, on the program's stderr at close or exit.
+pub fn report(line: &str) {
+    eprintln!("roce-emu: {line}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

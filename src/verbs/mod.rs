@@ -78,10 +78,10 @@ pub struct Device {
     pub gso: bool,
     /// Write every packet sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
-    /// Say on stderr, when the NIC closes or its program exits, how many packets the
-    /// capture holds ([`Context::capture_summary`]): for the drop-in, whose programs know
-    /// nothing of the capture. The tools print the summary themselves.
-    pub pcap_report: bool,
+    /// Called, when the NIC closes or its program exits, with the line saying how many
+    /// packets the capture holds ([`Context::capture_summary`]): for the drop-in, whose
+    /// programs know nothing of the capture. The tools print the summary themselves.
+    pub pcap_report: Option<fn(&str)>,
     /// Drop this share of transmitted datagrams, seeded (`--loss`, `--seed`).
     pub loss: Option<(f64, u64)>,
     /// Start the progress thread (default). Without it only the program's own calls
@@ -103,7 +103,7 @@ impl Device {
             share: true,
             gso: true,
             pcap: None,
-            pcap_report: false,
+            pcap_report: None,
             loss: None,
             progress_thread: true,
             daemon: None,
@@ -176,8 +176,8 @@ pub struct Context {
     /// lock.
     mem: Arc<MrTable>,
     thread: Option<std::thread::JoinHandle<()>>,
-    /// The capture to report on at close (`Device::pcap_report`).
-    report: Option<PathBuf>,
+    /// The capture to report on at close, and to whom (`Device::pcap_report`).
+    report: Option<(PathBuf, fn(&str))>,
 }
 
 impl Context {
@@ -244,7 +244,7 @@ impl Context {
             shared,
             mem,
             thread,
-            report: dev.pcap.clone().filter(|_| dev.pcap_report),
+            report: dev.pcap.clone().zip(dev.pcap_report),
         })
     }
 
@@ -515,11 +515,14 @@ impl Context {
         }
     }
 
-    /// The capture summary on stderr, if asked for (`Device::pcap_report`).
+    /// The capture summary to whoever asked for it (`Device::pcap_report`).
     fn report_capture(&self, nic: &progress::Nic) {
-        if let Some(path) = &self.report {
-            let line = summary_line(path, &nic.driver.backend.stats(), &nic.driver.io);
-            eprintln!("roce-emu: {line}");
+        if let Some((path, report)) = &self.report {
+            report(&summary_line(
+                path,
+                &nic.driver.backend.stats(),
+                &nic.driver.io,
+            ));
         }
     }
 
