@@ -60,6 +60,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where a line for the user goes (`Device::pcap_report`).
+pub type Report = fn(&str);
+
 /// Which port to open and how.
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -81,7 +84,7 @@ pub struct Device {
     /// Called, when the NIC closes or its program exits, with the line saying how many
     /// packets the capture holds ([`Context::capture_summary`]): for the drop-in, whose
     /// programs know nothing of the capture. The tools print the summary themselves.
-    pub pcap_report: Option<fn(&str)>,
+    pub pcap_report: Option<Report>,
     /// Drop this share of transmitted datagrams, seeded (`--loss`, `--seed`).
     pub loss: Option<(f64, u64)>,
     /// Start the progress thread (default). Without it only the program's own calls
@@ -177,7 +180,7 @@ pub struct Context {
     mem: Arc<MrTable>,
     thread: Option<std::thread::JoinHandle<()>>,
     /// The capture to report on at close, and to whom (`Device::pcap_report`).
-    report: Option<(PathBuf, fn(&str))>,
+    report: Option<(PathBuf, Report)>,
 }
 
 impl Context {
