@@ -15,6 +15,14 @@
 //! `verbs::Context` (an engine, a port, a progress thread); memory regions are the
 //! program's own memory (`Backing::foreign`).
 //!
+//! The environment: `ROCE_EMU_DEVICES` (the devices, `verbs::discover`), `ROCE_EMU_LOG`
+//! (the library's log on stderr, e.g. `debug`: why a request was refused, a GID index the
+//! device lacks, ...; colours only on a terminal) and `ROCE_EMU_PCAP=FILE` (every device
+//! a program opens writes a capture of its own, [`pcap`]).
+//!
+//! A program's exit: most programs exit without `ibv_close_device`; an `atexit` handler
+//! hands on what each NIC still holds (a NAK, the last ACK, capture buffers: [`exit`]).
+//!
 //! Unsafe: this crate is the C ABI, so raw pointers from the program are its job. Each
 //! `unsafe` block says why it is sound, given what the verbs API promises about the
 //! pointers a program passes (ibv_* man pages); a pointer we did not hand out is the
