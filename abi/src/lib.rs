@@ -18,10 +18,10 @@
 //! The environment: `ROCE_EMU_DEVICES` (the devices, `verbs::discover`), `ROCE_EMU_LOG`
 //! (the library's log on stderr, e.g. `debug`: why a request was refused, a GID index the
 //! device lacks, ...; colours only on a terminal) and `ROCE_EMU_PCAP=FILE` (every device
-//! a program opens writes a capture of its own, [`pcap`]).
+//! a program opens writes a capture of its own, module `pcap`).
 //!
 //! A program's exit: most programs exit without `ibv_close_device`; an `atexit` handler
-//! hands on what each NIC still holds (a NAK, the last ACK, capture buffers: [`exit`]).
+//! hands on what each NIC still holds (a NAK, the last ACK, capture buffers: module `exit`).
 //!
 //! Unsafe: this crate is the C ABI, so raw pointers from the program are its job. Each
 //! `unsafe` block says why it is sound, given what the verbs API promises about the
