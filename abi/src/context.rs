@@ -62,6 +62,8 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
     let mut device = verbs::Device::new(dev.port.ip);
     // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
     device.daemon.clone_from(&dev.port.daemon);
+    device.pcap = crate::pcap::path(&dev.port.name);
+    device.pcap_report = Some(crate::pcap::report);
     let nic = match device.open() {
         Ok(n) => n,
         Err(e) => {
@@ -109,7 +111,9 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         cqs: Mutex::new(HashMap::new()),
     });
     tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
-    Box::leak(ctx).ibv()
+    let ctx = Box::leak(ctx);
+    crate::exit::opened(&ctx.nic);
+    ctx.ibv()
 }
 
 #[no_mangle]
@@ -119,6 +123,7 @@ pub unsafe extern "C" fn ibv_close_device(c: *mut ffi::ibv_context) -> c_int {
     }
     // SAFETY: a context we opened with Box::leak; the program stops using it now.
     let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
+    crate::exit::closing(&ctx.nic);
     ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
     if ctx.v.context.cmd_fd >= 0 {
         // SAFETY: the /dev/null fd opened for this context, closed once.

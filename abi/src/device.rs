@@ -302,9 +302,22 @@ pub unsafe extern "C" fn ibv_query_port(
 
 fn gid_of(d: &Dev, port: u8, index: u32) -> Result<[u8; 16], c_int> {
     if port != 1 || index >= GID_TBL_LEN {
+        no_gid(d, u32::from(port), index);
         return Err(libc::EINVAL);
     }
     Ok(d.port.gid())
+}
+
+/// A program asked for a GID the device does not have (`-g 1` to a tool): says at debug
+/// which there are, as `ibv_devinfo -v` would list them.
+fn no_gid(d: &Dev, port: u32, index: u32) {
+    tracing::debug!(
+        "{}: no GID at port {port} index {index}: the device has port 1 with {GID_TBL_LEN} \
+         GID, GID[0] = {} (RoCE v2, its address {}); use GID index 0 (-g 0)",
+        d.port.name,
+        std::net::Ipv6Addr::from(d.port.gid()),
+        d.port.ip
+    );
 }
 
 #[no_mangle]
@@ -353,6 +366,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     // SAFETY: a context we opened; `entry` has `entry_size` bytes.
     let ctx = unsafe { Ctx::of(c) };
     if port != 1 || index >= GID_TBL_LEN {
+        no_gid(ctx.dev, port, index);
         return libc::EINVAL;
     }
     unsafe { entry.write(gid_entry(ctx.dev, index)) };

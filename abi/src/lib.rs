@@ -15,6 +15,14 @@
 //! `verbs::Context` (an engine, a port, a progress thread); memory regions are the
 //! program's own memory (`Backing::foreign`).
 //!
+//! The environment: `ROCE_EMU_DEVICES` (the devices, `verbs::discover`), `ROCE_EMU_LOG`
+//! (the library's log on stderr, e.g. `debug`: why a request was refused, a GID index the
+//! device lacks, ...; colours only on a terminal) and `ROCE_EMU_PCAP=FILE` (every device
+//! a program opens writes a capture of its own, module `pcap`).
+//!
+//! A program's exit: most programs exit without `ibv_close_device`; an `atexit` handler
+//! hands on what each NIC still holds (a NAK, the last ACK, capture buffers: module `exit`).
+//!
 //! Unsafe: this crate is the C ABI, so raw pointers from the program are its job. Each
 //! `unsafe` block says why it is sound, given what the verbs API promises about the
 //! pointers a program passes (ibv_* man pages); a pointer we did not hand out is the
@@ -28,9 +36,11 @@ mod context;
 mod cq;
 mod device;
 mod errno;
+mod exit;
 mod ffi;
 mod fork;
 mod mr;
+mod pcap;
 mod qp;
 mod strings;
 mod stubs;
@@ -45,9 +55,12 @@ fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if let Ok(filter) = std::env::var("ROCE_EMU_LOG") {
+            // Colours only for a terminal: a log redirected to a file gets no escape codes.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
                 .with_writer(std::io::stderr)
+                .with_ansi(ansi)
                 .try_init();
         }
     });

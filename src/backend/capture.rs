@@ -10,10 +10,10 @@
 use super::pcapng::{PcapngFile, Way};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::icrc::{Ipv4IdSolver, PseudoHeaders};
-use pcap_file::pcap::{PcapHeader, PcapPacket, PcapWriter};
+use pcap_file::pcap::PcapHeader;
 use pcap_file::DataLink;
 use std::fs::File;
-use std::io::BufWriter;
+use std::io::{BufWriter, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 use std::path::Path;
@@ -28,9 +28,12 @@ const HOP_LIMIT: u8 = 64;
 const SNAPLEN: u32 = 65_535 + 128;
 
 /// Where the frames go: a classic pcap (a NIC's `--pcap`) or a pcapng file with an
-/// interface block (the daemon's `--pcap`, [`super::pcapng`]).
+/// interface block (the daemon's `--pcap`, [`super::pcapng`]). The classic file's records
+/// are written here (big-endian, as its header says, microseconds) rather than through
+/// `pcap_file`'s writer, which cannot flush its buffer without being consumed: a program
+/// that exits with no destructor (the drop-in's) flushes the file and carries on.
 enum Sink {
-    Pcap(Option<PcapWriter<BufWriter<File>>>),
+    Pcap(Option<BufWriter<File>>),
     Pcapng(PcapngFile),
 }
 
@@ -67,7 +70,8 @@ impl<B: Backend> Capture<B> {
             snaplen: SNAPLEN,
             ..PcapHeader::default()
         };
-        let out = PcapWriter::with_header(BufWriter::new(file), header).map_err(err)?;
+        let mut out = BufWriter::new(file);
+        header.write_to(&mut out).map_err(err)?;
         Ok(Capture::with_sink(inner, Sink::Pcap(Some(out))))
     }
 
@@ -120,8 +124,14 @@ impl<B: Backend> Capture<B> {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let len = self.frame.len() as u32;
+        let mut record = [0u8; 16];
+        let fields = [ts.as_secs() as u32, ts.subsec_micros(), len, len];
+        for (i, f) in fields.iter().enumerate() {
+            record[i * 4..i * 4 + 4].copy_from_slice(&f.to_be_bytes());
+        }
         if out
-            .write_packet(&PcapPacket::new(ts, len, &self.frame))
+            .write_all(&record)
+            .and_then(|()| out.write_all(&self.frame))
             .is_err()
         {
             // A full disk stops the capture, not the NIC.
@@ -220,15 +230,29 @@ impl<B: Backend> Backend for Capture<B> {
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()
     }
+    fn flush_held(&mut self) {
+        self.inner.flush_held();
+        match &mut self.out {
+            Sink::Pcap(Some(w)) => {
+                if w.flush().is_err() {
+                    self.errors += 1;
+                }
+                // The capture ends here: the program may be exiting, and a frame written
+                // after this flush could be cut short in the file.
+                self.out = Sink::Pcap(None);
+            }
+            Sink::Pcap(None) => {}
+            Sink::Pcapng(f) => f.flush(),
+        }
+    }
 }
 
 impl<B> Drop for Capture<B> {
     fn drop(&mut self) {
         // A pcapng file flushes itself when dropped.
         if let Sink::Pcap(out) = &mut self.out {
-            if let Some(w) = out.take() {
-                use std::io::Write;
-                let _ = w.into_writer().flush();
+            if let Some(mut w) = out.take() {
+                let _ = w.flush();
             }
         }
     }

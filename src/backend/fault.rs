@@ -86,6 +86,9 @@ impl<B: Backend> Backend for Lossy<B> {
     fn rx_fd(&self) -> BorrowedFd<'_> {
         self.inner.rx_fd()
     }
+    fn flush_held(&mut self) {
+        self.inner.flush_held()
+    }
     fn prepare_sleep(&mut self) -> bool {
         self.inner.prepare_sleep()
     }

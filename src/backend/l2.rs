@@ -16,7 +16,7 @@
 
 use super::link::{FrameLink, FrameRx, LinkStats};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
-use crate::iface::{Iface, IfaceConfig, IfaceStats, Rx};
+use crate::iface::{Iface, IfaceConfig, IfaceStats, Rx, TxError};
 use crate::wire::ROCE_UDP_PORT;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
@@ -53,7 +53,16 @@ pub struct L2Backend<L: FrameLink> {
     rx_meta: Vec<FrameRx>,
     /// Datagrams the interface refused to send (no route, too big, queue full).
     tx_refused: u64,
+    /// When the last warning about datagrams over the MTU was logged, and how many were
+    /// dropped since (see `over_mtu`).
+    over_mtu_warned: Option<Instant>,
+    over_mtu_unwarned: u64,
 }
+
+/// At most one warning per this long about datagrams over the link's MTU: a QP whose path
+/// MTU is too large has every full-sized packet dropped, and a line per packet would
+/// drown the log.
+const OVER_MTU_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// The interface's addresses for `link`: IPv4 and IPv6 with their prefix lengths.
 pub fn iface_config(
@@ -95,7 +104,31 @@ impl<L: FrameLink> L2Backend<L> {
             frame,
             rx_meta: vec![FrameRx::default(); RX_FRAMES],
             tx_refused: 0,
+            over_mtu_warned: None,
+            over_mtu_unwarned: 0,
         })
+    }
+
+    /// A datagram of `len` bytes to `dst` was larger than the link's MTU: the interface
+    /// dropped it (counted, `tx_over_mtu`). Says so at warn, at most once per
+    /// `OVER_MTU_WARN_EVERY`, with how many went since the last warning.
+    fn over_mtu(&mut self, len: usize, dst: SocketAddr) {
+        self.over_mtu_unwarned += 1;
+        if self
+            .over_mtu_warned
+            .is_some_and(|t| t.elapsed() < OVER_MTU_WARN_EVERY)
+        {
+            return;
+        }
+        self.over_mtu_warned = Some(Instant::now());
+        let n = std::mem::take(&mut self.over_mtu_unwarned);
+        tracing::warn!(
+            "{n} datagram(s) larger than the link's MTU ({} bytes of IP) dropped, the last \
+             {len} bytes of RoCE to {dst}: the QP's path MTU does not fit this link (give \
+             the programs a smaller one, e.g. -m 1024 on a 1500-byte link, or raise the \
+             link's MTU); counted as tx_over_mtu",
+            self.iface.config().mtu
+        );
     }
 
     fn now(&self) -> Duration {
@@ -218,7 +251,12 @@ impl<L: FrameLink> Backend for L2Backend<L> {
                 Ok(None) => {}
                 // Counted by the interface by reason; RC retransmits (or the peer is
                 // unreachable, which its retry counter reports).
-                Err(_) => self.tx_refused += 1,
+                Err(e) => {
+                    self.tx_refused += 1;
+                    if e == TxError::TooBig {
+                        self.over_mtu(o.len, o.dst);
+                    }
+                }
             }
         }
         if n > 0 {
@@ -235,6 +273,7 @@ impl<L: FrameLink> Backend for L2Backend<L> {
         let l = self.link.stats();
         PortStats {
             truncated: l.rx_truncated,
+            tx_over_mtu: self.iface.stats().too_big,
             ..PortStats::default()
         }
     }

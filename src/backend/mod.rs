@@ -59,6 +59,9 @@ pub struct PortStats {
     /// Datagrams dropped because their socket stayed unwritable too long: a NIC whose
     /// queue is full drops too, and the transport retransmits.
     pub tx_stalled: u64,
+    /// Datagrams larger than the port's MTU (a TAP or AF_PACKET link's): dropped, never
+    /// sent (a QP's path MTU larger than the link's; logged at warn, rate-limited).
+    pub tx_over_mtu: u64,
     /// Datagrams a fault rule ([`fault::Lossy`]) dropped on transmit.
     pub fault_dropped: u64,
     /// Packets written to a capture ([`capture::Capture`]), and captures that failed
@@ -101,6 +104,7 @@ impl PortStats {
             gro_datagrams,
             gro_segments,
             tx_stalled,
+            tx_over_mtu,
             fault_dropped,
             captured,
             capture_errors,
@@ -123,6 +127,7 @@ impl PortStats {
         self.gro_datagrams += gro_datagrams;
         self.gro_segments += gro_segments;
         self.tx_stalled += tx_stalled;
+        self.tx_over_mtu += tx_over_mtu;
         self.fault_dropped += fault_dropped;
         self.captured += captured;
         self.capture_errors += capture_errors;
@@ -173,6 +178,12 @@ pub trait Backend: Send {
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         None
     }
+    /// Hands on what the port holds for others before the NIC goes (its program may be
+    /// exiting, with no destructor to come): a capture's buffered frames go to the file,
+    /// and the capture ends.
+    /// Packets a port forwards to other NICs it serves (a shared address's hub) are not
+    /// held here but on its socket: the caller receives once more for those.
+    fn flush_held(&mut self) {}
 }
 
 impl<B: Backend + ?Sized> Backend for Box<B> {
@@ -201,6 +212,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         (**self).l2_stats()
+    }
+    fn flush_held(&mut self) {
+        (**self).flush_held()
     }
 }
 

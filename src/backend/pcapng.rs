@@ -130,6 +130,18 @@ impl PcapngFile {
     }
 }
 
+impl PcapngFile {
+    /// Writes what is buffered to the file now (the program may be exiting).
+    pub fn flush(&mut self) {
+        if let Some(w) = &mut self.out {
+            if w.get_mut().flush().is_err() {
+                self.stats.errors.fetch_add(1, Ordering::Relaxed);
+                self.out = None;
+            }
+        }
+    }
+}
+
 impl Drop for PcapngFile {
     fn drop(&mut self) {
         if let Some(mut w) = self.out.take() {

@@ -60,6 +60,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Where a line for the user goes (`Device::pcap_report`).
+pub type Report = fn(&str);
+
 /// Which port to open and how.
 #[derive(Debug, Clone)]
 pub struct Device {
@@ -78,6 +81,10 @@ pub struct Device {
     pub gso: bool,
     /// Write every packet sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
+    /// Called, when the NIC closes or its program exits, with the line saying how many
+    /// packets the capture holds ([`Context::capture_summary`]): for the drop-in, whose
+    /// programs know nothing of the capture. The tools print the summary themselves.
+    pub pcap_report: Option<Report>,
     /// Drop this share of transmitted datagrams, seeded (`--loss`, `--seed`).
     pub loss: Option<(f64, u64)>,
     /// Start the progress thread (default). Without it only the program's own calls
@@ -99,6 +106,7 @@ impl Device {
             share: true,
             gso: true,
             pcap: None,
+            pcap_report: None,
             loss: None,
             progress_thread: true,
             daemon: None,
@@ -171,6 +179,8 @@ pub struct Context {
     /// lock.
     mem: Arc<MrTable>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// The capture to report on at close, and to whom (`Device::pcap_report`).
+    report: Option<(PathBuf, Report)>,
 }
 
 impl Context {
@@ -248,6 +258,7 @@ impl Context {
             shared,
             mem,
             thread,
+            report: dev.pcap.clone().zip(dev.pcap_report),
         })
     }
 
@@ -343,6 +354,21 @@ impl Context {
             // Nothing for the caller to react to: what the receive produced (ACKs,
             // responses) leaves now rather than with the next call.
             nic.flush(&self.shared)?;
+        } else if driven.is_ok() && out[..n].iter().any(|c| c.status != WcStatus::Success) {
+            // A failed work request is often a program's last: rc_pingpong returns from
+            // main on one, without ibv_close_device. What this step produced (the NAK
+            // that failed the peer's request, with the error of our receive it flushed)
+            // leaves before the program sees the error; a NAK left queued was lost and
+            // the peer reported a retry timeout instead of the NAK's error.
+            //
+            // A success keeps the batching: its ACK leaves with the program's next post
+            // or poll, in one system call, or when the NIC closes or the program exits
+            // (`close_out`, the drop-in's exit hook), or by the progress thread once the
+            // program stops polling. Sending it before every success, too, doubled the
+            // sendmmsg calls of a polling ping-pong and cost `perf --lat` 25% (send) and
+            // 65% (write) of its typical latency (debug build, issue 21); only a program
+            // killed or leaving by _exit(2) right after its last receive now loses its ACK.
+            let _ = nic.flush(&self.shared);
         }
         nic.dispatch(&self.shared);
         Ok(n)
@@ -492,6 +518,34 @@ impl Context {
         self.shared.linger(quiet, max)
     }
 
+    /// For a program's exit, where no destructor runs (the drop-in calls this from its
+    /// `atexit` handler): what the NIC holds for the network leaves now, as when it closes
+    /// (the NAK of the request that failed, the ACK of the last message, a capture's
+    /// buffered frames). Waits at most `max` for the NIC, which a thread of the program may
+    /// hold; false if it could not have it. The NIC stays usable.
+    /// A capture ends here: frames recorded after it could be cut short by the exit.
+    pub fn flush_at_exit(&self, max: Duration) -> bool {
+        match self.shared.lock_within(max) {
+            Some(mut nic) => {
+                nic.close_out(&self.shared);
+                self.report_capture(&nic);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The capture summary to whoever asked for it (`Device::pcap_report`).
+    fn report_capture(&self, nic: &progress::Nic) {
+        if let Some((path, report)) = &self.report {
+            report(&summary_line(
+                path,
+                &nic.driver.backend.stats(),
+                &nic.driver.io,
+            ));
+        }
+    }
+
     /// The engine's protocol counters.
     pub fn counters(&self) -> Counters {
         self.shared.lock().driver.engine.counters()
@@ -505,25 +559,29 @@ impl Context {
     /// For `--pcap`: a line saying how many packets the capture holds and how many the
     /// NIC sent and received, which should be equal (every packet, one frame each).
     pub fn capture_summary(&self, path: &std::path::Path) -> String {
-        let (p, io) = (self.port_stats(), self.io_stats());
-        let sent = io.tx_datagrams - p.fault_dropped;
-        let mut line = format!(
-            "{}: {} packets captured ({} sent + {} received)",
-            path.display(),
-            p.captured,
-            sent,
-            io.rx_datagrams
-        );
-        if p.capture_errors > 0 {
-            line.push_str(": the capture failed (disk full?) and stopped early");
-        }
-        line
+        summary_line(path, &self.port_stats(), &self.io_stats())
     }
 
     /// The port's counters (GSO/GRO, drops, capture, faults).
     pub fn port_stats(&self) -> PortStats {
         self.shared.lock().driver.backend.stats()
     }
+}
+
+/// [`Context::capture_summary`]'s line.
+fn summary_line(path: &std::path::Path, p: &PortStats, io: &IoStats) -> String {
+    let sent = io.tx_datagrams - p.fault_dropped;
+    let mut line = format!(
+        "{}: {} packets captured ({} sent + {} received)",
+        path.display(),
+        p.captured,
+        sent,
+        io.rx_datagrams
+    );
+    if p.capture_errors > 0 {
+        line.push_str(": the capture failed (disk full?) and stopped early");
+    }
+    line
 }
 
 impl Drop for Context {
@@ -534,9 +592,8 @@ impl Drop for Context {
         }
         // What the engine still has (a NAK, the ACK of the last message) leaves now.
         let mut nic = self.shared.lock();
-        let _ = nic.flush(&self.shared);
-        // A daemon keeps the last counters of the NIC and its QPs.
-        nic.report_now();
+        nic.close_out(&self.shared);
+        self.report_capture(&nic);
     }
 }
 

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Duration;
 
 /// How long after a program's last `poll_cq` the progress thread leaves the NIC to it.
@@ -110,6 +110,21 @@ impl Nic {
         r.map_err(|e| self.port_failed(shared, e))
     }
 
+    /// Everything the NIC holds for the network leaves: what its engine queued, what its
+    /// own sends put on its port for other NICs (a shared address's hub receives for the
+    /// NICs on its address, so its NAK to one of them sits on its own socket until it
+    /// forwards it), what the engine answers to that, and a capture's buffered frames. When
+    /// the NIC closes, or its program exits with no destructor to come.
+    pub(crate) fn close_out(&mut self, shared: &Shared) {
+        if self.flush(shared).is_ok() {
+            let _ = self.drive(shared);
+            let _ = self.flush(shared);
+        }
+        self.driver.backend.flush_held();
+        // A daemon keeps the last counters of the NIC and its QPs.
+        self.report_now();
+    }
+
     /// Moves fired completion events to their channels and async events to the queue.
     pub(crate) fn dispatch(&mut self, shared: &Shared) {
         while let Some(cq) = self.driver.engine.poll_cq_event() {
@@ -178,6 +193,22 @@ impl Shared {
         // A panic while holding the lock leaves the engine as it was between two calls
         // (its calls do not unwind half-way by design); carry on rather than poison all.
         self.nic.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The lock, waiting at most `max` for it: at a program's exit, where the thread that
+    /// exits may be the one holding it (exit from a signal handler).
+    pub(crate) fn lock_within(&self, max: Duration) -> Option<MutexGuard<'_, Nic>> {
+        let end = std::time::Instant::now() + max;
+        loop {
+            match self.nic.try_lock() {
+                Ok(g) => return Some(g),
+                Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) if std::time::Instant::now() < end => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        }
     }
 
     /// The lock, for a call that drives the NIC: the thread stays away until a `HANDOFF`

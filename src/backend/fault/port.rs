@@ -373,6 +373,11 @@ impl<B: Backend> Backend for Faulty<B> {
         self.wake.0.as_fd()
     }
 
+    fn flush_held(&mut self) {
+        // What a rule holds back (delayed, reordered) is the fault's to lose.
+        self.inner.flush_held()
+    }
+
     fn prepare_sleep(&mut self) -> bool {
         // The epoll set holds the inner port's fd: it must be able to wake us.
         self.inner.prepare_sleep()

@@ -18,8 +18,12 @@ use crate::engine::wr::{Completion, WcOpcode, WcStatus};
 use crate::mem::{Access, Rkey};
 use crate::wire::aeth::CREDITS_INVALID;
 use crate::wire::opcode::{op, Flags, Headers, OpcodeInfo};
-use crate::wire::{AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Psn, RoceRepr, Syndrome};
+use crate::wire::{
+    AethRepr, AtomicAckEthRepr, BthRepr, NakCode, Psn, RethRepr, RoceRepr, Syndrome,
+};
 use std::collections::VecDeque;
+
+mod refusal;
 
 /// MSNs are 24 bits.
 const MSN_MASK: u32 = 0x00ff_ffff;
@@ -284,6 +288,7 @@ impl Qp {
             len >= 1 && len <= mtu
         };
         if !len_ok {
+            refusal::length(self.qpn, psn, len, mtu as u32);
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         // A RETH may not announce more than a message can hold (IBA 9.4.1: 2^31 bytes;
@@ -444,7 +449,7 @@ impl Qp {
             ) => (va, rkey, resid, total),
             (_, Some(reth)) => {
                 // Check the whole target once, at the start.
-                if !self.reth_allowed(ctx, &reth, Access::REMOTE_WRITE) {
+                if !self.reth_allowed(ctx, psn, &reth, Access::REMOTE_WRITE) {
                     return self.responder_fail(ctx, psn, Fail::RemoteAccess);
                 }
                 (reth.va, reth.rkey, reth.dma_len, reth.dma_len)
@@ -462,13 +467,12 @@ impl Qp {
         if total != 0 && (payload.len() + usize::from(r.bth.pad)) % 4 != 0 {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        if !payload.is_empty()
-            && ctx
-                .mem
-                .write_remote(self.pd, Rkey(rkey), va, payload)
-                .is_err()
-        {
-            return self.responder_fail(ctx, psn, Fail::RemoteAccess);
+        if !payload.is_empty() {
+            if let Err(e) = ctx.mem.write_remote(self.pd, Rkey(rkey), va, payload) {
+                let len = payload.len() as u64;
+                refusal::access(self.qpn, "WRITE", psn, rkey, va, len, &e);
+                return self.responder_fail(ctx, psn, Fail::RemoteAccess);
+            }
         }
         if info.is(Flags::END) {
             if let Some(imm) = r.immdt {
@@ -495,18 +499,21 @@ impl Qp {
 
     /// Whether the RETH's R_Key, PD, rights and whole range allow the access. A
     /// zero-length transfer needs no valid address or key (C9-88, as rxe cites it).
-    fn reth_allowed(&self, ctx: &Ctx<'_>, reth: &crate::wire::RethRepr, need: Access) -> bool {
-        reth.dma_len == 0
-            || ctx
-                .mem
-                .lookup_remote(
-                    self.pd,
-                    Rkey(reth.rkey),
-                    reth.va,
-                    u64::from(reth.dma_len),
-                    need,
-                )
-                .is_ok()
+    fn reth_allowed(&self, ctx: &Ctx<'_>, psn: Psn, reth: &RethRepr, need: Access) -> bool {
+        let (rkey, va, len) = (reth.rkey, reth.va, u64::from(reth.dma_len));
+        if len == 0 {
+            return true;
+        }
+        let r = ctx.mem.lookup_remote(self.pd, Rkey(rkey), va, len, need);
+        if let Err(e) = &r {
+            let op = if need == Access::REMOTE_READ {
+                "READ"
+            } else {
+                "WRITE"
+            };
+            refusal::access(self.qpn, op, psn, rkey, va, len, e);
+        }
+        r.is_ok()
     }
 
     fn exec_read(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr) {
@@ -514,7 +521,7 @@ impl Qp {
         let Some(reth) = r.reth else {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         };
-        if !self.reth_allowed(ctx, &reth, Access::REMOTE_READ) {
+        if !self.reth_allowed(ctx, psn, &reth, Access::REMOTE_READ) {
             return self.responder_fail(ctx, psn, Fail::RemoteAccess);
         }
         let n = super::wqe::SendWqe::npkts(reth.dma_len, self.mtu());
@@ -560,7 +567,10 @@ impl Qp {
             Err(crate::mem::MemError::MisalignedAtomic { .. }) => {
                 return self.responder_fail(ctx, psn, Fail::InvalidRequest)
             }
-            Err(_) => return self.responder_fail(ctx, psn, Fail::RemoteAccess),
+            Err(e) => {
+                refusal::access(self.qpn, "atomic", psn, a.rkey, a.va, 8, &e);
+                return self.responder_fail(ctx, psn, Fail::RemoteAccess);
+            }
         };
         self.resp.remember(Replay::Atomic { psn, orig });
         self.end_message();
@@ -745,7 +755,8 @@ impl Qp {
                         }
                     })
                     .ok()?;
-                if read.is_err() {
+                if let Err(e) = &read {
+                    refusal::access(self.qpn, "READ response", psn, rkey, va, len.into(), e);
                     // The memory went away under a READ in progress.
                     self.resp.queue.pop_front();
                     return self.responder_fail_and_send(ctx, psn, buf);
