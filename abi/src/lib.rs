@@ -30,6 +30,7 @@ mod device;
 mod errno;
 mod ffi;
 mod fork;
+mod guard;
 mod mr;
 mod qp;
 mod strings;

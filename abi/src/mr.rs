@@ -33,32 +33,48 @@ pub struct MrObj {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ffi::ibv_context) -> *mut ffi::ibv_pd {
-    // SAFETY: a context we opened.
-    let ctx = unsafe { Ctx::of(c) };
-    let id = ctx.nic.alloc_pd();
-    let obj = Box::new(PdObj {
-        pd: ffi::ibv_pd {
-            context: c,
-            handle: id.raw(),
-        },
-        id,
-    });
-    Box::into_raw(obj) as *mut ffi::ibv_pd
+    crate::guard::null("ibv_alloc_pd", move || {
+        // SAFETY: a context we opened.
+        let ctx = unsafe { Ctx::of(c) };
+        let id = match ctx.nic() {
+            Ok(nic) => nic.alloc_pd(),
+            Err(e) => {
+                set_errno(refused("ibv_alloc_pd", &e));
+                return null_mut();
+            }
+        };
+        let obj = Box::new(PdObj {
+            pd: ffi::ibv_pd {
+                context: c,
+                handle: id.raw(),
+            },
+            id,
+        });
+        Box::into_raw(obj) as *mut ffi::ibv_pd
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
-    // SAFETY: a PD we allocated.
-    let obj = unsafe { PdObj::of(pd) };
-    let ctx = unsafe { Ctx::of(obj.pd.context) };
-    match ctx.nic.dealloc_pd(obj.id) {
-        Ok(()) => {
+    crate::guard::errno("ibv_dealloc_pd", move || {
+        // SAFETY: a PD we allocated.
+        let obj = unsafe { PdObj::of(pd) };
+        let ctx = unsafe { Ctx::of(obj.pd.context) };
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes, the NIC is left.
             // SAFETY: allocated by Box in ibv_alloc_pd; the program stops using it.
             drop(unsafe { Box::from_raw(pd as *mut PdObj) });
-            0
+            return 0;
         }
-        Err(e) => refused("ibv_dealloc_pd", &e),
-    }
+        match ctx.nic().and_then(|nic| nic.dealloc_pd(obj.id)) {
+            Ok(()) => {
+                // SAFETY: allocated by Box in ibv_alloc_pd; the program stops using it.
+                drop(unsafe { Box::from_raw(pd as *mut PdObj) });
+                0
+            }
+            Err(e) => refused("ibv_dealloc_pd", &e),
+        }
+    })
 }
 
 /// The access bits the engine knows, or the errno for bits it cannot honour. Optional bits
@@ -148,7 +164,7 @@ unsafe fn reg(
             return null_mut();
         }
     };
-    match ctx.nic.reg_mr_backing(obj.id, iova, backing, acc) {
+    match ctx.nic().and_then(|nic| nic.reg_mr_backing(obj.id, iova, backing, acc)) {
         Ok(region) => {
             let mr = ffi::ibv_mr {
                 context: obj.pd.context,
@@ -175,8 +191,10 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+    crate::guard::null("ibv_reg_mr", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+    })
 }
 
 #[no_mangle]
@@ -187,8 +205,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, iova, access as c_uint) }
+    crate::guard::null("ibv_reg_mr_iova", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, iova, access as c_uint) }
+    })
 }
 
 #[no_mangle]
@@ -199,23 +219,34 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, iova, access) }
+    crate::guard::null("ibv_reg_mr_iova2", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, iova, access) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
-    // SAFETY: a region we registered.
-    let obj = unsafe { &*(mr as *const MrObj) };
-    let ctx = unsafe { Ctx::of(obj.mr.context) };
-    match ctx.nic.dereg_mr(obj.region.lkey()) {
-        Ok(()) => {
-            // SAFETY: allocated by Box in reg; the engine holds no use of the region now.
+    crate::guard::errno("ibv_dereg_mr", move || {
+        // SAFETY: a region we registered.
+        let obj = unsafe { &*(mr as *const MrObj) };
+        let ctx = unsafe { Ctx::of(obj.mr.context) };
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes (the region stays
+            // in the parent's copied table, which the child never uses).
+            // SAFETY: allocated by Box in reg; the program stops using it.
             drop(unsafe { Box::from_raw(mr as *mut MrObj) });
-            0
+            return 0;
         }
-        Err(e) => refused("ibv_dereg_mr", &e),
-    }
+        match ctx.nic().and_then(|nic| nic.dereg_mr(obj.region.lkey())) {
+            Ok(()) => {
+                // SAFETY: allocated by Box in reg; the engine holds no use of the region now.
+                drop(unsafe { Box::from_raw(mr as *mut MrObj) });
+                0
+            }
+            Err(e) => refused("ibv_dereg_mr", &e),
+        }
+    })
 }
 
 /// `ibv_rereg_mr`: not supported yet (rdma-core's `IBV_REREG_MR_ERR_INPUT` family is for
@@ -229,8 +260,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     _length: usize,
     _access: c_int,
 ) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+    crate::guard::errno("ibv_rereg_mr", move || {
+        set_errno(libc::EOPNOTSUPP);
+        libc::EOPNOTSUPP
+    })
 }
 
 #[no_mangle]
@@ -242,8 +275,10 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     _fd: c_int,
     _access: c_int,
 ) -> *mut ffi::ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
+    crate::guard::null("ibv_reg_dmabuf_mr", move || {
+        set_errno(libc::EOPNOTSUPP);
+        null_mut()
+    })
 }
 
 // Memory windows: not yet (type 1 and 2 MWs come with their own issue).
@@ -251,8 +286,10 @@ pub unsafe extern "C" fn alloc_mw(
     _pd: *mut ffi::ibv_pd,
     _ty: ffi::ibv_mw_type::Type,
 ) -> *mut ffi::ibv_mw {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
+    crate::guard::null("alloc_mw", move || {
+        set_errno(libc::EOPNOTSUPP);
+        null_mut()
+    })
 }
 
 pub unsafe extern "C" fn bind_mw(
@@ -260,9 +297,13 @@ pub unsafe extern "C" fn bind_mw(
     _mw: *mut ffi::ibv_mw,
     _bind: *mut ffi::ibv_mw_bind,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    crate::guard::errno("bind_mw", move || {
+        libc::EOPNOTSUPP
+    })
 }
 
 pub unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
-    libc::EOPNOTSUPP
+    crate::guard::errno("dealloc_mw", move || {
+        libc::EOPNOTSUPP
+    })
 }

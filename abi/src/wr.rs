@@ -137,8 +137,8 @@ unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
         flags: flags_of(w.send_flags),
     };
     qp.ctx()
-        .nic
-        .post_send(qp.qpn, &wr)
+        .nic()
+        .and_then(|nic| nic.post_send(qp.qpn, &wr))
         .map_err(|e| crate::errno::refused("ibv_post_send", &e))
 }
 
@@ -148,21 +148,23 @@ pub unsafe extern "C" fn post_send(
     wr: *mut ffi::ibv_send_wr,
     bad: *mut *mut ffi::ibv_send_wr,
 ) -> c_int {
-    // SAFETY: a QP we created; `wr` is the program's list.
-    let obj = unsafe { Qp::of(qp) };
-    let mut cur = wr;
-    while !cur.is_null() {
-        let w = unsafe { &*cur };
-        if let Err(e) = unsafe { post_one(obj, w) } {
-            if !bad.is_null() {
-                // SAFETY: the program's out-parameter.
-                unsafe { *bad = cur };
+    crate::guard::errno("post_send", move || {
+        // SAFETY: a QP we created; `wr` is the program's list.
+        let obj = unsafe { Qp::of(qp) };
+        let mut cur = wr;
+        while !cur.is_null() {
+            let w = unsafe { &*cur };
+            if let Err(e) = unsafe { post_one(obj, w) } {
+                if !bad.is_null() {
+                    // SAFETY: the program's out-parameter.
+                    unsafe { *bad = cur };
+                }
+                return e;
             }
-            return e;
+            cur = w.next;
         }
-        cur = w.next;
-    }
-    0
+        0
+    })
 }
 
 /// `ibv_context_ops::post_recv`.
@@ -171,33 +173,35 @@ pub unsafe extern "C" fn post_recv(
     wr: *mut ffi::ibv_recv_wr,
     bad: *mut *mut ffi::ibv_recv_wr,
 ) -> c_int {
-    // SAFETY: a QP we created; `wr` is the program's list.
-    let obj = unsafe { Qp::of(qp) };
-    let mut cur = wr;
-    while !cur.is_null() {
-        let w = unsafe { &*cur };
-        let mut list = [Sge::default(); MAX_SGE];
-        // SAFETY: the program's work request, its list `num_sge` long.
-        let r = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.and_then(|n| {
-            let rw = RecvWr {
-                wr_id: w.wr_id,
-                sges: &list[..n],
-            };
-            obj.ctx()
-                .nic
-                .post_recv(obj.qpn, &rw)
-                .map_err(|e| crate::errno::refused("ibv_post_recv", &e))
-        });
-        if let Err(e) = r {
-            if !bad.is_null() {
-                // SAFETY: the program's out-parameter.
-                unsafe { *bad = cur };
+    crate::guard::errno("post_recv", move || {
+        // SAFETY: a QP we created; `wr` is the program's list.
+        let obj = unsafe { Qp::of(qp) };
+        let mut cur = wr;
+        while !cur.is_null() {
+            let w = unsafe { &*cur };
+            let mut list = [Sge::default(); MAX_SGE];
+            // SAFETY: the program's work request, its list `num_sge` long.
+            let r = unsafe { sges(w.sg_list, w.num_sge, &mut list) }.and_then(|n| {
+                let rw = RecvWr {
+                    wr_id: w.wr_id,
+                    sges: &list[..n],
+                };
+                obj.ctx()
+                    .nic()
+                    .and_then(|nic| nic.post_recv(obj.qpn, &rw))
+                    .map_err(|e| crate::errno::refused("ibv_post_recv", &e))
+            });
+            if let Err(e) = r {
+                if !bad.is_null() {
+                    // SAFETY: the program's out-parameter.
+                    unsafe { *bad = cur };
+                }
+                return e;
             }
-            return e;
+            cur = w.next;
         }
-        cur = w.next;
-    }
-    0
+        0
+    })
 }
 
 /// `ibv_context_ops::post_srq_recv`: no SRQ can exist yet.
@@ -206,11 +210,13 @@ pub unsafe extern "C" fn post_srq_recv(
     wr: *mut ffi::ibv_recv_wr,
     bad: *mut *mut ffi::ibv_recv_wr,
 ) -> c_int {
-    if !bad.is_null() {
-        // SAFETY: the program's out-parameter.
-        unsafe { *bad = wr };
-    }
-    libc::EOPNOTSUPP
+    crate::guard::errno("post_srq_recv", move || {
+        if !bad.is_null() {
+            // SAFETY: the program's out-parameter.
+            unsafe { *bad = wr };
+        }
+        libc::EOPNOTSUPP
+    })
 }
 
 // ---- the extended post API --------------------------------------------------------------
@@ -282,84 +288,102 @@ fn fail(q: &mut Qp, e: c_int) {
 // QPs, so its `qp` is one of ours: that is the SAFETY of each `qp_of` call.
 
 unsafe extern "C" fn wr_start(qp: *mut ffi::ibv_qp_ex) {
-    // SAFETY: see above (a QP of ours).
-    unsafe { qp_of(qp) }.batch.clear();
+    crate::guard::value("wr_start", move || {
+        // SAFETY: see above (a QP of ours).
+        unsafe { qp_of(qp) }.batch.clear();
+    })
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> c_int {
-    // SAFETY: see above (a QP of ours).
-    let q = unsafe { qp_of(qp) };
-    let mut b = std::mem::take(&mut q.batch);
-    let mut rc = b.err;
-    if rc == 0 {
-        for p in &b.wrs {
-            let local = match &p.local {
-                LocalRef::Sges(r) => Local::Sges(&b.sges[r.clone()]),
-                LocalRef::Inline(r) => Local::Inline(&b.inline[r.clone()]),
-            };
-            let wr = SendWr {
-                wr_id: p.wr_id,
-                op: p.op,
-                local,
-                flags: p.flags,
-            };
-            if let Err(e) = q.ctx().nic.post_send(q.qpn, &wr) {
-                rc = crate::errno::refused("ibv_wr_complete", &e);
-                break;
+    crate::guard::errno("wr_complete", move || {
+        // SAFETY: see above (a QP of ours).
+        let q = unsafe { qp_of(qp) };
+        let mut b = std::mem::take(&mut q.batch);
+        let mut rc = b.err;
+        if rc == 0 {
+            for p in &b.wrs {
+                let local = match &p.local {
+                    LocalRef::Sges(r) => Local::Sges(&b.sges[r.clone()]),
+                    LocalRef::Inline(r) => Local::Inline(&b.inline[r.clone()]),
+                };
+                let wr = SendWr {
+                    wr_id: p.wr_id,
+                    op: p.op,
+                    local,
+                    flags: p.flags,
+                };
+                if let Err(e) = q.ctx().nic().and_then(|nic| nic.post_send(q.qpn, &wr)) {
+                    rc = crate::errno::refused("ibv_wr_complete", &e);
+                    break;
+                }
             }
         }
-    }
-    b.clear();
-    q.batch = b;
-    rc
+        b.clear();
+        q.batch = b;
+        rc
+    })
 }
 
 unsafe extern "C" fn wr_abort(qp: *mut ffi::ibv_qp_ex) {
-    // SAFETY: see above (a QP of ours).
-    unsafe { qp_of(qp) }.batch.clear();
+    crate::guard::value("wr_abort", move || {
+        // SAFETY: see above (a QP of ours).
+        unsafe { qp_of(qp) }.batch.clear();
+    })
 }
 
 unsafe extern "C" fn wr_send(qp: *mut ffi::ibv_qp_ex) {
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, SendOp::Send)
+    crate::guard::value("wr_send", move || {
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, SendOp::Send)
+    })
 }
 
 unsafe extern "C" fn wr_send_imm(qp: *mut ffi::ibv_qp_ex, imm: u32) {
-    let op = SendOp::SendWithImm {
-        imm: u32::from_be(imm),
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_send_imm", move || {
+        let op = SendOp::SendWithImm {
+            imm: u32::from_be(imm),
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_send_inv(qp: *mut ffi::ibv_qp_ex, rkey: u32) {
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, SendOp::SendWithInv { rkey })
+    crate::guard::value("wr_send_inv", move || {
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, SendOp::SendWithInv { rkey })
+    })
 }
 
 unsafe extern "C" fn wr_rdma_write(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64) {
-    let op = SendOp::Write {
-        remote: Remote { va, rkey },
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_rdma_write", move || {
+        let op = SendOp::Write {
+            remote: Remote { va, rkey },
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_rdma_write_imm(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64, imm: u32) {
-    let op = SendOp::WriteWithImm {
-        remote: Remote { va, rkey },
-        imm: u32::from_be(imm),
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_rdma_write_imm", move || {
+        let op = SendOp::WriteWithImm {
+            remote: Remote { va, rkey },
+            imm: u32::from_be(imm),
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_rdma_read(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64) {
-    let op = SendOp::Read {
-        remote: Remote { va, rkey },
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_rdma_read", move || {
+        let op = SendOp::Read {
+            remote: Remote { va, rkey },
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_atomic_cmp_swp(
@@ -369,57 +393,67 @@ unsafe extern "C" fn wr_atomic_cmp_swp(
     compare: u64,
     swap: u64,
 ) {
-    let op = SendOp::CompareSwap {
-        remote: Remote { va, rkey },
-        compare,
-        swap,
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_atomic_cmp_swp", move || {
+        let op = SendOp::CompareSwap {
+            remote: Remote { va, rkey },
+            compare,
+            swap,
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_atomic_fetch_add(qp: *mut ffi::ibv_qp_ex, rkey: u32, va: u64, add: u64) {
-    let op = SendOp::FetchAdd {
-        remote: Remote { va, rkey },
-        add,
-    };
-    // SAFETY: see above (a QP of ours).
-    push(unsafe { qp_of(qp) }, op)
+    crate::guard::value("wr_atomic_fetch_add", move || {
+        let op = SendOp::FetchAdd {
+            remote: Remote { va, rkey },
+            add,
+        };
+        // SAFETY: see above (a QP of ours).
+        push(unsafe { qp_of(qp) }, op)
+    })
 }
 
 unsafe extern "C" fn wr_set_sge(qp: *mut ffi::ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    let sge = ffi::ibv_sge { addr, length, lkey };
-    // SAFETY: a QP of ours; `sge` is one valid entry.
-    unsafe { wr_set_sge_list(qp, 1, &sge) }
+    crate::guard::value("wr_set_sge", move || {
+        let sge = ffi::ibv_sge { addr, length, lkey };
+        // SAFETY: a QP of ours; `sge` is one valid entry.
+        unsafe { wr_set_sge_list(qp, 1, &sge) }
+    })
 }
 
 unsafe extern "C" fn wr_set_sge_list(qp: *mut ffi::ibv_qp_ex, n: usize, list: *const ffi::ibv_sge) {
-    // SAFETY: see above (a QP of ours).
-    let q = unsafe { qp_of(qp) };
-    if q.batch.wrs.is_empty() || n > q.max_send_sge.min(MAX_SGE) {
-        return fail(q, libc::EINVAL);
-    }
-    let b = &mut q.batch;
-    let start = b.sges.len();
-    for i in 0..n {
-        // SAFETY: the program's list has `n` entries (the verbs contract).
-        let s = unsafe { &*list.add(i) };
-        b.sges.push(Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: Lkey(s.lkey),
-        });
-    }
-    let end = b.sges.len();
-    if let Some(p) = b.wrs.last_mut() {
-        p.local = LocalRef::Sges(start..end);
-    }
+    crate::guard::value("wr_set_sge_list", move || {
+        // SAFETY: see above (a QP of ours).
+        let q = unsafe { qp_of(qp) };
+        if q.batch.wrs.is_empty() || n > q.max_send_sge.min(MAX_SGE) {
+            return fail(q, libc::EINVAL);
+        }
+        let b = &mut q.batch;
+        let start = b.sges.len();
+        for i in 0..n {
+            // SAFETY: the program's list has `n` entries (the verbs contract).
+            let s = unsafe { &*list.add(i) };
+            b.sges.push(Sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: Lkey(s.lkey),
+            });
+        }
+        let end = b.sges.len();
+        if let Some(p) = b.wrs.last_mut() {
+            p.local = LocalRef::Sges(start..end);
+        }
+    })
 }
 
 unsafe extern "C" fn wr_set_inline_data(qp: *mut ffi::ibv_qp_ex, addr: *mut c_void, length: usize) {
-    let buf = ffi::ibv_data_buf { addr, length };
-    // SAFETY: a QP of ours; `buf` is one buffer the program gave.
-    unsafe { wr_set_inline_data_list(qp, 1, &buf) }
+    crate::guard::value("wr_set_inline_data", move || {
+        let buf = ffi::ibv_data_buf { addr, length };
+        // SAFETY: a QP of ours; `buf` is one buffer the program gave.
+        unsafe { wr_set_inline_data_list(qp, 1, &buf) }
+    })
 }
 
 unsafe extern "C" fn wr_set_inline_data_list(
@@ -427,28 +461,30 @@ unsafe extern "C" fn wr_set_inline_data_list(
     n: usize,
     list: *const ffi::ibv_data_buf,
 ) {
-    // SAFETY: see above (a QP of ours).
-    let q = unsafe { qp_of(qp) };
-    let max = q.max_inline;
-    if q.batch.wrs.is_empty() {
-        return fail(q, libc::EINVAL);
-    }
-    let start = q.batch.inline.len();
-    for i in 0..n {
-        // SAFETY: the program's list has `n` buffers of `length` readable bytes each, and
-        // they are read now, at post time, as IBV_SEND_INLINE data is.
-        let d = unsafe { &*list.add(i) };
-        if q.batch.inline.len() - start + d.length > max {
+    crate::guard::value("wr_set_inline_data_list", move || {
+        // SAFETY: see above (a QP of ours).
+        let q = unsafe { qp_of(qp) };
+        let max = q.max_inline;
+        if q.batch.wrs.is_empty() {
             return fail(q, libc::EINVAL);
         }
-        // SAFETY: as above: `length` readable bytes at `addr`.
-        let bytes = unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.length) };
-        q.batch.inline.extend_from_slice(bytes);
-    }
-    let end = q.batch.inline.len();
-    if let Some(p) = q.batch.wrs.last_mut() {
-        p.local = LocalRef::Inline(start..end);
-    }
+        let start = q.batch.inline.len();
+        for i in 0..n {
+            // SAFETY: the program's list has `n` buffers of `length` readable bytes each, and
+            // they are read now, at post time, as IBV_SEND_INLINE data is.
+            let d = unsafe { &*list.add(i) };
+            if q.batch.inline.len() - start + d.length > max {
+                return fail(q, libc::EINVAL);
+            }
+            // SAFETY: as above: `length` readable bytes at `addr`.
+            let bytes = unsafe { std::slice::from_raw_parts(d.addr as *const u8, d.length) };
+            q.batch.inline.extend_from_slice(bytes);
+        }
+        let end = q.batch.inline.len();
+        if let Some(p) = q.batch.wrs.last_mut() {
+            p.local = LocalRef::Inline(start..end);
+        }
+    })
 }
 
 // The operations this NIC lacks: the batch fails with EOPNOTSUPP at `ibv_wr_complete`
@@ -459,28 +495,40 @@ unsafe extern "C" fn wr_bind_mw(
     _: u32,
     _: *const ffi::ibv_mw_bind_info,
 ) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_bind_mw", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, _: u32) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_local_inv", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 unsafe extern "C" fn wr_send_tso(qp: *mut ffi::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_send_tso", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 unsafe extern "C" fn wr_set_ud_addr(qp: *mut ffi::ibv_qp_ex, _: *mut ffi::ibv_ah, _: u32, _: u32) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_set_ud_addr", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ffi::ibv_qp_ex, _: u32) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_set_xrc_srqn", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 unsafe extern "C" fn wr_atomic_write(qp: *mut ffi::ibv_qp_ex, _: u32, _: u64, _: *const c_void) {
-    // SAFETY: see above (a QP of ours).
-    fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    crate::guard::value("wr_atomic_write", move || {
+        // SAFETY: see above (a QP of ours).
+        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+    })
 }
 
 /// Fills the `ibv_wr_*` pointers of a new QP.
