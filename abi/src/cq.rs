@@ -12,7 +12,8 @@ use roce_emu::verbs::{CompChannel, Completion, Spin, WcOpcode, WcStatus, DEFAULT
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,15 +40,37 @@ fn spin_budget() -> Option<Duration> {
 
 #[repr(C)]
 pub struct Chan {
-    pub ch: ffi::ibv_comp_channel,
+    /// The C part (first: our pointer is its pointer), reached through [`Chan::c`]: only
+    /// read after creation, but for `refcnt`, which CQ creation and destruction on any
+    /// thread update atomically. `UnsafeCell<T>` has `T`'s layout.
+    ch: UnsafeCell<ffi::ibv_comp_channel>,
     pub q: CompChannel,
     /// Our CQs on this channel, by engine handle (the event names the handle).
     pub cqs: Mutex<HashMap<u32, usize>>,
 }
 
+/// One CQ. Several threads may poll it at once, so the program's pointer only becomes a
+/// shared `&Cq`: the C part, which `ibv_start_poll`/`ibv_next_poll` write (`status`,
+/// `wr_id`) and the program writes too (`comp_events_completed` via `ibv_ack_cq_events`),
+/// is in an `UnsafeCell` and reached through [`Cq::c`]; polling state is behind a lock.
+impl Chan {
+    /// The C part: used only through this pointer.
+    fn c(&self) -> *mut ffi::ibv_comp_channel {
+        self.ch.get()
+    }
+
+    /// `ibv_comp_channel::refcnt`, the CQs on the channel.
+    fn refcnt(&self) -> &AtomicI32 {
+        // SAFETY: an aligned i32 inside our live channel; every access of ours to it is
+        // atomic (the program only reads it).
+        unsafe { AtomicI32::from_ptr(&raw mut (*self.c()).refcnt) }
+    }
+}
+
 #[repr(C)]
 pub struct Cq {
-    pub ex: ffi::ibv_cq_ex,
+    /// `UnsafeCell<T>` has `T`'s layout.
+    ex: UnsafeCell<ffi::ibv_cq_ex>,
     pub id: u32,
     pub chan: *mut Chan,
     /// What polling keeps between calls. Behind a lock: programs may poll one CQ from
@@ -74,9 +97,15 @@ impl Cq {
         unsafe { &*(cq as *const Cq) }
     }
 
+    /// The C part: used only through this pointer.
+    pub fn c(&self) -> *mut ffi::ibv_cq_ex {
+        self.ex.get()
+    }
+
     fn ctx(&self) -> &Ctx {
-        // SAFETY: the context outlives its CQs (ibv_close_device after destroying them).
-        unsafe { Ctx::of(self.ex.context) }
+        // SAFETY: `context` is written once, at creation; the context outlives its CQs
+        // (ibv_close_device after destroying them).
+        unsafe { Ctx::of((*self.c()).context) }
     }
 
     fn polled(&self) -> std::sync::MutexGuard<'_, Polled> {
@@ -230,7 +259,7 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
                     refcnt: 0,
                 };
                 let obj = Box::new(Chan {
-                    ch,
+                    ch: UnsafeCell::new(ch),
                     q,
                     cqs: Mutex::new(HashMap::new()),
                 });
@@ -249,7 +278,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ffi::ibv_comp_channel
     crate::guard::minus_one("ibv_destroy_comp_channel", move || {
         // SAFETY: a channel we created.
         let obj = unsafe { &*(ch as *const Chan) };
-        if obj.ch.refcnt > 0 {
+        if obj.refcnt().load(Ordering::Acquire) > 0 {
             set_errno(libc::EBUSY);
             return -1;
         }
@@ -268,9 +297,11 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     crate::guard::minus_one("ibv_get_cq_event", move || {
         // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
         let obj = unsafe { &*(ch as *const Chan) };
-        let nonblocking = fd_nonblocking(obj.ch.fd);
+        // SAFETY: `fd` and `context` are written once, at creation.
+        let (fd, context) = unsafe { ((*obj.c()).fd, (*obj.c()).context) };
+        let nonblocking = fd_nonblocking(fd);
         // SAFETY: the channel's context outlives it.
-        let ctx = unsafe { Ctx::of(obj.ch.context) };
+        let ctx = unsafe { Ctx::of(context) };
         let nic = match ctx.nic() {
             Ok(n) => n,
             Err(e) => {
@@ -305,7 +336,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
             // this map before freeing it).
             unsafe {
                 *cq = ours as *mut ffi::ibv_cq;
-                *cq_context = (*ours).ex.cq_context;
+                *cq_context = (*(*ours).c()).cq_context;
             }
             return 0;
         }
@@ -316,7 +347,7 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ffi::ibv_cq, nevents: c_uint) {
     crate::guard::value("ibv_ack_cq_events", move || {
         // SAFETY: a CQ we created; the counter is a u32 the program only reads.
-        let counter = unsafe { AtomicU32::from_ptr(&mut (*cq).comp_events_completed) };
+        let counter = unsafe { AtomicU32::from_ptr(&raw mut (*cq).comp_events_completed) };
         counter.fetch_add(nevents, Ordering::AcqRel);
     })
 }
@@ -371,7 +402,7 @@ unsafe fn create(
     ex.read_sl = Some(read_zero_u8);
     ex.read_dlid_path_bits = Some(read_zero_u8);
     let obj = Box::into_raw(Box::new(Cq {
-        ex,
+        ex: UnsafeCell::new(ex),
         id,
         chan,
         polled: Mutex::new(Polled {
@@ -386,7 +417,7 @@ unsafe fn create(
     if !chan.is_null() {
         // SAFETY: as above, a live channel of ours.
         unsafe {
-            (*chan).ch.refcnt += 1;
+            (*chan).refcnt().fetch_add(1, Ordering::AcqRel);
             (*chan).cqs.lock().unwrap().insert(id, obj as usize);
         }
     }
@@ -453,7 +484,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
         if !obj.chan.is_null() {
             unsafe {
                 (*obj.chan).cqs.lock().unwrap().remove(&obj.id);
-                (*obj.chan).ch.refcnt -= 1;
+                (*obj.chan).refcnt().fetch_sub(1, Ordering::AcqRel);
             }
         }
         // SAFETY: allocated by Box in create; the program stops using it.

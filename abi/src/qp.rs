@@ -8,11 +8,13 @@ use crate::device::GID_TBL_LEN;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
-use crate::wr::{self, Batch};
+use crate::wr::{self, SendSide};
 use libc::c_int;
 use roce_emu::verbs::{Access, AddressVector, Mtu, Psn, QpAttr, QpCap, QpInit, QpState, QpType};
+use std::cell::UnsafeCell;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The largest inline payload a QP can be given (the engine's limit).
 const MAX_INLINE: u32 = 256;
@@ -21,30 +23,53 @@ const MAX_INLINE: u32 = 256;
 /// sends inline when the granted room fits its message.
 const SGE_BYTES: u32 = 16;
 
+/// One QP. Several threads may use a QP at once (libibverbs allows it: one posts sends
+/// while another posts receives, or two post sends), so the program's pointer only ever
+/// becomes a shared `&Qp`, never `&mut`: what changes after creation is either the C part
+/// (`ex`, in an `UnsafeCell`: the program writes `wr_id`/`wr_flags` there itself, and
+/// the state is stored atomically) or the send side's batch, behind its own lock
+/// ([`SendSide`]), as rdma-core's providers lock a QP's send queue.
 #[repr(C)]
 pub struct Qp {
-    pub ex: ffi::ibv_qp_ex,
+    /// The `ibv_qp_ex` the program holds (first: our pointer is its pointer).
+    /// `UnsafeCell<T>` has `T`'s layout.
+    ex: UnsafeCell<ffi::ibv_qp_ex>,
     pub qpn: u32,
     pub max_inline: usize,
     pub max_send_sge: usize,
-    /// What `ibv_wr_*` calls built since `ibv_wr_start`.
-    pub batch: Batch,
+    /// The send queue's lock and what `ibv_wr_*` calls built since `ibv_wr_start`.
+    pub send: SendSide,
 }
 
 impl Qp {
-    /// Ours, from a QP pointer.
+    /// Ours, from a QP pointer: a shared reference (see [`Qp`]).
     ///
     /// # Safety
     /// `qp` is a QP we created and have not destroyed.
-    pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a mut Qp {
+    pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a Qp {
         // SAFETY: every QP we hand out is the first field of a #[repr(C)] Qp (ibv_qp is the
-        // first field of ibv_qp_ex); the program serialises calls on one QP's send side.
-        unsafe { &mut *(qp as *mut Qp) }
+        // first field of ibv_qp_ex); only shared references are made, and what another
+        // thread may change is behind an UnsafeCell or a lock.
+        unsafe { &*(qp as *const Qp) }
+    }
+
+    /// The C part, which the program reads and writes: used only through this pointer.
+    pub fn c(&self) -> *mut ffi::ibv_qp_ex {
+        self.ex.get()
     }
 
     pub fn ctx(&self) -> &Ctx {
-        // SAFETY: the context outlives its QPs.
-        unsafe { Ctx::of(self.ex.qp_base.context) }
+        // SAFETY: `context` is written once, at creation; the context outlives its QPs.
+        unsafe { Ctx::of((*self.c()).qp_base.context) }
+    }
+
+    /// Records the QP's state in `ibv_qp::state` (which programs read), atomically: two
+    /// threads may modify or query one QP at once.
+    fn set_state(&self, s: ffi::ibv_qp_state::Type) {
+        // SAFETY: `state` is an aligned u32 inside our live QP; every write of ours to it is
+        // this atomic store (the program only reads it).
+        unsafe { AtomicU32::from_ptr(&raw mut (*self.c()).qp_base.state) }
+            .store(s, Ordering::Relaxed);
     }
 }
 
@@ -143,11 +168,11 @@ unsafe fn create(
     b.qp_type = a.qp_type;
     wr::fill_ops(&mut ex);
     let obj = Box::into_raw(Box::new(Qp {
-        ex,
+        ex: UnsafeCell::new(ex),
         qpn,
         max_inline: inline as usize,
         max_send_sge: a.cap.max_send_sge as usize,
-        batch: Batch::default(),
+        send: SendSide::default(),
     }));
     ctx.qps.lock().unwrap().insert(qpn, obj as usize);
     Ok(obj as *mut ffi::ibv_qp)
@@ -261,7 +286,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
         }
         ctx.qps.lock().unwrap().remove(&obj.qpn);
         // SAFETY: allocated by Box in create; the program stops using it.
-        drop(unsafe { Box::from_raw(obj as *mut Qp) });
+        drop(unsafe { Box::from_raw(obj as *const Qp as *mut Qp) });
         0
     })
 }
@@ -374,7 +399,7 @@ pub unsafe extern "C" fn ibv_modify_qp(
         match ctx.nic().and_then(|nic| nic.modify_qp(obj.qpn, &q)) {
             Ok(()) => {
                 if let Some(s) = q.state {
-                    obj.ex.qp_base.state = state_to(s);
+                    obj.set_state(state_to(s));
                 }
                 0
             }
@@ -435,23 +460,25 @@ pub unsafe extern "C" fn ibv_query_qp(
         a.timeout = at.timeout;
         a.retry_cnt = at.retry_cnt;
         a.rnr_retry = at.rnr_retry;
-        let b = &obj.ex.qp_base;
-        // SAFETY: the program's out-parameters (`init` may be NULL).
+        // Read field by field through the raw pointer (no reference to the C part, whose
+        // `state` another thread may be storing); these fields are written at creation.
+        let b = obj.c();
+        // SAFETY: the program's out-parameters (`init` may be NULL); `b` is our live QP.
         unsafe {
             attr.write(a);
             if !init.is_null() {
                 init.write(ffi::ibv_qp_init_attr {
-                    qp_context: b.qp_context,
-                    send_cq: b.send_cq,
-                    recv_cq: b.recv_cq,
-                    srq: b.srq,
+                    qp_context: (*b).qp_base.qp_context,
+                    send_cq: (*b).qp_base.send_cq,
+                    recv_cq: (*b).qp_base.recv_cq,
+                    srq: (*b).qp_base.srq,
                     cap,
-                    qp_type: b.qp_type,
+                    qp_type: (*b).qp_base.qp_type,
                     sq_sig_all: info.sq_sig_all as c_int,
                 });
             }
         }
-        obj.ex.qp_base.state = a.qp_state;
+        obj.set_state(a.qp_state);
         0
     })
 }
