@@ -88,8 +88,7 @@ impl Ctx {
     pub fn nic(&self) -> Result<&verbs::Context, verbs::Error> {
         if self.inherited() {
             Err(verbs::Error::PortDown(
-                "a context inherited across fork(2) cannot be used: open the device again"
-                    .into(),
+                "a context inherited across fork(2) cannot be used: open the device again".into(),
             ))
         } else {
             Ok(&self.nic)
@@ -112,7 +111,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         // SAFETY: `dev` came from our list, which lives as long as the process.
         let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
         watch_forks();
-    let mut device = verbs::Device::new(dev.port.ip);
+        let mut device = verbs::Device::new(dev.port.ip);
         // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
         device.daemon.clone_from(&dev.port.daemon);
         let nic = match device.open() {

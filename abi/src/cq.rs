@@ -9,10 +9,10 @@ use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
 use roce_emu::verbs::{CompChannel, Completion, Spin, WcOpcode, WcStatus, DEFAULT_SPIN_US};
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::ptr::null_mut;
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -124,7 +124,11 @@ impl Cq {
         if n == out.len() {
             return Ok(n);
         }
-        match self.ctx().nic().and_then(|nic| nic.poll_cq(self.id, &mut out[n..])) {
+        match self
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.poll_cq(self.id, &mut out[n..]))
+        {
             Ok(m) => Ok(n + m),
             Err(e) if n > 0 => {
                 tracing::debug!("poll_cq: {e}");
@@ -138,7 +142,11 @@ impl Cq {
     /// becomes the one `ibv_wc_read_*` reads.
     fn next(&self, p: &mut Polled) -> Result<Option<Completion>, c_int> {
         if p.len == 0 {
-            let n = match self.ctx().nic().and_then(|nic| nic.poll_cq(self.id, &mut p.buf)) {
+            let n = match self
+                .ctx()
+                .nic()
+                .and_then(|nic| nic.poll_cq(self.id, &mut p.buf))
+            {
                 Ok(n) => n,
                 Err(e) => return Err(refused("ibv_start_poll", &e)),
             };
@@ -495,9 +503,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ffi::ibv_cq, _cqe: c_int) -> c_int {
-    crate::guard::errno("ibv_resize_cq", move || {
-        libc::EOPNOTSUPP
-    })
+    crate::guard::errno("ibv_resize_cq", move || libc::EOPNOTSUPP)
 }
 
 /// `ibv_context_ops::poll_cq`.
@@ -544,7 +550,11 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_i
     crate::guard::errno("req_notify_cq", move || {
         // SAFETY: a CQ we created.
         let obj = unsafe { Cq::of(cq) };
-        match obj.ctx().nic().and_then(|nic| nic.req_notify_cq(obj.id, solicited_only != 0)) {
+        match obj
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.req_notify_cq(obj.id, solicited_only != 0))
+        {
             Ok(()) => 0,
             Err(e) => refused("ibv_req_notify_cq", &e),
         }
@@ -605,8 +615,7 @@ unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
 }
 
 unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {
-    crate::guard::value("end_poll", move || {
-    })
+    crate::guard::value("end_poll", move || {})
 }
 
 /// The completion `ibv_wc_read_*` reads (a copy).
@@ -657,12 +666,8 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
     })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {
-    crate::guard::value("read_zero_u32", move || {
-        0
-    })
+    crate::guard::value("read_zero_u32", move || 0)
 }
 unsafe extern "C" fn read_zero_u8(_cq: *mut ffi::ibv_cq_ex) -> u8 {
-    crate::guard::value("read_zero_u8", move || {
-        0
-    })
+    crate::guard::value("read_zero_u8", move || 0)
 }

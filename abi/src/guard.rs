@@ -126,7 +126,8 @@ mod tests {
         for e in std::fs::read_dir(dir).unwrap() {
             let path = e.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
-            if ["ffi.rs", "strings.rs", "stubs.rs", "fork.rs", "guard.rs"].contains(&name.as_str()) {
+            if ["ffi.rs", "strings.rs", "stubs.rs", "fork.rs", "guard.rs"].contains(&name.as_str())
+            {
                 continue;
             }
             let text = std::fs::read_to_string(&path).unwrap();
@@ -146,6 +147,9 @@ mod tests {
                 rest = &after[open..];
             }
         }
-        assert!(missing.is_empty(), "extern \"C\" fns without a guard: {missing:#?}");
+        assert!(
+            missing.is_empty(),
+            "extern \"C\" fns without a guard: {missing:#?}"
+        );
     }
 }

@@ -98,29 +98,54 @@ fn access_of(access: c_uint) -> Result<Access, c_int> {
     Ok(Access::from_bits(access & known).unwrap_or(Access::empty()))
 }
 
-/// Whether every page of `[addr, addr + len)` is mapped: the kernel's `ib_umem_get` pins
-/// the pages and fails with EFAULT on a hole; we cannot pin, but a region over a hole is
-/// refused the same way.
-fn mapped(addr: usize, len: usize) -> bool {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let start = addr & !(page - 1);
+/// Whether every byte of `[addr, addr + len)` is mapped readable, and writable if `write`:
+/// what the kernel's `ib_umem_get` demands when it pins the pages (with FOLL_WRITE when
+/// the access has a write right, so a read-only or PROT_NONE page fails with EFAULT). We
+/// cannot pin, but registering memory the NIC could not use would only move the failure
+/// to the first packet: refused the same way, at registration, from /proc/self/maps
+/// (registration is the slow path).
+fn usable(addr: usize, len: usize, write: bool) -> bool {
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
-    // Bounded scratch: 4096 pages per mincore call.
-    let mut vec = [0u8; 4096];
-    let mut at = start;
-    while at < end {
-        let n = (end - at).div_ceil(page).min(vec.len());
-        // SAFETY: mincore only reads the page table for the range; `vec` has `n` bytes.
-        let r = unsafe { libc::mincore(at as *mut c_void, n * page, vec.as_mut_ptr()) };
-        if r != 0 {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        // No procfs (a sandbox): nothing to check against; a fault is caught later.
+        return true;
+    };
+    covered(&maps, addr, end, write)
+}
+
+/// Whether the mappings listed in `maps` (the /proc/self/maps format, sorted by address)
+/// cover `[at, end)` without a gap, each readable, and writable if `write`.
+fn covered(maps: &str, mut at: usize, end: usize, write: bool) -> bool {
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= at {
+            continue;
+        }
+        if lo > at {
+            return false; // a hole
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') || (write && p.get(1) != Some(&b'w')) {
             return false;
         }
-        at += n * page;
+        at = hi;
+        if at >= end {
+            return true;
+        }
     }
-    true
+    false
 }
 
 /// Registers `[addr, addr + len)` of the program's memory at `iova`.
@@ -150,7 +175,8 @@ unsafe fn reg(
     } else {
         iova
     };
-    if len == 0 || addr.is_null() || !mapped(addr as usize, len) {
+    let write = acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+    if len == 0 || addr.is_null() || !usable(addr as usize, len, write) {
         set_errno(if len == 0 { libc::EINVAL } else { libc::EFAULT });
         return null_mut();
     }
@@ -164,7 +190,10 @@ unsafe fn reg(
             return null_mut();
         }
     };
-    match ctx.nic().and_then(|nic| nic.reg_mr_backing(obj.id, iova, backing, acc)) {
+    match ctx
+        .nic()
+        .and_then(|nic| nic.reg_mr_backing(obj.id, iova, backing, acc))
+    {
         Ok(region) => {
             let mr = ffi::ibv_mr {
                 context: obj.pd.context,
@@ -297,13 +326,39 @@ pub unsafe extern "C" fn bind_mw(
     _mw: *mut ffi::ibv_mw,
     _bind: *mut ffi::ibv_mw_bind,
 ) -> c_int {
-    crate::guard::errno("bind_mw", move || {
-        libc::EOPNOTSUPP
-    })
+    crate::guard::errno("bind_mw", move || libc::EOPNOTSUPP)
 }
 
 pub unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
-    crate::guard::errno("dealloc_mw", move || {
-        libc::EOPNOTSUPP
-    })
+    crate::guard::errno("dealloc_mw", move || libc::EOPNOTSUPP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covered;
+
+    const MAPS: &str = "\
+1000-3000 rw-p 00000000 00:00 0
+3000-4000 r--p 00000000 00:00 0 /lib/x.so
+4000-5000 ---p 00000000 00:00 0
+6000-7000 rw-s 00000000 00:00 0 [anon]
+";
+
+    #[test]
+    fn maps_cover_what_the_access_needs() {
+        assert!(covered(MAPS, 0x1000, 0x3000, true));
+        assert!(covered(MAPS, 0x1800, 0x4000, false));
+        assert!(
+            !covered(MAPS, 0x1800, 0x4000, true),
+            "read-only page, write right"
+        );
+        assert!(!covered(MAPS, 0x3800, 0x4800, false), "PROT_NONE page");
+        assert!(!covered(MAPS, 0x0800, 0x1800, false), "hole before");
+        assert!(!covered(MAPS, 0x5800, 0x6800, false), "hole between");
+        assert!(covered(MAPS, 0x6000, 0x7000, true));
+        assert!(
+            !covered(MAPS, 0x6800, 0x7001, false),
+            "past the last mapping"
+        );
+    }
 }

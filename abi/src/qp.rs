@@ -263,9 +263,7 @@ pub unsafe extern "C" fn create_qp_ex(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ffi::ibv_qp) -> *mut ffi::ibv_qp_ex {
-    crate::guard::null("ibv_qp_to_qp_ex", move || {
-        qp as *mut ffi::ibv_qp_ex
-    })
+    crate::guard::null("ibv_qp_to_qp_ex", move || qp as *mut ffi::ibv_qp_ex)
 }
 
 #[no_mangle]

@@ -9,9 +9,7 @@ use std::ffi::CStr;
 
 #[no_mangle]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    crate::guard::null_const("ibv_get_sysfs_path", move || {
-        c"/sys".as_ptr()
-    })
+    crate::guard::null_const("ibv_get_sysfs_path", move || c"/sys".as_ptr())
 }
 
 fn guid_str(g: u64) -> String {

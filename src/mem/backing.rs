@@ -20,8 +20,23 @@
 use super::MemError;
 use core::fmt;
 use core::ptr::NonNull;
+#[cfg(test)]
 use core::sync::atomic::AtomicU64;
 use std::alloc::{self, Layout};
+
+// Copies and atomics on foreign memory that fail cleanly when the program has unmapped or
+// write-protected it since registration (a SIGSEGV/SIGBUS handler and an exception table).
+mod fault;
+pub use fault::{caught as faults_caught, Faulted};
+
+/// An ATOMIC's operation on a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Fetch-and-add (wrapping).
+    FetchAdd(u64),
+    /// Compare-and-swap: the word becomes `swap` if it equals `compare`.
+    CompareSwap { compare: u64, swap: u64 },
+}
 
 /// Alignment of owned buffers: a cache line (it also satisfies `AtomicU64`'s 8).
 const OWNED_ALIGN: usize = 64;
@@ -114,6 +129,8 @@ impl Backing {
     /// unspecified, never out of range.
     pub unsafe fn foreign(addr: *mut u8, length: usize) -> Result<Backing, MemError> {
         let ptr = NonNull::new(addr).ok_or(MemError::NullAddress)?;
+        // From now on a fault in our accesses to foreign memory is an error, not a crash.
+        fault::install();
         if length == 0 {
             return Err(MemError::ZeroLengthMr { iova: addr as u64 });
         }
@@ -175,35 +192,84 @@ impl Backing {
         );
     }
 
-    /// Copies `out.len()` bytes at `offset` into `out`.
-    pub(super) fn read(&self, offset: usize, out: &mut [u8]) {
+    /// Copies `out.len()` bytes at `offset` into `out`. `Err(Faulted)`: foreign memory the
+    /// program unmapped or made unreadable since registration (`out` is then partly
+    /// written).
+    pub(super) fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Faulted> {
         self.bounds(offset, out.len());
-        // SAFETY: `[offset, offset + out.len())` is inside the backing (checked just
-        // above), which is valid for reads (owned: our live allocation; foreign: the
-        // constructor's contract). `out` is valid for writes of its length. `copy`
-        // (memmove) is correct even if `out` is itself part of this foreign memory, and
-        // no reference to the region's bytes is created.
-        unsafe { core::ptr::copy(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        let src = self.ptr.as_ptr().wrapping_add(offset);
+        if self.is_owned() {
+            // SAFETY: `[offset, offset + out.len())` is inside the backing (checked just
+            // above), our live allocation. `out` is valid for writes of its length. `copy`
+            // (memmove) is correct even if `out` overlaps, and no reference to the
+            // region's bytes is created.
+            unsafe { core::ptr::copy(src, out.as_mut_ptr(), out.len()) };
+            return Ok(());
+        }
+        // SAFETY: as above, for foreign memory: inside the backing, valid for reads by the
+        // constructor's contract, except that the program may have unmapped or protected
+        // it since: the fault-safe copy returns `Faulted` then (its handler was installed
+        // by `foreign`). A memmove too.
+        unsafe { fault::copy(out.as_mut_ptr(), src, out.len()) }
     }
 
-    /// Copies `data` to `offset`.
-    pub(super) fn write(&self, offset: usize, data: &[u8]) {
+    /// Copies `data` to `offset`. `Err(Faulted)`: foreign memory the program unmapped or
+    /// made read-only since registration (some bytes may have been written).
+    pub(super) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Faulted> {
         self.bounds(offset, data.len());
-        // SAFETY: as in `read`, with the directions swapped: the destination range is
-        // inside the backing and valid for writes; `data` is valid for reads.
-        unsafe { core::ptr::copy(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        let dst = self.ptr.as_ptr().wrapping_add(offset);
+        if self.is_owned() {
+            // SAFETY: as in `read`, with the directions swapped: the destination range is
+            // inside our live allocation; `data` is valid for reads.
+            unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
+            return Ok(());
+        }
+        // SAFETY: as in `read` (foreign memory, the fault-safe copy), directions swapped.
+        unsafe { fault::copy(dst, data.as_ptr(), data.len()) }
     }
 
     /// Sets every byte to `byte`.
-    pub(super) fn fill(&self, byte: u8) {
-        // SAFETY: exactly the backing's `len` bytes from its start, valid for writes.
-        unsafe { core::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) };
+    pub(super) fn fill(&self, byte: u8) -> Result<(), Faulted> {
+        if self.is_owned() {
+            // SAFETY: exactly the backing's `len` bytes from its start, our allocation.
+            unsafe { core::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) };
+            return Ok(());
+        }
+        let chunk = [byte; 4096];
+        let mut at = 0;
+        while at < self.len {
+            let n = (self.len - at).min(chunk.len());
+            self.write(at, &chunk[..n])?;
+            at += n;
+        }
+        Ok(())
     }
 
-    /// The 8-byte word at `offset` as an `AtomicU64`, or `None` if its host address is
-    /// not 8-byte aligned (possible for foreign memory registered at an iova whose
-    /// remainder mod 8 differs from the address's: the atomic is refused as misaligned
-    /// rather than done non-atomically).
+    /// An ATOMIC on the 8-byte word at `offset`, in host byte order: the original value.
+    /// `None` if the word's host address is not 8-byte aligned (possible for foreign
+    /// memory registered at an iova whose remainder mod 8 differs from the address's: the
+    /// atomic is refused as misaligned rather than done non-atomically); `Some(Err)` if
+    /// the foreign memory faulted (unmapped, or read-only, since registration).
+    pub(super) fn atomic(&self, offset: usize, op: AtomicOp) -> Option<Result<u64, Faulted>> {
+        self.bounds(offset, 8);
+        let p = self.ptr.as_ptr().wrapping_add(offset).cast::<u64>();
+        if p as usize % 8 != 0 {
+            return None;
+        }
+        // SAFETY: `p` is 8-byte aligned (checked), its 8 bytes are inside the backing
+        // (checked), valid for atomic read-modify-write (owned: our allocation; foreign:
+        // the constructor's contract, and a fault there is caught). The routines are
+        // `lock`ed instructions: atomic against the program's own atomics on the word.
+        Some(unsafe {
+            match op {
+                AtomicOp::FetchAdd(add) => fault::fetch_add(p, add),
+                AtomicOp::CompareSwap { compare, swap } => fault::compare_swap(p, compare, swap),
+            }
+        })
+    }
+
+    /// The 8-byte word at `offset` as an `AtomicU64` (tests: the program's view of a word).
+    #[cfg(test)]
     pub(super) fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64> {
         self.bounds(offset, 8);
         let p = self.ptr.as_ptr().wrapping_add(offset);

@@ -374,16 +374,17 @@ impl Qp {
             self.complete_recv(ctx, WcStatus::LocLenErr, WcOpcode::Recv, offset, None, None);
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        if !payload.is_empty()
-            && crate::mem::scatter(
+        if !payload.is_empty() && {
+            let r = crate::mem::scatter(
                 ctx.mem,
                 self.pd,
                 wqe.sges.as_slice(),
                 u64::from(offset),
                 payload,
-            )
-            .is_err()
-        {
+            );
+            ctx.stats.note_mem(&r);
+            r.is_err()
+        } {
             self.complete_recv(
                 ctx,
                 WcStatus::LocProtErr,
@@ -462,12 +463,11 @@ impl Qp {
         if total != 0 && (payload.len() + usize::from(r.bth.pad)) % 4 != 0 {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        if !payload.is_empty()
-            && ctx
-                .mem
-                .write_remote(self.pd, Rkey(rkey), va, payload)
-                .is_err()
-        {
+        if !payload.is_empty() && {
+            let r = ctx.mem.write_remote(self.pd, Rkey(rkey), va, payload);
+            ctx.stats.note_mem(&r);
+            r.is_err()
+        } {
             return self.responder_fail(ctx, psn, Fail::RemoteAccess);
         }
         if info.is(Flags::END) {
@@ -550,6 +550,7 @@ impl Qp {
         } else {
             ctx.mem.fetch_add(self.pd, Rkey(a.rkey), a.va, a.swap_add)
         };
+        ctx.stats.note_mem(&res);
         // The R_Key, PD, rights and range are checked before the alignment (rxe
         // `check_rkey` then `atomic_reply`; MrTable::compare_swap's documented order): a
         // bad key is a Remote Access Error whatever the address. A misaligned address
@@ -745,6 +746,7 @@ impl Qp {
                         }
                     })
                     .ok()?;
+                ctx.stats.note_mem(&read);
                 if read.is_err() {
                     // The memory went away under a READ in progress.
                     self.resp.queue.pop_front();
