@@ -480,9 +480,16 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
         let ctx = obj.ctx();
         if ctx.inherited() {
             // A forked child (see `Ctx::inherited`): our object goes, the NIC and the
-            // maps (whose locks a parent's thread may have held at the fork) are left.
-            // SAFETY: allocated by Box in create; the program stops using it.
-            drop(unsafe { Box::from_raw(cq as *mut Cq) });
+            // maps (whose locks a parent's thread may have held at the fork) are left;
+            // the channel's count drops (an atomic), so it can be destroyed in turn.
+            // SAFETY: the CQ's channel outlives it; allocated by Box in create, and the
+            // program stops using the CQ.
+            unsafe {
+                if !obj.chan.is_null() {
+                    (*obj.chan).refcnt().fetch_sub(1, Ordering::AcqRel);
+                }
+                drop(Box::from_raw(cq as *mut Cq));
+            }
             return 0;
         }
         if let Err(e) = ctx.nic().and_then(|nic| nic.destroy_cq(obj.id)) {
@@ -490,6 +497,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
         }
         ctx.cqs.lock().unwrap().remove(&obj.id);
         if !obj.chan.is_null() {
+            // SAFETY: the CQ's channel outlives it (destroying it is refused while used).
             unsafe {
                 (*obj.chan).cqs.lock().unwrap().remove(&obj.id);
                 (*obj.chan).refcnt().fetch_sub(1, Ordering::AcqRel);
