@@ -377,6 +377,8 @@ static void fork_child_cleans_up(void)
 
 int main(int argc, char **argv)
 {
+	/* Line-buffered even into a pipe: a crash still shows the steps that passed. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
 	CHECK(list && n >= 1, "ibv_get_device_list: %d", n);
