@@ -88,7 +88,15 @@ fn memory_broken_after_registration_fails_accesses_cleanly() {
     let mr = register(&mut p, B, mem, 2 * pg);
     protect(mem, 2 * pg, libc::PROT_READ);
     p.write_mem(A, 0, &[0xaa; 512]);
-    p.send(A, 1, SendOp::Write { remote: remote(&mr, 100) }, 0, 512);
+    p.send(
+        A,
+        1,
+        SendOp::Write {
+            remote: remote(&mr, 100),
+        },
+        0,
+        512,
+    );
     p.settle();
     assert_eq!(status(&mut p, A), WcStatus::RemAccessErr);
     assert_eq!(p.counter(B, Counter::MemFaults), 1);
@@ -100,7 +108,15 @@ fn memory_broken_after_registration_fails_accesses_cleanly() {
     let mut p = Pair::new(Opts::default());
     let mr = register(&mut p, B, mem, 2 * pg);
     protect(mem, 2 * pg, libc::PROT_NONE);
-    p.send(A, 2, SendOp::Read { remote: remote(&mr, 0) }, 0, 256);
+    p.send(
+        A,
+        2,
+        SendOp::Read {
+            remote: remote(&mr, 0),
+        },
+        0,
+        256,
+    );
     p.settle();
     assert_eq!(status(&mut p, A), WcStatus::RemAccessErr);
     assert_eq!(p.counter(B, Counter::MemFaults), 1);
@@ -151,7 +167,14 @@ fn memory_broken_after_registration_fails_accesses_cleanly() {
         length: 512,
         lkey: Lkey(mr.lkey().0),
     };
-    p.post_sges(A, 5, SendOp::Write { remote: remote(&dst, 0) }, &[sge]);
+    p.post_sges(
+        A,
+        5,
+        SendOp::Write {
+            remote: remote(&dst, 0),
+        },
+        &[sge],
+    );
     p.settle();
     assert_eq!(status(&mut p, A), WcStatus::LocProtErr);
     assert_eq!(p.counter(A, Counter::MemFaults), 1);
@@ -183,7 +206,15 @@ fn memory_broken_after_registration_fails_accesses_cleanly() {
     assert_ne!(fm, libc::MAP_FAILED);
     let mr = register(&mut p, B, fm as *mut u8, 2 * pg);
     file.set_len(0).unwrap();
-    p.send(A, 6, SendOp::Write { remote: remote(&mr, pg as u64) }, 0, 64);
+    p.send(
+        A,
+        6,
+        SendOp::Write {
+            remote: remote(&mr, pg as u64),
+        },
+        0,
+        64,
+    );
     p.settle();
     assert_eq!(status(&mut p, A), WcStatus::RemAccessErr);
     assert_eq!(p.counter(B, Counter::MemFaults), 1);
@@ -199,14 +230,26 @@ fn memory_broken_after_registration_fails_accesses_cleanly() {
     let mr = register(&mut p, B, mem, 2 * pg);
     // SAFETY: our mapping; the region over it is what this scenario breaks on purpose.
     assert_eq!(unsafe { libc::munmap(mem as *mut _, 2 * pg) }, 0);
-    p.send(A, 8, SendOp::Write { remote: remote(&mr, 0) }, 0, 128);
+    p.send(
+        A,
+        8,
+        SendOp::Write {
+            remote: remote(&mr, 0),
+        },
+        0,
+        128,
+    );
     p.settle();
     assert_eq!(status(&mut p, A), WcStatus::RemAccessErr);
     assert_eq!(p.counter(B, Counter::MemFaults), 1);
     finish(&mut p, B, mr);
 
     // Every fault above was caught by the handler, and the program is still here.
-    assert!(faults_caught() - before >= 7, "{}", faults_caught() - before);
+    assert!(
+        faults_caught() - before >= 7,
+        "{}",
+        faults_caught() - before
+    );
 }
 
 /// A fault outside the fault-safe routines is not ours: the handler passes it on (here to

@@ -144,7 +144,8 @@ mod tests {
                 let first = after[open + 2..].trim_start();
                 // The atfork handler is one atomic add: nothing in it can panic.
                 let exempt = fname == "count_fork_in_child";
-                if !exempt && !first.starts_with("guard::") && !first.starts_with("crate::guard::") {
+                if !exempt && !first.starts_with("guard::") && !first.starts_with("crate::guard::")
+                {
                     missing.push(format!("{name}: {fname}"));
                 }
                 rest = &after[open..];
