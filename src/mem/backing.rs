@@ -311,7 +311,7 @@ mod tests {
 
     fn snapshot(b: &Backing) -> Vec<u8> {
         let mut v = vec![0; b.len()];
-        b.read(0, &mut v);
+        b.read(0, &mut v).unwrap();
         v
     }
 
@@ -344,15 +344,15 @@ mod tests {
     #[test]
     fn owned_read_write_at_the_edges() {
         let b = Backing::owned_at(5, 32).unwrap();
-        b.write(0, &[1, 2, 3]);
-        b.write(29, &[7, 8, 9]);
-        b.write(32, &[]); // empty at the very end: fine, touches nothing
+        b.write(0, &[1, 2, 3]).unwrap();
+        b.write(29, &[7, 8, 9]).unwrap();
+        b.write(32, &[]).unwrap(); // empty at the very end: fine, touches nothing
         let mut out = [0u8; 3];
-        b.read(29, &mut out);
+        b.read(29, &mut out).unwrap();
         assert_eq!(out, [7, 8, 9]);
-        b.read(0, &mut out);
+        b.read(0, &mut out).unwrap();
         assert_eq!(out, [1, 2, 3]);
-        b.fill(0xee);
+        b.fill(0xee).unwrap();
         assert!(snapshot(&b).iter().all(|&x| x == 0xee));
     }
 
@@ -360,14 +360,14 @@ mod tests {
     #[should_panic(expected = "outside its 32 bytes")]
     fn read_past_the_end_panics_rather_than_reads() {
         let b = Backing::owned(32).unwrap();
-        b.read(30, &mut [0u8; 3]);
+        let _ = b.read(30, &mut [0u8; 3]);
     }
 
     #[test]
     #[should_panic(expected = "outside its 32 bytes")]
     fn write_at_a_huge_offset_panics() {
         let b = Backing::owned(32).unwrap();
-        b.write(usize::MAX, &[1]);
+        b.write(usize::MAX, &[1]).unwrap();
     }
 
     #[test]
@@ -389,10 +389,10 @@ mod tests {
             assert!(!b.is_owned());
             assert_eq!(b.addr(), addr as u64);
             let mut one = [0u8];
-            b.read(10, &mut one);
+            b.read(10, &mut one).unwrap();
             assert_eq!(one, [0x42]);
-            b.write(60, &[1, 2, 3, 4]);
-            b.write(0, &[9]);
+            b.write(60, &[1, 2, 3, 4]).unwrap();
+            b.write(0, &[9]).unwrap();
         }
         assert_eq!(&mine[60..], &[1, 2, 3, 4]);
         assert_eq!(mine[0], 9);
@@ -447,7 +447,7 @@ mod tests {
             Ok(42)
         );
         let mut raw = [0u8; 8];
-        b.read(8, &mut raw);
+        b.read(8, &mut raw).unwrap();
         assert_eq!(u64::from_ne_bytes(raw), 7);
         // A host address that is not 8-aligned: refused, not done non-atomically.
         assert!(b.atomic_u64(4).is_none());
@@ -479,5 +479,79 @@ mod tests {
         });
         drop(b);
         assert_eq!(word.load(Ordering::SeqCst), 2 * N + 2 * 3 * N);
+    }
+
+    /// Foreign memory made inaccessible after registration: reads, writes and atomics
+    /// fail with `Faulted` (the fault handler), and work again once it is accessible.
+    #[test]
+    fn faults_on_foreign_memory_are_errors() {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a new private anonymous mapping, the test's own.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let b = unsafe_foreign(p.cast(), page);
+        b.write(8, &5u64.to_ne_bytes()).unwrap();
+        let before = faults_caught();
+        // SAFETY: the test's mapping.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_READ) }, 0);
+        assert_eq!(b.write(0, &[1; 100]), Err(Faulted));
+        assert_eq!(b.atomic(8, AtomicOp::FetchAdd(1)), Some(Err(Faulted)));
+        let mut w = [0u8; 8];
+        b.read(8, &mut w).unwrap();
+        assert_eq!(
+            u64::from_ne_bytes(w),
+            5,
+            "read-only: reads work, nothing changed"
+        );
+        // SAFETY: the test's mapping.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_NONE) }, 0);
+        assert_eq!(b.read(8, &mut w), Err(Faulted));
+        let cas = AtomicOp::CompareSwap {
+            compare: 5,
+            swap: 6,
+        };
+        assert_eq!(b.atomic(8, cas), Some(Err(Faulted)));
+        assert!(faults_caught() - before >= 4);
+        // SAFETY: the test's mapping.
+        assert_eq!(
+            unsafe { libc::mprotect(p, page, libc::PROT_READ | libc::PROT_WRITE) },
+            0
+        );
+        assert_eq!(b.atomic(8, cas), Some(Ok(5)));
+        assert_eq!(b.atomic(8, AtomicOp::FetchAdd(10)), Some(Ok(6)));
+        b.read(8, &mut w).unwrap();
+        assert_eq!(u64::from_ne_bytes(w), 16);
+        drop(b);
+        // SAFETY: the test's mapping, no backing over it any more.
+        unsafe { libc::munmap(p, page) };
+    }
+
+    /// The fault-safe copy is a memmove: overlapping ranges either way round.
+    #[test]
+    fn fault_safe_copy_overlaps_like_memmove() {
+        let mut v: Vec<u8> = (0..64).collect();
+        let p = v.as_mut_ptr();
+        // SAFETY: both ranges inside `v`, which nothing else uses meanwhile.
+        unsafe { fault::copy(p.add(4), p, 32) }.unwrap();
+        let want: Vec<u8> = (0..4).chain(0..32).chain(36..64).collect();
+        assert_eq!(v, want, "forward overlap (dst after src) copied backwards");
+        let mut v: Vec<u8> = (0..64).collect();
+        let p = v.as_mut_ptr();
+        // SAFETY: as above.
+        unsafe { fault::copy(p, p.add(4), 32) }.unwrap();
+        let want: Vec<u8> = (4..36).chain(32..64).collect();
+        assert_eq!(v, want);
+        // SAFETY: zero bytes: touches nothing.
+        unsafe { fault::copy(p, p.add(1), 0) }.unwrap();
     }
 }
