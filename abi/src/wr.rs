@@ -708,3 +708,51 @@ pub fn fill_ops(ex: &mut ffi::ibv_qp_ex) {
     ex.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     ex.wr_atomic_write = Some(wr_atomic_write);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The send lock: one holder at a time, whole batches; another thread's `ibv_wr_*`
+    /// call never reaches the batch (it is noted, and fails the holder's batch).
+    #[test]
+    fn the_batch_belongs_to_the_thread_holding_the_lock() {
+        let side = SendSide::default();
+        assert!(side.acquire());
+        assert!(!side.acquire(), "this thread holds it already");
+        side.with(|b| b.err = 7).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                assert!(side.with(|b| b.err = 9).is_none(), "not the holder");
+                assert!(!side.held_here());
+            });
+        });
+        assert!(side.stray.load(Ordering::Relaxed));
+        assert_eq!(
+            side.with(|b| b.err),
+            Some(7),
+            "the stray call changed nothing"
+        );
+        // A second thread waits for the lock, then has it to itself.
+        let got = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _held = side.lock();
+                got.store(true, Ordering::SeqCst);
+                assert_eq!(side.with(|b| b.err), Some(7));
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(
+                !got.load(Ordering::SeqCst),
+                "waited while this thread held it"
+            );
+            side.release();
+        });
+        assert!(got.load(Ordering::SeqCst));
+        assert!(
+            side.acquire(),
+            "released when the other thread's guard dropped"
+        );
+        side.release();
+    }
+}
