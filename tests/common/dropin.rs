@@ -63,12 +63,15 @@ impl Env {
     }
 
     /// Our library first, then Debian's other libraries (libmlx5, libefa, librdmacm,
-    /// libibumad, libpci) that perftest links.
+    /// libibumad, libpci) that perftest links, and libnl-3, which Debian 12 ships in
+    /// /lib, not /usr/lib (a machine without libnl-3-200 installed failed to load
+    /// perftest and librdmacm without it).
     pub fn library_path(&self) -> String {
         format!(
-            "{}:{}",
+            "{}:{}:{}",
             self.lib.display(),
-            self.root.join("usr/lib/x86_64-linux-gnu").display()
+            self.root.join("usr/lib/x86_64-linux-gnu").display(),
+            self.root.join("lib/x86_64-linux-gnu").display()
         )
     }
 
