@@ -3,19 +3,25 @@
 //! addr, len, access)` hands the C ABI). Both are a raw pointer and a length, reached by
 //! one code path, so the data path takes no lock and does not care which kind it has.
 //!
-//! This is the only module of `mem` with `unsafe` code (`tests/layering.rs` checks it),
-//! and its safe functions are sound for every input: each access checks its own bounds
+//! This module (with its submodule `fault`) is the only one of `mem` with `unsafe` code
+//! (`tests/layering.rs` checks it), and its safe functions are sound for every input: each access checks its own bounds
 //! here, whatever the caller checked before. The range, key, PD and access checks of
 //! the table still come first; the checks here are the last line, not the policy.
 //!
 //! Concurrency. The program may read and write a registered buffer while the NIC does
 //! (it can on real hardware, and perftest does). So no Rust reference (`&[u8]`,
-//! `&mut [u8]`) to region memory is ever created: copies are `core::ptr::copy` on raw
-//! pointers, and atomics are `AtomicU64` operations on the aligned word. What a copy
+//! `&mut [u8]`) to region memory is ever created: copies are memmoves on raw pointers,
+//! and atomics are `lock`ed read-modify-writes of the aligned word. What a copy
 //! racing with another writer of the same bytes sees is unspecified, as on hardware
 //! (IBA 10.6: RDMA operations are not atomic with respect to each other or to the
 //! host); an ATOMIC is atomic against every other atomic on the same word, the program's
 //! own `AtomicU64`/`__atomic` operations included.
+//!
+//! Memory that goes bad. Foreign memory's copies and atomics run in `fault`'s routines:
+//! if the program unmapped it, made it read-only or inaccessible, or truncated the file it
+//! maps after registering it, the access returns [`Faulted`] (a SIGSEGV/SIGBUS caught by
+//! an exception table) instead of killing the program, and the region's callers turn it
+//! into an access error ([`MemError::Fault`]). x86_64 only for now (see `fault`).
 
 use super::MemError;
 use core::fmt;
@@ -119,7 +125,10 @@ impl Backing {
     ///   `Arc::strong_count(&mr) == 1` on the registration's own `Arc` means the memory
     ///   is free to go);
     /// - nothing else frees, unmaps or remaps it (`munmap`, `mremap`, `madvise(DONTNEED)`
-    ///   of a file mapping, ...) during that time;
+    ///   of a file mapping, ...) during that time. (On x86_64 an access to memory unmapped
+    ///   or protected since is caught and fails cleanly, see `fault`; but an address the
+    ///   program maps again for something else meanwhile is written as the region, as
+    ///   with any use after free);
     /// - the program's own accesses meanwhile are through raw pointers or atomics, or do
     ///   not overlap the NIC's in time: the NIC writes the bytes behind any `&[u8]` the
     ///   program holds, exactly as a hardware NIC would (this is the program's affair,
