@@ -41,3 +41,39 @@ fn a_c_program_drives_every_inline_path() {
     let text = dropin::stdout(&out);
     assert_eq!(text.matches("PASS ").count(), 10, "{text}");
 }
+
+/// tests/abi/hardening.c (address 127.0.21.2): registration refuses memory the NIC cannot
+/// use (EFAULT), memory made read-only after registration fails a peer's WRITE cleanly, a
+/// forked child destroys what it inherited and closes the device, and three threads post
+/// to one QP at once.
+#[test]
+fn hardening_fork_threads_and_foreign_memory() {
+    let Some(env) = dropin::setup("abi_paths") else {
+        return;
+    };
+    let exe = std::env::temp_dir().join(format!("roce-emu-hardening-{}", std::process::id()));
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/abi/hardening.c");
+    let cc = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .arg(format!("-I{}", env.root.join("usr/include").display()))
+        .arg(format!("-L{}", env.lib.display()))
+        .arg("-libverbs")
+        .arg("-pthread")
+        .output()
+        .expect("cc");
+    assert!(cc.status.success(), "cc: {}", dropin::show(&cc));
+    let child = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", &env.lib)
+        .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.2")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = dropin::finish(child, Duration::from_secs(120), "hardening");
+    let _ = std::fs::remove_file(&exe);
+    assert!(out.status.success(), "{}", dropin::show(&out));
+    let text = dropin::stdout(&out);
+    assert_eq!(text.matches("PASS ").count(), 5, "{text}");
+}

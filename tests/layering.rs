@@ -237,7 +237,14 @@ fn layers_import_only_what_they_may() {
 /// registered memory, foreign memory from the coming C ABI) and the shared mapping of
 /// the daemon's packet rings. Each is opted in by one
 /// `#[allow(unsafe_code)]` on its `mod` line; the crate root denies it everywhere else.
-const UNSAFE_MODULES: &[&str] = &["backend/sys.rs", "mem/backing.rs", "ring/shm.rs"];
+/// `mem/backing/fault.rs` is a submodule of the backing (opted in with it): the
+/// fault-safe copies and atomics on foreign memory and their SIGSEGV/SIGBUS handler.
+const UNSAFE_MODULES: &[&str] = &[
+    "backend/sys.rs",
+    "mem/backing.rs",
+    "mem/backing/fault.rs",
+    "ring/shm.rs",
+];
 const UNSAFE_OPT_INS: &[(&str, &str)] = &[
     ("backend/mod.rs", "mod sys;"),
     ("mem/mod.rs", "mod backing;"),

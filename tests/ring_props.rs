@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::ring::{
-    create_region, new_bell, Consumer, Meta, Popped, Producer, PushError, MAX_PACKET,
+    bell_pair, create_region, Consumer, Meta, Popped, Producer, PushError, MAX_PACKET,
 };
 use roce_emu::rng::Rng;
 use std::fs::File;
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 fn pair(cap: usize) -> (Producer, Consumer, File) {
     let fd = create_region(cap).unwrap();
-    let b = new_bell().unwrap();
-    let p = Producer::attach(fd.as_fd(), b.try_clone().unwrap()).unwrap();
-    let c = Consumer::attach(fd.as_fd(), b).unwrap();
+    let (pb, cb) = bell_pair().unwrap();
+    let p = Producer::attach(fd.as_fd(), pb).unwrap();
+    let c = Consumer::attach(fd.as_fd(), cb).unwrap();
     (p, c, File::from(fd))
 }
 

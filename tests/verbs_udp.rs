@@ -292,3 +292,50 @@ fn rkeys_differ_between_nics() {
         "the same R_Key in every NIC: {rkeys:x?}"
     );
 }
+
+/// Memory made read-only after registration, written by a peer while the program makes no
+/// call: the progress thread does the access, faults, and the fault is an access error
+/// (the peer's REM_ACCESS_ERR, B's `mem_faults`), not the end of the process. (The
+/// progress thread once blocked SIGSEGV with every other signal, which made any fault on
+/// it fatal, caught or not.)
+#[test]
+fn a_fault_on_the_progress_thread_is_an_access_error() {
+    let (a, b, _) = pair("127.0.9.12", "127.0.9.13", false);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    // SAFETY: a new private anonymous mapping of the test's own.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(mem, libc::MAP_FAILED);
+    // SAFETY: the mapping stays until after the region is deregistered below; making it
+    // read-only is what the test is about.
+    let backing = unsafe { Backing::foreign(mem as *mut u8, page) }.unwrap();
+    let va = mem as u64;
+    let mr = b
+        .ctx
+        .reg_mr_backing(b.pd, va, backing, Access::ALL)
+        .unwrap();
+    // SAFETY: the test's mapping.
+    assert_eq!(unsafe { libc::mprotect(mem, page, libc::PROT_READ) }, 0);
+    let remote = Remote {
+        va,
+        rkey: mr.rkey().0,
+    };
+    // Only A calls (it polls): B's side runs on B's progress thread.
+    send(&a, 1, SendOp::Write { remote }, 0, 64, false);
+    assert_eq!(a.poll_one().status, WcStatus::RemAccessErr);
+    assert_eq!(b.ctx.counters().get(verbs::Counter::MemFaults), 1);
+    let lkey = mr.lkey();
+    drop(mr);
+    b.ctx.dereg_mr(lkey).unwrap();
+    // SAFETY: the test's mapping, no longer registered.
+    unsafe { libc::munmap(mem, page) };
+}

@@ -12,7 +12,8 @@ use libc::c_int;
 use roce_emu::verbs::{self, AsyncEvent, Event};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, Once};
 use std::time::Duration;
 
 /// `__VERBS_ABI_IS_EXTENDED`: `ibv_context::abi_compat` of a context with a
@@ -24,10 +25,36 @@ const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 const LINGER_QUIET: Duration = Duration::from_millis(50);
 const LINGER_MAX: Duration = Duration::from_secs(1);
 
+/// Forks this process has been the child of: a `pthread_atfork` child handler counts them,
+/// so a context knows it was inherited with one atomic load (no getpid(2) per post).
+static FORKS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn count_fork_in_child() {
+    // Async-signal-safe: one atomic add, nothing else (the child may have one thread
+    // only, and the parent's locks may be held by threads it no longer has).
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn watch_forks() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a handler that only does an atomic add; no prepare or parent
+        // handler. A failure (ENOMEM) leaves forks uncounted: logged, the old behaviour.
+        let rc = unsafe { libc::pthread_atfork(None, None, Some(count_fork_in_child)) };
+        if rc != 0 {
+            tracing::warn!("pthread_atfork failed ({rc}): a forked child's calls are not fenced");
+        }
+    });
+}
+
 #[repr(C)]
 pub struct Ctx {
     pub v: ffi::verbs_context,
-    pub nic: verbs::Context,
+    /// The NIC: reach it through [`Ctx::nic`], which refuses it in a forked child.
+    nic: verbs::Context,
+    /// `FORKS` when the context was opened: another value means this is a forked child
+    /// with a copy of its parent's context (see [`Ctx::inherited`]).
+    born: u32,
     pub dev: &'static Dev,
     /// Our objects by engine handle, for events that name a handle (async events).
     pub qps: Mutex<HashMap<u32, usize>>,
@@ -45,6 +72,29 @@ impl Ctx {
         unsafe { &*((c as *mut u8).sub(off) as *const Ctx) }
     }
 
+    /// Whether this process is a fork of the one that opened the context. The child has
+    /// a copy of the parent's NIC but none of its threads (the progress thread, whoever
+    /// held the NIC's lock at the fork), and its sockets are the parent's: using the NIC
+    /// would steal the parent's packets or wait forever on a lock nobody will release. So
+    /// a child's calls on what it inherited never reach the NIC: destroy, dealloc,
+    /// dereg and close free our user-space objects quietly (the NIC's own state is left
+    /// to the child's exit), and every other call fails with EIO ([`Ctx::nic`]). A
+    /// child opens its own device, as with rdma-core.
+    pub fn inherited(&self) -> bool {
+        FORKS.load(Ordering::Relaxed) != self.born
+    }
+
+    /// The NIC, or `PortDown` (EIO) in a forked child (see [`Ctx::inherited`]).
+    pub fn nic(&self) -> Result<&verbs::Context, verbs::Error> {
+        if self.inherited() {
+            Err(verbs::Error::PortDown(
+                "a context inherited across fork(2) cannot be used: open the device again".into(),
+            ))
+        } else {
+            Ok(&self.nic)
+        }
+    }
+
     pub fn ibv(&self) -> *mut ffi::ibv_context {
         &self.v.context as *const _ as *mut _
     }
@@ -52,85 +102,104 @@ impl Ctx {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::ibv_context {
-    // SAFETY: a device from our list (or NULL).
-    let Some(dev) = (unsafe { device::dev(d) }) else {
-        set_errno(libc::ENODEV);
-        return std::ptr::null_mut();
-    };
-    // SAFETY: `dev` came from our list, which lives as long as the process.
-    let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
-    let mut device = verbs::Device::new(dev.port.ip);
-    // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
-    device.daemon.clone_from(&dev.port.daemon);
-    device.pcap = crate::pcap::path(&dev.port.name);
-    device.pcap_report = Some(crate::pcap::report);
-    let nic = match device.open() {
-        Ok(n) => n,
-        Err(e) => {
-            eprintln!(
-                "roce-emu: cannot open {} on {}: {e}",
-                dev.port.name, dev.port.ip
-            );
-            set_errno(crate::errno::of(&e));
+    crate::guard::null("ibv_open_device", move || {
+        // SAFETY: a device from our list (or NULL).
+        let Some(dev) = (unsafe { device::dev(d) }) else {
+            set_errno(libc::ENODEV);
             return std::ptr::null_mut();
-        }
-    };
-    // SAFETY: plain C data (function pointers as Option, pointers, ints, a pthread mutex
-    // whose all-zero value is PTHREAD_MUTEX_INITIALIZER in glibc).
-    let mut v: ffi::verbs_context = unsafe { std::mem::zeroed() };
-    v.query_port = Some(device::query_port);
-    v.query_device_ex = Some(device::query_device_ex);
-    v.create_cq_ex = Some(cq::create_cq_ex);
-    v.create_qp_ex = Some(qp::create_qp_ex);
-    v.sz = std::mem::size_of::<ffi::verbs_context>();
-    let c = &mut v.context;
-    c.device = d;
-    // No kernel command channel here, but programs take `cmd_fd` as a real fd (pyverbs'
-    // shared-PD test dups it before ibv_import_device, which then fails EOPNOTSUPP): a
-    // /dev/null of our own, closed with the context.
-    // SAFETY: open(2) of a constant NUL-terminated path.
-    c.cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    c.async_fd = nic.async_fd().as_raw_fd();
-    c.num_comp_vectors = 1;
-    c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
-    let ops = &mut c.ops;
-    ops.poll_cq = Some(cq::poll_cq);
-    ops.req_notify_cq = Some(cq::req_notify_cq);
-    ops.post_send = Some(wr::post_send);
-    ops.post_recv = Some(wr::post_recv);
-    ops.post_srq_recv = Some(wr::post_srq_recv);
-    ops.alloc_mw = Some(crate::mr::alloc_mw);
-    ops.bind_mw = Some(crate::mr::bind_mw);
-    ops.dealloc_mw = Some(crate::mr::dealloc_mw);
-    ops._compat_query_port = Some(device::ibv_query_port);
-    let ctx = Box::new(Ctx {
-        v,
-        nic,
-        dev,
-        qps: Mutex::new(HashMap::new()),
-        cqs: Mutex::new(HashMap::new()),
-    });
-    tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
-    let ctx = Box::leak(ctx);
-    crate::exit::opened(&ctx.nic);
-    ctx.ibv()
+        };
+        // SAFETY: `dev` came from our list, which lives as long as the process.
+        let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
+        watch_forks();
+        let mut device = verbs::Device::new(dev.port.ip);
+        // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
+        device.daemon.clone_from(&dev.port.daemon);
+        device.pcap = crate::pcap::path(&dev.port.name);
+        device.pcap_report = Some(crate::pcap::report);
+        let nic = match device.open() {
+            Ok(n) => n,
+            Err(e) => {
+                eprintln!(
+                    "roce-emu: cannot open {} on {}: {e}",
+                    dev.port.name, dev.port.ip
+                );
+                set_errno(crate::errno::of(&e));
+                return std::ptr::null_mut();
+            }
+        };
+        // SAFETY: plain C data (function pointers as Option, pointers, ints, a pthread mutex
+        // whose all-zero value is PTHREAD_MUTEX_INITIALIZER in glibc).
+        let mut v: ffi::verbs_context = unsafe { std::mem::zeroed() };
+        v.query_port = Some(device::query_port);
+        v.query_device_ex = Some(device::query_device_ex);
+        v.create_cq_ex = Some(cq::create_cq_ex);
+        v.create_qp_ex = Some(qp::create_qp_ex);
+        v.sz = std::mem::size_of::<ffi::verbs_context>();
+        let c = &mut v.context;
+        c.device = d;
+        // No kernel command channel here, but programs take `cmd_fd` as a real fd (pyverbs'
+        // shared-PD test dups it before ibv_import_device, which then fails EOPNOTSUPP): a
+        // /dev/null of our own, closed with the context.
+        // SAFETY: open(2) of a constant NUL-terminated path.
+        c.cmd_fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        c.async_fd = nic.async_fd().as_raw_fd();
+        c.num_comp_vectors = 1;
+        c.abi_compat = VERBS_ABI_IS_EXTENDED as *mut _;
+        let ops = &mut c.ops;
+        ops.poll_cq = Some(cq::poll_cq);
+        ops.req_notify_cq = Some(cq::req_notify_cq);
+        ops.post_send = Some(wr::post_send);
+        ops.post_recv = Some(wr::post_recv);
+        ops.post_srq_recv = Some(wr::post_srq_recv);
+        ops.alloc_mw = Some(crate::mr::alloc_mw);
+        ops.bind_mw = Some(crate::mr::bind_mw);
+        ops.dealloc_mw = Some(crate::mr::dealloc_mw);
+        ops._compat_query_port = Some(device::ibv_query_port);
+        let ctx = Box::new(Ctx {
+            v,
+            nic,
+            born: FORKS.load(Ordering::Relaxed),
+            dev,
+            qps: Mutex::new(HashMap::new()),
+            cqs: Mutex::new(HashMap::new()),
+        });
+        tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
+        let ctx = Box::leak(ctx);
+        crate::exit::opened(&ctx.nic);
+        ctx.ibv()
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(c: *mut ffi::ibv_context) -> c_int {
-    if c.is_null() {
-        return libc::EINVAL;
-    }
-    // SAFETY: a context we opened with Box::leak; the program stops using it now.
-    let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
-    crate::exit::closing(&ctx.nic);
-    ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
-    if ctx.v.context.cmd_fd >= 0 {
-        // SAFETY: the /dev/null fd opened for this context, closed once.
-        unsafe { libc::close(ctx.v.context.cmd_fd) };
-    }
-    drop(ctx);
-    0
+    crate::guard::errno("ibv_close_device", move || {
+        if c.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a context we opened with Box::leak; the program stops using it now.
+        let ctx = unsafe { Box::from_raw(Ctx::of(c) as *const Ctx as *mut Ctx) };
+        if ctx.v.context.cmd_fd >= 0 {
+            // SAFETY: the /dev/null fd opened for this context (the child's own copy of
+            // it after a fork), closed once.
+            unsafe { libc::close(ctx.v.context.cmd_fd) };
+        }
+        if ctx.inherited() {
+            // A forked child: dropping the NIC would join a progress thread the child does
+            // not have and lock what a vanished thread may hold, and its linger would
+            // read the parent's packets off the shared socket. Left as it is; the
+            // child's exit closes its copies of the fds.
+            tracing::debug!("ibv_close_device in a forked child: the parent's NIC is left alone");
+            // (Nor is it taken off the exit list: the list is the parent's, its lock may
+            // be held by a thread the child does not have, and the exit handler leaves
+            // contexts of another pid alone; the leaked context stays valid.)
+            std::mem::forget(ctx);
+            return 0;
+        }
+        crate::exit::closing(&ctx.nic);
+        ctx.nic.linger(LINGER_QUIET, LINGER_MAX);
+        drop(ctx);
+        0
+    })
 }
 
 /// Fills an `ibv_async_event` from ours; `None` when its object is already gone.
@@ -173,36 +242,47 @@ pub unsafe extern "C" fn ibv_get_async_event(
     c: *mut ffi::ibv_context,
     event: *mut ffi::ibv_async_event,
 ) -> c_int {
-    // SAFETY: a context we opened; `event` is the program's out-parameter.
-    let ctx = unsafe { Ctx::of(c) };
-    let nonblocking = fd_nonblocking(ctx.v.context.async_fd);
-    loop {
-        let ev = if nonblocking {
-            match ctx.nic.poll_async_event() {
-                Some(ev) => ev,
-                None => {
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
-            }
-        } else {
-            match ctx.nic.get_async_event(Duration::from_secs(3600)) {
-                Some(ev) => ev,
-                None => continue,
+    crate::guard::minus_one("ibv_get_async_event", move || {
+        // SAFETY: a context we opened; `event` is the program's out-parameter.
+        let ctx = unsafe { Ctx::of(c) };
+        let nic = match ctx.nic() {
+            Ok(n) => n,
+            Err(e) => {
+                set_errno(crate::errno::refused("ibv_get_async_event", &e));
+                return -1;
             }
         };
-        if let Some(out) = to_ibv(ctx, &ev) {
-            // SAFETY: the program's out-parameter.
-            unsafe { event.write(out) };
-            return 0;
+        let nonblocking = fd_nonblocking(ctx.v.context.async_fd);
+        loop {
+            let ev = if nonblocking {
+                match nic.poll_async_event() {
+                    Some(ev) => ev,
+                    None => {
+                        set_errno(libc::EAGAIN);
+                        return -1;
+                    }
+                }
+            } else {
+                match nic.get_async_event(Duration::from_secs(3600)) {
+                    Some(ev) => ev,
+                    None => continue,
+                }
+            };
+            if let Some(out) = to_ibv(ctx, &ev) {
+                // SAFETY: the program's out-parameter.
+                unsafe { event.write(out) };
+                return 0;
+            }
         }
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_async_event(_event: *mut ffi::ibv_async_event) {
-    // Nothing waits on acknowledgements here: a destroy never blocks on unacknowledged
-    // events (rdma-core's would wait; ours has nothing to wait for).
+    crate::guard::value("ibv_ack_async_event", move || {
+        // Nothing waits on acknowledgements here: a destroy never blocks on unacknowledged
+        // events (rdma-core's would wait; ours has nothing to wait for).
+    })
 }
 
 /// Whether the program made `fd` non-blocking (O_NONBLOCK): our event reads then return

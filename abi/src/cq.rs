@@ -9,10 +9,11 @@ use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
 use roce_emu::verbs::{CompChannel, Completion, Spin, WcOpcode, WcStatus, DEFAULT_SPIN_US};
+use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,15 +40,37 @@ fn spin_budget() -> Option<Duration> {
 
 #[repr(C)]
 pub struct Chan {
-    pub ch: ffi::ibv_comp_channel,
+    /// The C part (first: our pointer is its pointer), reached through [`Chan::c`]: only
+    /// read after creation, but for `refcnt`, which CQ creation and destruction on any
+    /// thread update atomically. `UnsafeCell<T>` has `T`'s layout.
+    ch: UnsafeCell<ffi::ibv_comp_channel>,
     pub q: CompChannel,
     /// Our CQs on this channel, by engine handle (the event names the handle).
     pub cqs: Mutex<HashMap<u32, usize>>,
 }
 
+/// One CQ. Several threads may poll it at once, so the program's pointer only becomes a
+/// shared `&Cq`: the C part, which `ibv_start_poll`/`ibv_next_poll` write (`status`,
+/// `wr_id`) and the program writes too (`comp_events_completed` via `ibv_ack_cq_events`),
+/// is in an `UnsafeCell` and reached through [`Cq::c`]; polling state is behind a lock.
+impl Chan {
+    /// The C part: used only through this pointer.
+    fn c(&self) -> *mut ffi::ibv_comp_channel {
+        self.ch.get()
+    }
+
+    /// `ibv_comp_channel::refcnt`, the CQs on the channel.
+    fn refcnt(&self) -> &AtomicI32 {
+        // SAFETY: an aligned i32 inside our live channel; every access of ours to it is
+        // atomic (the program only reads it).
+        unsafe { AtomicI32::from_ptr(&raw mut (*self.c()).refcnt) }
+    }
+}
+
 #[repr(C)]
 pub struct Cq {
-    pub ex: ffi::ibv_cq_ex,
+    /// `UnsafeCell<T>` has `T`'s layout.
+    ex: UnsafeCell<ffi::ibv_cq_ex>,
     pub id: u32,
     pub chan: *mut Chan,
     /// What polling keeps between calls. Behind a lock: programs may poll one CQ from
@@ -74,9 +97,15 @@ impl Cq {
         unsafe { &*(cq as *const Cq) }
     }
 
+    /// The C part: used only through this pointer.
+    pub fn c(&self) -> *mut ffi::ibv_cq_ex {
+        self.ex.get()
+    }
+
     fn ctx(&self) -> &Ctx {
-        // SAFETY: the context outlives its CQs (ibv_close_device after destroying them).
-        unsafe { Ctx::of(self.ex.context) }
+        // SAFETY: `context` is written once, at creation; the context outlives its CQs
+        // (ibv_close_device after destroying them).
+        unsafe { Ctx::of((*self.c()).context) }
     }
 
     fn polled(&self) -> std::sync::MutexGuard<'_, Polled> {
@@ -95,7 +124,11 @@ impl Cq {
         if n == out.len() {
             return Ok(n);
         }
-        match self.ctx().nic.poll_cq(self.id, &mut out[n..]) {
+        match self
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.poll_cq(self.id, &mut out[n..]))
+        {
             Ok(m) => Ok(n + m),
             Err(e) if n > 0 => {
                 tracing::debug!("poll_cq: {e}");
@@ -109,7 +142,11 @@ impl Cq {
     /// becomes the one `ibv_wc_read_*` reads.
     fn next(&self, p: &mut Polled) -> Result<Option<Completion>, c_int> {
         if p.len == 0 {
-            let n = match self.ctx().nic.poll_cq(self.id, &mut p.buf) {
+            let n = match self
+                .ctx()
+                .nic()
+                .and_then(|nic| nic.poll_cq(self.id, &mut p.buf))
+            {
                 Ok(n) => n,
                 Err(e) => return Err(refused("ibv_start_poll", &e)),
             };
@@ -140,7 +177,9 @@ impl Cq {
         if spin.keep_polling() {
             return;
         }
-        let _ = self.ctx().nic.wait(IDLE_SLEEP);
+        if let Ok(nic) = self.ctx().nic() {
+            let _ = nic.wait(IDLE_SLEEP);
+        }
         spin.slept();
     }
 
@@ -217,40 +256,44 @@ fn to_wc(c: &Completion) -> ffi::ibv_wc {
 pub unsafe extern "C" fn ibv_create_comp_channel(
     c: *mut ffi::ibv_context,
 ) -> *mut ffi::ibv_comp_channel {
-    // SAFETY: a context we opened.
-    let ctx = unsafe { Ctx::of(c) };
-    match ctx.nic.create_comp_channel() {
-        Ok(q) => {
-            let ch = ffi::ibv_comp_channel {
-                context: c,
-                fd: q.fd().as_raw_fd(),
-                refcnt: 0,
-            };
-            let obj = Box::new(Chan {
-                ch,
-                q,
-                cqs: Mutex::new(HashMap::new()),
-            });
-            Box::into_raw(obj) as *mut ffi::ibv_comp_channel
+    crate::guard::null("ibv_create_comp_channel", move || {
+        // SAFETY: a context we opened.
+        let ctx = unsafe { Ctx::of(c) };
+        match ctx.nic().and_then(|nic| nic.create_comp_channel()) {
+            Ok(q) => {
+                let ch = ffi::ibv_comp_channel {
+                    context: c,
+                    fd: q.fd().as_raw_fd(),
+                    refcnt: 0,
+                };
+                let obj = Box::new(Chan {
+                    ch: UnsafeCell::new(ch),
+                    q,
+                    cqs: Mutex::new(HashMap::new()),
+                });
+                Box::into_raw(obj) as *mut ffi::ibv_comp_channel
+            }
+            Err(e) => {
+                set_errno(refused("ibv_create_comp_channel", &e));
+                null_mut()
+            }
         }
-        Err(e) => {
-            set_errno(refused("ibv_create_comp_channel", &e));
-            null_mut()
-        }
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ffi::ibv_comp_channel) -> c_int {
-    // SAFETY: a channel we created.
-    let obj = unsafe { &*(ch as *const Chan) };
-    if obj.ch.refcnt > 0 {
-        set_errno(libc::EBUSY);
-        return -1;
-    }
-    // SAFETY: allocated by Box in ibv_create_comp_channel; no CQ uses it.
-    drop(unsafe { Box::from_raw(ch as *mut Chan) });
-    0
+    crate::guard::minus_one("ibv_destroy_comp_channel", move || {
+        // SAFETY: a channel we created.
+        let obj = unsafe { &*(ch as *const Chan) };
+        if obj.refcnt().load(Ordering::Acquire) > 0 {
+            set_errno(libc::EBUSY);
+            return -1;
+        }
+        // SAFETY: allocated by Box in ibv_create_comp_channel; no CQ uses it.
+        drop(unsafe { Box::from_raw(ch as *mut Chan) });
+        0
+    })
 }
 
 #[no_mangle]
@@ -259,49 +302,62 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     cq: *mut *mut ffi::ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
-    let obj = unsafe { &*(ch as *const Chan) };
-    let nonblocking = fd_nonblocking(obj.ch.fd);
-    // SAFETY: the channel's context outlives it.
-    let ctx = unsafe { Ctx::of(obj.ch.context) };
-    loop {
-        let id = match obj.q.try_get_event() {
-            Some(id) => id,
-            // The program sleeps now (here, or in poll(2) on the fd after EAGAIN): the
-            // progress thread takes the NIC at once.
-            None if nonblocking => {
-                let _ = ctx.nic.release();
-                set_errno(libc::EAGAIN);
+    crate::guard::minus_one("ibv_get_cq_event", move || {
+        // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
+        let obj = unsafe { &*(ch as *const Chan) };
+        // SAFETY: `fd` and `context` are written once, at creation.
+        let (fd, context) = unsafe { ((*obj.c()).fd, (*obj.c()).context) };
+        let nonblocking = fd_nonblocking(fd);
+        // SAFETY: the channel's context outlives it.
+        let ctx = unsafe { Ctx::of(context) };
+        let nic = match ctx.nic() {
+            Ok(n) => n,
+            Err(e) => {
+                set_errno(refused("ibv_get_cq_event", &e));
                 return -1;
             }
-            None => {
-                let _ = ctx.nic.release();
-                match obj.q.get_event(Duration::from_secs(3600)) {
-                    Some(id) => id,
-                    None => continue,
+        };
+        loop {
+            let id = match obj.q.try_get_event() {
+                Some(id) => id,
+                // The program sleeps now (here, or in poll(2) on the fd after EAGAIN): the
+                // progress thread takes the NIC at once.
+                None if nonblocking => {
+                    let _ = nic.release();
+                    set_errno(libc::EAGAIN);
+                    return -1;
                 }
+                None => {
+                    let _ = nic.release();
+                    match obj.q.get_event(Duration::from_secs(3600)) {
+                        Some(id) => id,
+                        None => continue,
+                    }
+                }
+            };
+            // An event of a CQ destroyed since is dropped, as the kernel drops it.
+            let Some(&p) = obj.cqs.lock().unwrap().get(&id) else {
+                continue;
+            };
+            let ours = p as *mut Cq;
+            // SAFETY: the program's out-parameters; `ours` is live (destroy_cq removes it from
+            // this map before freeing it).
+            unsafe {
+                *cq = ours as *mut ffi::ibv_cq;
+                *cq_context = (*(*ours).c()).cq_context;
             }
-        };
-        // An event of a CQ destroyed since is dropped, as the kernel drops it.
-        let Some(&p) = obj.cqs.lock().unwrap().get(&id) else {
-            continue;
-        };
-        let ours = p as *mut Cq;
-        // SAFETY: the program's out-parameters; `ours` is live (destroy_cq removes it from
-        // this map before freeing it).
-        unsafe {
-            *cq = ours as *mut ffi::ibv_cq;
-            *cq_context = (*ours).ex.cq_context;
+            return 0;
         }
-        return 0;
-    }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ffi::ibv_cq, nevents: c_uint) {
-    // SAFETY: a CQ we created; the counter is a u32 the program only reads.
-    let counter = unsafe { AtomicU32::from_ptr(&mut (*cq).comp_events_completed) };
-    counter.fetch_add(nevents, Ordering::AcqRel);
+    crate::guard::value("ibv_ack_cq_events", move || {
+        // SAFETY: a CQ we created; the counter is a u32 the program only reads.
+        let counter = unsafe { AtomicU32::from_ptr(&raw mut (*cq).comp_events_completed) };
+        counter.fetch_add(nevents, Ordering::AcqRel);
+    })
 }
 
 // ---- CQs ----------------------------------------------------------------------------
@@ -326,7 +382,7 @@ unsafe fn create(
     }
     // SAFETY: a channel we created, which outlives its CQs (destroy refuses while used).
     let q = (!chan.is_null()).then(|| unsafe { &(*chan).q });
-    let id = match ctx.nic.create_cq(cqe as usize, q) {
+    let id = match ctx.nic().and_then(|nic| nic.create_cq(cqe as usize, q)) {
         Ok(id) => id,
         Err(e) => {
             set_errno(refused("ibv_create_cq", &e));
@@ -354,7 +410,7 @@ unsafe fn create(
     ex.read_sl = Some(read_zero_u8);
     ex.read_dlid_path_bits = Some(read_zero_u8);
     let obj = Box::into_raw(Box::new(Cq {
-        ex,
+        ex: UnsafeCell::new(ex),
         id,
         chan,
         polled: Mutex::new(Polled {
@@ -369,7 +425,7 @@ unsafe fn create(
     if !chan.is_null() {
         // SAFETY: as above, a live channel of ours.
         unsafe {
-            (*chan).ch.refcnt += 1;
+            (*chan).refcnt().fetch_add(1, Ordering::AcqRel);
             (*chan).cqs.lock().unwrap().insert(id, obj as usize);
         }
     }
@@ -384,10 +440,12 @@ pub unsafe extern "C" fn ibv_create_cq(
     channel: *mut ffi::ibv_comp_channel,
     comp_vector: c_int,
 ) -> *mut ffi::ibv_cq {
-    // A negative vector is as out of range as a too large one.
-    let vector = u32::try_from(comp_vector).unwrap_or(u32::MAX);
-    // SAFETY: the program's context and channel (or NULL), per the verbs contract.
-    unsafe { create(c, cqe, cq_context, channel, vector) as *mut ffi::ibv_cq }
+    crate::guard::null("ibv_create_cq", move || {
+        // A negative vector is as out of range as a too large one.
+        let vector = u32::try_from(comp_vector).unwrap_or(u32::MAX);
+        // SAFETY: the program's context and channel (or NULL), per the verbs contract.
+        unsafe { create(c, cqe, cq_context, channel, vector) as *mut ffi::ibv_cq }
+    })
 }
 
 /// `verbs_context::create_cq_ex`. Completion timestamps, VLAN, flow tags and tag matching
@@ -396,92 +454,119 @@ pub unsafe extern "C" fn create_cq_ex(
     c: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_cq_init_attr_ex,
 ) -> *mut ffi::ibv_cq_ex {
-    // SAFETY: the program's attributes.
-    let a = unsafe { &*attr };
-    if a.wc_flags & !u64::from(ffi::IBV_WC_STANDARD_FLAGS) != 0 {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
-    // Flags (single-threaded, ignore overrun) and parent domains: not yet.
-    if a.comp_mask != 0 {
-        set_errno(libc::EOPNOTSUPP);
-        return null_mut();
-    }
-    let cqe = a.cqe.min(i32::MAX as u32) as c_int;
-    // SAFETY: the program's context and channel (or NULL), per the verbs contract.
-    unsafe { create(c, cqe, a.cq_context, a.channel, a.comp_vector) as *mut ffi::ibv_cq_ex }
+    crate::guard::null("create_cq_ex", move || {
+        // SAFETY: the program's attributes.
+        let a = unsafe { &*attr };
+        if a.wc_flags & !u64::from(ffi::IBV_WC_STANDARD_FLAGS) != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return null_mut();
+        }
+        // Flags (single-threaded, ignore overrun) and parent domains: not yet.
+        if a.comp_mask != 0 {
+            set_errno(libc::EOPNOTSUPP);
+            return null_mut();
+        }
+        let cqe = a.cqe.min(i32::MAX as u32) as c_int;
+        // SAFETY: the program's context and channel (or NULL), per the verbs contract.
+        unsafe { create(c, cqe, a.cq_context, a.channel, a.comp_vector) as *mut ffi::ibv_cq_ex }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
-    // SAFETY: a CQ we created.
-    let obj = unsafe { Cq::of(cq) };
-    let ctx = obj.ctx();
-    if let Err(e) = ctx.nic.destroy_cq(obj.id) {
-        return refused("ibv_destroy_cq", &e);
-    }
-    ctx.cqs.lock().unwrap().remove(&obj.id);
-    if !obj.chan.is_null() {
-        unsafe {
-            (*obj.chan).cqs.lock().unwrap().remove(&obj.id);
-            (*obj.chan).ch.refcnt -= 1;
+    crate::guard::errno("ibv_destroy_cq", move || {
+        // SAFETY: a CQ we created.
+        let obj = unsafe { Cq::of(cq) };
+        let ctx = obj.ctx();
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes, the NIC and the
+            // maps (whose locks a parent's thread may have held at the fork) are left;
+            // the channel's count drops (an atomic), so it can be destroyed in turn.
+            // SAFETY: the CQ's channel outlives it; allocated by Box in create, and the
+            // program stops using the CQ.
+            unsafe {
+                if !obj.chan.is_null() {
+                    (*obj.chan).refcnt().fetch_sub(1, Ordering::AcqRel);
+                }
+                drop(Box::from_raw(cq as *mut Cq));
+            }
+            return 0;
         }
-    }
-    // SAFETY: allocated by Box in create; the program stops using it.
-    drop(unsafe { Box::from_raw(cq as *mut Cq) });
-    0
+        if let Err(e) = ctx.nic().and_then(|nic| nic.destroy_cq(obj.id)) {
+            return refused("ibv_destroy_cq", &e);
+        }
+        ctx.cqs.lock().unwrap().remove(&obj.id);
+        if !obj.chan.is_null() {
+            // SAFETY: the CQ's channel outlives it (destroying it is refused while used).
+            unsafe {
+                (*obj.chan).cqs.lock().unwrap().remove(&obj.id);
+                (*obj.chan).refcnt().fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        // SAFETY: allocated by Box in create; the program stops using it.
+        drop(unsafe { Box::from_raw(cq as *mut Cq) });
+        0
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ffi::ibv_cq, _cqe: c_int) -> c_int {
-    libc::EOPNOTSUPP
+    crate::guard::errno("ibv_resize_cq", move || libc::EOPNOTSUPP)
 }
 
 /// `ibv_context_ops::poll_cq`.
 pub unsafe extern "C" fn poll_cq(cq: *mut ffi::ibv_cq, n: c_int, wc: *mut ffi::ibv_wc) -> c_int {
-    // SAFETY: a CQ we created; `wc` has room for `n` entries.
-    let obj = unsafe { Cq::of(cq) };
-    let want = n.max(0) as usize;
-    let mut got = 0usize;
-    let mut buf = [Completion::default(); 32];
-    let mut slept = false;
-    let mut p = obj.polled();
-    while got < want {
-        let chunk = (want - got).min(buf.len());
-        let m = match obj.take(&mut p, &mut buf[..chunk]) {
-            Ok(m) => m,
-            Err(e) if got == 0 => return -e,
-            Err(_) => break,
-        };
-        for (i, c) in buf[..m].iter().enumerate() {
-            // SAFETY: `wc` has room for `n` entries and `got + i < n`.
-            unsafe { wc.add(got + i).write(to_wc(c)) };
+    crate::guard::minus_one("poll_cq", move || {
+        // SAFETY: a CQ we created; `wc` has room for `n` entries.
+        let obj = unsafe { Cq::of(cq) };
+        let want = n.max(0) as usize;
+        let mut got = 0usize;
+        let mut buf = [Completion::default(); 32];
+        let mut slept = false;
+        let mut p = obj.polled();
+        while got < want {
+            let chunk = (want - got).min(buf.len());
+            let m = match obj.take(&mut p, &mut buf[..chunk]) {
+                Ok(m) => m,
+                Err(e) if got == 0 => return -e,
+                Err(_) => break,
+            };
+            for (i, c) in buf[..m].iter().enumerate() {
+                // SAFETY: `wc` has room for `n` entries and `got + i < n`.
+                unsafe { wc.add(got + i).write(to_wc(c)) };
+            }
+            got += m;
+            if m == 0 && got == 0 && !slept {
+                // Idle: maybe sleep on the port, then look once more.
+                obj.idle(&mut p);
+                slept = true;
+                continue;
+            }
+            if m < chunk {
+                break;
+            }
         }
-        got += m;
-        if m == 0 && got == 0 && !slept {
-            // Idle: maybe sleep on the port, then look once more.
-            obj.idle(&mut p);
-            slept = true;
-            continue;
+        if got > 0 {
+            Cq::busy(&mut p);
         }
-        if m < chunk {
-            break;
-        }
-    }
-    if got > 0 {
-        Cq::busy(&mut p);
-    }
-    got as c_int
+        got as c_int
+    })
 }
 
 /// `ibv_context_ops::req_notify_cq`.
 pub unsafe extern "C" fn req_notify_cq(cq: *mut ffi::ibv_cq, solicited_only: c_int) -> c_int {
-    // SAFETY: a CQ we created.
-    let obj = unsafe { Cq::of(cq) };
-    match obj.ctx().nic.req_notify_cq(obj.id, solicited_only != 0) {
-        Ok(()) => 0,
-        Err(e) => refused("ibv_req_notify_cq", &e),
-    }
+    crate::guard::errno("req_notify_cq", move || {
+        // SAFETY: a CQ we created.
+        let obj = unsafe { Cq::of(cq) };
+        match obj
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.req_notify_cq(obj.id, solicited_only != 0))
+        {
+            Ok(()) => 0,
+            Err(e) => refused("ibv_req_notify_cq", &e),
+        }
+    })
 }
 
 // ---- extended polling (ibv_cq_ex) -----------------------------------------------------
@@ -520,20 +605,26 @@ unsafe extern "C" fn start_poll(
     cq: *mut ffi::ibv_cq_ex,
     attr: *mut ffi::ibv_poll_cq_attr,
 ) -> c_int {
-    // SAFETY: the program's attributes (or NULL).
-    if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
-        return libc::EINVAL;
-    }
-    // SAFETY: reached only through our CQs' start_poll pointer.
-    unsafe { step(cq, true) }
+    crate::guard::errno("start_poll", move || {
+        // SAFETY: the program's attributes (or NULL).
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        // SAFETY: reached only through our CQs' start_poll pointer.
+        unsafe { step(cq, true) }
+    })
 }
 
 unsafe extern "C" fn next_poll(cq: *mut ffi::ibv_cq_ex) -> c_int {
-    // SAFETY: reached only through our CQs' next_poll pointer.
-    unsafe { step(cq, false) }
+    crate::guard::errno("next_poll", move || {
+        // SAFETY: reached only through our CQs' next_poll pointer.
+        unsafe { step(cq, false) }
+    })
 }
 
-unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {}
+unsafe extern "C" fn end_poll(_cq: *mut ffi::ibv_cq_ex) {
+    crate::guard::value("end_poll", move || {})
+}
 
 /// The completion `ibv_wc_read_*` reads (a copy).
 ///
@@ -546,33 +637,45 @@ unsafe fn cur(cq: *mut ffi::ibv_cq_ex) -> Completion {
 }
 
 unsafe extern "C" fn read_opcode(cq: *mut ffi::ibv_cq_ex) -> ffi::ibv_wc_opcode::Type {
-    // SAFETY: see `cur`.
-    opcode(unsafe { cur(cq) }.opcode)
+    crate::guard::value("read_opcode", move || {
+        // SAFETY: see `cur`.
+        opcode(unsafe { cur(cq) }.opcode)
+    })
 }
 unsafe extern "C" fn read_byte_len(cq: *mut ffi::ibv_cq_ex) -> u32 {
-    // SAFETY: see `cur`.
-    unsafe { cur(cq) }.byte_len
+    crate::guard::value("read_byte_len", move || {
+        // SAFETY: see `cur`.
+        unsafe { cur(cq) }.byte_len
+    })
 }
 unsafe extern "C" fn read_imm_data(cq: *mut ffi::ibv_cq_ex) -> u32 {
-    // SAFETY: see `cur`.
-    let c = unsafe { cur(cq) };
-    c.imm.map(u32::to_be).or(c.invalidated_rkey).unwrap_or(0)
+    crate::guard::value("read_imm_data", move || {
+        // SAFETY: see `cur`.
+        let c = unsafe { cur(cq) };
+        c.imm.map(u32::to_be).or(c.invalidated_rkey).unwrap_or(0)
+    })
 }
 unsafe extern "C" fn read_qp_num(cq: *mut ffi::ibv_cq_ex) -> u32 {
-    // SAFETY: see `cur`.
-    unsafe { cur(cq) }.qpn
+    crate::guard::value("read_qp_num", move || {
+        // SAFETY: see `cur`.
+        unsafe { cur(cq) }.qpn
+    })
 }
 unsafe extern "C" fn read_src_qp(cq: *mut ffi::ibv_cq_ex) -> u32 {
-    // SAFETY: see `cur`.
-    unsafe { cur(cq) }.src_qp
+    crate::guard::value("read_src_qp", move || {
+        // SAFETY: see `cur`.
+        unsafe { cur(cq) }.src_qp
+    })
 }
 unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
-    // SAFETY: see `cur`.
-    wc_flags(&unsafe { cur(cq) })
+    crate::guard::value("read_wc_flags", move || {
+        // SAFETY: see `cur`.
+        wc_flags(&unsafe { cur(cq) })
+    })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {
-    0
+    crate::guard::value("read_zero_u32", move || 0)
 }
 unsafe extern "C" fn read_zero_u8(_cq: *mut ffi::ibv_cq_ex) -> u8 {
-    0
+    crate::guard::value("read_zero_u8", move || 0)
 }

@@ -106,58 +106,68 @@ pub unsafe fn dev<'a>(d: *mut ffi::ibv_device) -> Option<&'a Dev> {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ffi::ibv_device {
-    let devs = match devices() {
-        Ok(d) => d,
-        Err(e) => {
-            // The program sees only "no devices"; the reason is the user's to fix.
-            eprintln!("roce-emu: no RDMA devices: {e}");
-            set_errno(libc::EINVAL);
-            return std::ptr::null_mut();
+    crate::guard::null("ibv_get_device_list", move || {
+        let devs = match devices() {
+            Ok(d) => d,
+            Err(e) => {
+                // The program sees only "no devices"; the reason is the user's to fix.
+                eprintln!("roce-emu: no RDMA devices: {e}");
+                set_errno(libc::EINVAL);
+                return std::ptr::null_mut();
+            }
+        };
+        // SAFETY: calloc'd so that the program's `ibv_free_device_list` (our free) frees it.
+        let list = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<usize>()) }
+            as *mut *mut ffi::ibv_device;
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return list;
         }
-    };
-    // SAFETY: calloc'd so that the program's `ibv_free_device_list` (our free) frees it.
-    let list = unsafe { libc::calloc(devs.len() + 1, std::mem::size_of::<usize>()) }
-        as *mut *mut ffi::ibv_device;
-    if list.is_null() {
-        set_errno(libc::ENOMEM);
-        return list;
-    }
-    for (i, d) in devs.iter().enumerate() {
-        // SAFETY: `list` has room for len + 1 pointers.
-        unsafe { *list.add(i) = &d.dev as *const _ as *mut _ };
-    }
-    if !num.is_null() {
-        // SAFETY: the program's out-parameter.
-        unsafe { *num = devs.len() as c_int };
-    }
-    list
+        for (i, d) in devs.iter().enumerate() {
+            // SAFETY: `list` has room for len + 1 pointers.
+            unsafe { *list.add(i) = &d.dev as *const _ as *mut _ };
+        }
+        if !num.is_null() {
+            // SAFETY: the program's out-parameter.
+            unsafe { *num = devs.len() as c_int };
+        }
+        list
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ffi::ibv_device) {
-    // SAFETY: allocated by calloc in ibv_get_device_list.
-    unsafe { libc::free(list as *mut c_void) }
+    crate::guard::value("ibv_free_device_list", move || {
+        // SAFETY: allocated by calloc in ibv_get_device_list.
+        unsafe { libc::free(list as *mut c_void) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_name(d: *mut ffi::ibv_device) -> *const c_char {
-    // SAFETY: a device from our list.
-    match unsafe { dev(d) } {
-        Some(d) => d.dev.name.as_ptr(),
-        None => std::ptr::null(),
-    }
+    crate::guard::null_const("ibv_get_device_name", move || {
+        // SAFETY: a device from our list.
+        match unsafe { dev(d) } {
+            Some(d) => d.dev.name.as_ptr(),
+            None => std::ptr::null(),
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(d: *mut ffi::ibv_device) -> u64 {
-    // SAFETY: a device from our list.
-    unsafe { dev(d) }.map_or(0, |d| d.port.node_guid().to_be())
+    crate::guard::value("ibv_get_device_guid", move || {
+        // SAFETY: a device from our list.
+        unsafe { dev(d) }.map_or(0, |d| d.port.node_guid().to_be())
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(d: *mut ffi::ibv_device) -> c_int {
-    // SAFETY: a device from our list.
-    unsafe { dev(d) }.map_or(-1, |d| d.index)
+    crate::guard::minus_one("ibv_get_device_index", move || {
+        // SAFETY: a device from our list.
+        unsafe { dev(d) }.map_or(-1, |d| d.index)
+    })
 }
 
 pub fn mtu_enum(m: Mtu) -> ffi::ibv_mtu::Type {
@@ -201,10 +211,12 @@ pub unsafe extern "C" fn ibv_query_device(
     c: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_device_attr,
 ) -> c_int {
-    // SAFETY: a context we opened; `attr` is the program's out-parameter.
-    let ctx = unsafe { Ctx::of(c) };
-    unsafe { attr.write(device_attr(ctx.dev)) };
-    0
+    crate::guard::errno("ibv_query_device", move || {
+        // SAFETY: a context we opened; `attr` is the program's out-parameter.
+        let ctx = unsafe { Ctx::of(c) };
+        unsafe { attr.write(device_attr(ctx.dev)) };
+        0
+    })
 }
 
 /// `verbs_context::query_device_ex`: the basic attributes and no extended capability
@@ -216,31 +228,33 @@ pub unsafe extern "C" fn query_device_ex(
     attr: *mut ffi::ibv_device_attr_ex,
     attr_size: usize,
 ) -> c_int {
-    // SAFETY: pointers from the program per the verbs API.
-    let ctx = unsafe { Ctx::of(c) };
-    if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
-        return libc::EINVAL;
-    }
-    let base = std::mem::size_of::<ffi::ibv_device_attr>() + 8;
-    if attr_size < base {
-        return libc::EINVAL;
-    }
-    // SAFETY: the program gives `attr_size` writable bytes.
-    unsafe { std::ptr::write_bytes(attr as *mut u8, 0, attr_size) };
-    let full = std::mem::size_of::<ffi::ibv_device_attr_ex>();
-    let mut ex: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-    ex.orig_attr = device_attr(ctx.dev);
-    ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
-    ex.phys_port_cnt_ex = 1;
-    // SAFETY: copy what fits of ours into the program's (possibly older, smaller) struct.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            &ex as *const _ as *const u8,
-            attr as *mut u8,
-            attr_size.min(full),
-        )
-    };
-    0
+    crate::guard::errno("query_device_ex", move || {
+        // SAFETY: pointers from the program per the verbs API.
+        let ctx = unsafe { Ctx::of(c) };
+        if !input.is_null() && unsafe { (*input).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        let base = std::mem::size_of::<ffi::ibv_device_attr>() + 8;
+        if attr_size < base {
+            return libc::EINVAL;
+        }
+        // SAFETY: the program gives `attr_size` writable bytes.
+        unsafe { std::ptr::write_bytes(attr as *mut u8, 0, attr_size) };
+        let full = std::mem::size_of::<ffi::ibv_device_attr_ex>();
+        let mut ex: ffi::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        ex.orig_attr = device_attr(ctx.dev);
+        ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
+        ex.phys_port_cnt_ex = 1;
+        // SAFETY: copy what fits of ours into the program's (possibly older, smaller) struct.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                &ex as *const _ as *const u8,
+                attr as *mut u8,
+                attr_size.min(full),
+            )
+        };
+        0
+    })
 }
 
 fn port_attr(d: &Dev) -> ffi::ibv_port_attr {
@@ -270,21 +284,23 @@ pub unsafe extern "C" fn query_port(
     attr: *mut ffi::ibv_port_attr,
     len: usize,
 ) -> c_int {
-    if port != 1 {
-        return libc::EINVAL;
-    }
-    // SAFETY: a context we opened; `attr` has `len` writable bytes.
-    let ctx = unsafe { Ctx::of(c) };
-    let a = port_attr(ctx.dev);
-    unsafe {
-        std::ptr::write_bytes(attr as *mut u8, 0, len);
-        std::ptr::copy_nonoverlapping(
-            &a as *const _ as *const u8,
-            attr as *mut u8,
-            len.min(std::mem::size_of::<ffi::ibv_port_attr>()),
-        );
-    }
-    0
+    crate::guard::errno("query_port", move || {
+        if port != 1 {
+            return libc::EINVAL;
+        }
+        // SAFETY: a context we opened; `attr` has `len` writable bytes.
+        let ctx = unsafe { Ctx::of(c) };
+        let a = port_attr(ctx.dev);
+        unsafe {
+            std::ptr::write_bytes(attr as *mut u8, 0, len);
+            std::ptr::copy_nonoverlapping(
+                &a as *const _ as *const u8,
+                attr as *mut u8,
+                len.min(std::mem::size_of::<ffi::ibv_port_attr>()),
+            );
+        }
+        0
+    })
 }
 
 /// The exported `ibv_query_port@IBVERBS_1.1`: the old 48-byte `_compat_ibv_port_attr`
@@ -295,9 +311,11 @@ pub unsafe extern "C" fn ibv_query_port(
     port: u8,
     attr: *mut ffi::_compat_ibv_port_attr,
 ) -> c_int {
-    let len = std::mem::size_of::<ffi::_compat_ibv_port_attr>();
-    // SAFETY: as query_port, with the compat struct's size.
-    unsafe { query_port(c, port, attr as *mut ffi::ibv_port_attr, len) }
+    crate::guard::errno("ibv_query_port", move || {
+        let len = std::mem::size_of::<ffi::_compat_ibv_port_attr>();
+        // SAFETY: as query_port, with the compat struct's size.
+        unsafe { query_port(c, port, attr as *mut ffi::ibv_port_attr, len) }
+    })
 }
 
 fn gid_of(d: &Dev, port: u8, index: u32) -> Result<[u8; 16], c_int> {
@@ -327,18 +345,20 @@ pub unsafe extern "C" fn ibv_query_gid(
     index: c_int,
     gid: *mut ffi::ibv_gid,
 ) -> c_int {
-    // SAFETY: a context we opened; `gid` is the program's out-parameter.
-    let ctx = unsafe { Ctx::of(c) };
-    match gid_of(ctx.dev, port, index as u32) {
-        Ok(raw) => {
-            unsafe { (*gid).raw = raw };
-            0
+    crate::guard::minus_one("ibv_query_gid", move || {
+        // SAFETY: a context we opened; `gid` is the program's out-parameter.
+        let ctx = unsafe { Ctx::of(c) };
+        match gid_of(ctx.dev, port, index as u32) {
+            Ok(raw) => {
+                unsafe { (*gid).raw = raw };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
         }
-        Err(e) => {
-            set_errno(e);
-            -1
-        }
-    }
+    })
 }
 
 fn gid_entry(d: &Dev, index: u32) -> ffi::ibv_gid_entry {
@@ -360,17 +380,19 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
     flags: u32,
     entry_size: usize,
 ) -> c_int {
-    if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
-        return libc::EINVAL;
-    }
-    // SAFETY: a context we opened; `entry` has `entry_size` bytes.
-    let ctx = unsafe { Ctx::of(c) };
-    if port != 1 || index >= GID_TBL_LEN {
-        no_gid(ctx.dev, port, index);
-        return libc::EINVAL;
-    }
-    unsafe { entry.write(gid_entry(ctx.dev, index)) };
-    0
+    crate::guard::errno("_ibv_query_gid_ex", move || {
+        if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
+            return libc::EINVAL;
+        }
+        // SAFETY: a context we opened; `entry` has `entry_size` bytes.
+        let ctx = unsafe { Ctx::of(c) };
+        if port != 1 || index >= GID_TBL_LEN {
+            no_gid(ctx.dev, port, index);
+            return libc::EINVAL;
+        }
+        unsafe { entry.write(gid_entry(ctx.dev, index)) };
+        0
+    })
 }
 
 #[no_mangle]
@@ -381,23 +403,25 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
-        return -(libc::EINVAL as isize);
-    }
-    if max_entries < GID_TBL_LEN as usize {
-        return -(libc::EINVAL as isize);
-    }
-    // SAFETY: a context we opened; `entries` has `max_entries` slots of `entry_size`.
-    let ctx = unsafe { Ctx::of(c) };
-    for i in 0..GID_TBL_LEN {
-        let e = gid_entry(ctx.dev, i);
-        unsafe {
-            let slot = (entries as *mut u8).add(i as usize * entry_size);
-            std::ptr::write_bytes(slot, 0, entry_size);
-            (slot as *mut ffi::ibv_gid_entry).write_unaligned(e);
+    crate::guard::or("_ibv_query_gid_table", -(libc::EIO as isize), move || {
+        if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
+            return -(libc::EINVAL as isize);
         }
-    }
-    GID_TBL_LEN as isize
+        if max_entries < GID_TBL_LEN as usize {
+            return -(libc::EINVAL as isize);
+        }
+        // SAFETY: a context we opened; `entries` has `max_entries` slots of `entry_size`.
+        let ctx = unsafe { Ctx::of(c) };
+        for i in 0..GID_TBL_LEN {
+            let e = gid_entry(ctx.dev, i);
+            unsafe {
+                let slot = (entries as *mut u8).add(i as usize * entry_size);
+                std::ptr::write_bytes(slot, 0, entry_size);
+                (slot as *mut ffi::ibv_gid_entry).write_unaligned(e);
+            }
+        }
+        GID_TBL_LEN as isize
+    })
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by ibv_devinfo and pyverbs): every GID
@@ -409,18 +433,20 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     index: u32,
     ty: *mut u32,
 ) -> c_int {
-    // SAFETY: a context we opened; `ty` is the program's out-parameter.
-    let ctx = unsafe { Ctx::of(c) };
-    match gid_of(ctx.dev, port, index) {
-        Ok(_) => {
-            unsafe { *ty = 1 };
-            0
+    crate::guard::minus_one("ibv_query_gid_type", move || {
+        // SAFETY: a context we opened; `ty` is the program's out-parameter.
+        let ctx = unsafe { Ctx::of(c) };
+        match gid_of(ctx.dev, port, index) {
+            Ok(_) => {
+                unsafe { *ty = 1 };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
         }
-        Err(e) => {
-            set_errno(e);
-            -1
-        }
-    }
+    })
 }
 
 #[no_mangle]
@@ -430,13 +456,15 @@ pub unsafe extern "C" fn ibv_query_pkey(
     index: c_int,
     pkey: *mut u16,
 ) -> c_int {
-    if port != 1 || index != 0 {
-        set_errno(libc::EINVAL);
-        return -1;
-    }
-    // SAFETY: the program's out-parameter (network order, as sysfs gives it).
-    unsafe { *pkey = 0xffffu16.to_be() };
-    0
+    crate::guard::minus_one("ibv_query_pkey", move || {
+        if port != 1 || index != 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        // SAFETY: the program's out-parameter (network order, as sysfs gives it).
+        unsafe { *pkey = 0xffffu16.to_be() };
+        0
+    })
 }
 
 #[no_mangle]
@@ -445,10 +473,12 @@ pub unsafe extern "C" fn ibv_get_pkey_index(
     port: u8,
     pkey: u16,
 ) -> c_int {
-    // Full and limited membership of the default partition both match entry 0.
-    if port == 1 && (u16::from_be(pkey) & 0x7fff) == 0x7fff {
-        return 0;
-    }
-    set_errno(libc::ENOENT);
-    -1
+    crate::guard::minus_one("ibv_get_pkey_index", move || {
+        // Full and limited membership of the default partition both match entry 0.
+        if port == 1 && (u16::from_be(pkey) & 0x7fff) == 0x7fff {
+            return 0;
+        }
+        set_errno(libc::ENOENT);
+        -1
+    })
 }

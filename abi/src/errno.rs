@@ -36,7 +36,7 @@ fn of_mem(e: &MemError) -> i32 {
     match e {
         MemError::PdInUse { .. } => libc::EBUSY,
         MemError::OutOfMemory { .. } | MemError::TableFull { .. } => libc::ENOMEM,
-        MemError::NullAddress => libc::EFAULT,
+        MemError::NullAddress | MemError::Fault { .. } => libc::EFAULT,
         _ => libc::EINVAL,
     }
 }

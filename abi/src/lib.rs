@@ -39,6 +39,7 @@ mod errno;
 mod exit;
 mod ffi;
 mod fork;
+mod guard;
 mod mr;
 mod pcap;
 mod qp;

@@ -33,32 +33,48 @@ pub struct MrObj {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_alloc_pd(c: *mut ffi::ibv_context) -> *mut ffi::ibv_pd {
-    // SAFETY: a context we opened.
-    let ctx = unsafe { Ctx::of(c) };
-    let id = ctx.nic.alloc_pd();
-    let obj = Box::new(PdObj {
-        pd: ffi::ibv_pd {
-            context: c,
-            handle: id.raw(),
-        },
-        id,
-    });
-    Box::into_raw(obj) as *mut ffi::ibv_pd
+    crate::guard::null("ibv_alloc_pd", move || {
+        // SAFETY: a context we opened.
+        let ctx = unsafe { Ctx::of(c) };
+        let id = match ctx.nic() {
+            Ok(nic) => nic.alloc_pd(),
+            Err(e) => {
+                set_errno(refused("ibv_alloc_pd", &e));
+                return null_mut();
+            }
+        };
+        let obj = Box::new(PdObj {
+            pd: ffi::ibv_pd {
+                context: c,
+                handle: id.raw(),
+            },
+            id,
+        });
+        Box::into_raw(obj) as *mut ffi::ibv_pd
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ffi::ibv_pd) -> c_int {
-    // SAFETY: a PD we allocated.
-    let obj = unsafe { PdObj::of(pd) };
-    let ctx = unsafe { Ctx::of(obj.pd.context) };
-    match ctx.nic.dealloc_pd(obj.id) {
-        Ok(()) => {
+    crate::guard::errno("ibv_dealloc_pd", move || {
+        // SAFETY: a PD we allocated.
+        let obj = unsafe { PdObj::of(pd) };
+        let ctx = unsafe { Ctx::of(obj.pd.context) };
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes, the NIC is left.
             // SAFETY: allocated by Box in ibv_alloc_pd; the program stops using it.
             drop(unsafe { Box::from_raw(pd as *mut PdObj) });
-            0
+            return 0;
         }
-        Err(e) => refused("ibv_dealloc_pd", &e),
-    }
+        match ctx.nic().and_then(|nic| nic.dealloc_pd(obj.id)) {
+            Ok(()) => {
+                // SAFETY: allocated by Box in ibv_alloc_pd; the program stops using it.
+                drop(unsafe { Box::from_raw(pd as *mut PdObj) });
+                0
+            }
+            Err(e) => refused("ibv_dealloc_pd", &e),
+        }
+    })
 }
 
 /// The access bits the engine knows, or the errno for bits it cannot honour. Optional bits
@@ -82,29 +98,54 @@ fn access_of(access: c_uint) -> Result<Access, c_int> {
     Ok(Access::from_bits(access & known).unwrap_or(Access::empty()))
 }
 
-/// Whether every page of `[addr, addr + len)` is mapped: the kernel's `ib_umem_get` pins
-/// the pages and fails with EFAULT on a hole; we cannot pin, but a region over a hole is
-/// refused the same way.
-fn mapped(addr: usize, len: usize) -> bool {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-    let start = addr & !(page - 1);
+/// Whether every byte of `[addr, addr + len)` is mapped readable, and writable if `write`:
+/// what the kernel's `ib_umem_get` demands when it pins the pages (with FOLL_WRITE when
+/// the access has a write right, so a read-only or PROT_NONE page fails with EFAULT). We
+/// cannot pin, but registering memory the NIC could not use would only move the failure
+/// to the first packet: refused the same way, at registration, from /proc/self/maps
+/// (registration is the slow path).
+fn usable(addr: usize, len: usize, write: bool) -> bool {
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
-    // Bounded scratch: 4096 pages per mincore call.
-    let mut vec = [0u8; 4096];
-    let mut at = start;
-    while at < end {
-        let n = (end - at).div_ceil(page).min(vec.len());
-        // SAFETY: mincore only reads the page table for the range; `vec` has `n` bytes.
-        let r = unsafe { libc::mincore(at as *mut c_void, n * page, vec.as_mut_ptr()) };
-        if r != 0 {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        // No procfs (a sandbox): nothing to check against; a fault is caught later.
+        return true;
+    };
+    covered(&maps, addr, end, write)
+}
+
+/// Whether the mappings listed in `maps` (the /proc/self/maps format, sorted by address)
+/// cover `[at, end)` without a gap, each readable, and writable if `write`.
+fn covered(maps: &str, mut at: usize, end: usize, write: bool) -> bool {
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
+            continue;
+        };
+        if hi <= at {
+            continue;
+        }
+        if lo > at {
+            return false; // a hole
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') || (write && p.get(1) != Some(&b'w')) {
             return false;
         }
-        at += n * page;
+        at = hi;
+        if at >= end {
+            return true;
+        }
     }
-    true
+    false
 }
 
 /// Registers `[addr, addr + len)` of the program's memory at `iova`.
@@ -134,7 +175,8 @@ unsafe fn reg(
     } else {
         iova
     };
-    if len == 0 || addr.is_null() || !mapped(addr as usize, len) {
+    let write = acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+    if len == 0 || addr.is_null() || !usable(addr as usize, len, write) {
         set_errno(if len == 0 { libc::EINVAL } else { libc::EFAULT });
         return null_mut();
     }
@@ -148,7 +190,10 @@ unsafe fn reg(
             return null_mut();
         }
     };
-    match ctx.nic.reg_mr_backing(obj.id, iova, backing, acc) {
+    match ctx
+        .nic()
+        .and_then(|nic| nic.reg_mr_backing(obj.id, iova, backing, acc))
+    {
         Ok(region) => {
             let mr = ffi::ibv_mr {
                 context: obj.pd.context,
@@ -175,8 +220,10 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+    crate::guard::null("ibv_reg_mr", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, addr as u64, access as c_uint) }
+    })
 }
 
 #[no_mangle]
@@ -187,8 +234,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, iova, access as c_uint) }
+    crate::guard::null("ibv_reg_mr_iova", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, iova, access as c_uint) }
+    })
 }
 
 #[no_mangle]
@@ -199,23 +248,34 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ffi::ibv_mr {
-    // SAFETY: the program's PD and memory, per the verbs contract.
-    unsafe { reg(pd, addr, length, iova, access) }
+    crate::guard::null("ibv_reg_mr_iova2", move || {
+        // SAFETY: the program's PD and memory, per the verbs contract.
+        unsafe { reg(pd, addr, length, iova, access) }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
-    // SAFETY: a region we registered.
-    let obj = unsafe { &*(mr as *const MrObj) };
-    let ctx = unsafe { Ctx::of(obj.mr.context) };
-    match ctx.nic.dereg_mr(obj.region.lkey()) {
-        Ok(()) => {
-            // SAFETY: allocated by Box in reg; the engine holds no use of the region now.
+    crate::guard::errno("ibv_dereg_mr", move || {
+        // SAFETY: a region we registered.
+        let obj = unsafe { &*(mr as *const MrObj) };
+        let ctx = unsafe { Ctx::of(obj.mr.context) };
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes (the region stays
+            // in the parent's copied table, which the child never uses).
+            // SAFETY: allocated by Box in reg; the program stops using it.
             drop(unsafe { Box::from_raw(mr as *mut MrObj) });
-            0
+            return 0;
         }
-        Err(e) => refused("ibv_dereg_mr", &e),
-    }
+        match ctx.nic().and_then(|nic| nic.dereg_mr(obj.region.lkey())) {
+            Ok(()) => {
+                // SAFETY: allocated by Box in reg; the engine holds no use of the region now.
+                drop(unsafe { Box::from_raw(mr as *mut MrObj) });
+                0
+            }
+            Err(e) => refused("ibv_dereg_mr", &e),
+        }
+    })
 }
 
 /// `ibv_rereg_mr`: not supported yet (rdma-core's `IBV_REREG_MR_ERR_INPUT` family is for
@@ -229,8 +289,10 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     _length: usize,
     _access: c_int,
 ) -> c_int {
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+    crate::guard::errno("ibv_rereg_mr", move || {
+        set_errno(libc::EOPNOTSUPP);
+        libc::EOPNOTSUPP
+    })
 }
 
 #[no_mangle]
@@ -242,8 +304,10 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
     _fd: c_int,
     _access: c_int,
 ) -> *mut ffi::ibv_mr {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
+    crate::guard::null("ibv_reg_dmabuf_mr", move || {
+        set_errno(libc::EOPNOTSUPP);
+        null_mut()
+    })
 }
 
 // Memory windows: not yet (type 1 and 2 MWs come with their own issue).
@@ -251,8 +315,10 @@ pub unsafe extern "C" fn alloc_mw(
     _pd: *mut ffi::ibv_pd,
     _ty: ffi::ibv_mw_type::Type,
 ) -> *mut ffi::ibv_mw {
-    set_errno(libc::EOPNOTSUPP);
-    null_mut()
+    crate::guard::null("alloc_mw", move || {
+        set_errno(libc::EOPNOTSUPP);
+        null_mut()
+    })
 }
 
 pub unsafe extern "C" fn bind_mw(
@@ -260,9 +326,39 @@ pub unsafe extern "C" fn bind_mw(
     _mw: *mut ffi::ibv_mw,
     _bind: *mut ffi::ibv_mw_bind,
 ) -> c_int {
-    libc::EOPNOTSUPP
+    crate::guard::errno("bind_mw", move || libc::EOPNOTSUPP)
 }
 
 pub unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
-    libc::EOPNOTSUPP
+    crate::guard::errno("dealloc_mw", move || libc::EOPNOTSUPP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covered;
+
+    const MAPS: &str = "\
+1000-3000 rw-p 00000000 00:00 0
+3000-4000 r--p 00000000 00:00 0 /lib/x.so
+4000-5000 ---p 00000000 00:00 0
+6000-7000 rw-s 00000000 00:00 0 [anon]
+";
+
+    #[test]
+    fn maps_cover_what_the_access_needs() {
+        assert!(covered(MAPS, 0x1000, 0x3000, true));
+        assert!(covered(MAPS, 0x1800, 0x4000, false));
+        assert!(
+            !covered(MAPS, 0x1800, 0x4000, true),
+            "read-only page, write right"
+        );
+        assert!(!covered(MAPS, 0x3800, 0x4800, false), "PROT_NONE page");
+        assert!(!covered(MAPS, 0x0800, 0x1800, false), "hole before");
+        assert!(!covered(MAPS, 0x5800, 0x6800, false), "hole between");
+        assert!(covered(MAPS, 0x6000, 0x7000, true));
+        assert!(
+            !covered(MAPS, 0x6800, 0x7001, false),
+            "past the last mapping"
+        );
+    }
 }

@@ -8,11 +8,13 @@ use crate::device::GID_TBL_LEN;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
-use crate::wr::{self, Batch};
+use crate::wr::{self, SendSide};
 use libc::c_int;
 use roce_emu::verbs::{Access, AddressVector, Mtu, Psn, QpAttr, QpCap, QpInit, QpState, QpType};
+use std::cell::UnsafeCell;
 use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The largest inline payload a QP can be given (the engine's limit).
 const MAX_INLINE: u32 = 256;
@@ -21,30 +23,53 @@ const MAX_INLINE: u32 = 256;
 /// sends inline when the granted room fits its message.
 const SGE_BYTES: u32 = 16;
 
+/// One QP. Several threads may use a QP at once (libibverbs allows it: one posts sends
+/// while another posts receives, or two post sends), so the program's pointer only ever
+/// becomes a shared `&Qp`, never `&mut`: what changes after creation is either the C part
+/// (`ex`, in an `UnsafeCell`: the program writes `wr_id`/`wr_flags` there itself, and
+/// the state is stored atomically) or the send side's batch, behind its own lock
+/// ([`SendSide`]), as rdma-core's providers lock a QP's send queue.
 #[repr(C)]
 pub struct Qp {
-    pub ex: ffi::ibv_qp_ex,
+    /// The `ibv_qp_ex` the program holds (first: our pointer is its pointer).
+    /// `UnsafeCell<T>` has `T`'s layout.
+    ex: UnsafeCell<ffi::ibv_qp_ex>,
     pub qpn: u32,
     pub max_inline: usize,
     pub max_send_sge: usize,
-    /// What `ibv_wr_*` calls built since `ibv_wr_start`.
-    pub batch: Batch,
+    /// The send queue's lock and what `ibv_wr_*` calls built since `ibv_wr_start`.
+    pub send: SendSide,
 }
 
 impl Qp {
-    /// Ours, from a QP pointer.
+    /// Ours, from a QP pointer: a shared reference (see [`Qp`]).
     ///
     /// # Safety
     /// `qp` is a QP we created and have not destroyed.
-    pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a mut Qp {
+    pub unsafe fn of<'a>(qp: *mut ffi::ibv_qp) -> &'a Qp {
         // SAFETY: every QP we hand out is the first field of a #[repr(C)] Qp (ibv_qp is the
-        // first field of ibv_qp_ex); the program serialises calls on one QP's send side.
-        unsafe { &mut *(qp as *mut Qp) }
+        // first field of ibv_qp_ex); only shared references are made, and what another
+        // thread may change is behind an UnsafeCell or a lock.
+        unsafe { &*(qp as *const Qp) }
+    }
+
+    /// The C part, which the program reads and writes: used only through this pointer.
+    pub fn c(&self) -> *mut ffi::ibv_qp_ex {
+        self.ex.get()
     }
 
     pub fn ctx(&self) -> &Ctx {
-        // SAFETY: the context outlives its QPs.
-        unsafe { Ctx::of(self.ex.qp_base.context) }
+        // SAFETY: `context` is written once, at creation; the context outlives its QPs.
+        unsafe { Ctx::of((*self.c()).qp_base.context) }
+    }
+
+    /// Records the QP's state in `ibv_qp::state` (which programs read), atomically: two
+    /// threads may modify or query one QP at once.
+    fn set_state(&self, s: ffi::ibv_qp_state::Type) {
+        // SAFETY: `state` is an aligned u32 inside our live QP; every write of ours to it is
+        // this atomic store (the program only reads it).
+        unsafe { AtomicU32::from_ptr(&raw mut (*self.c()).qp_base.state) }
+            .store(s, Ordering::Relaxed);
     }
 }
 
@@ -125,8 +150,8 @@ unsafe fn create(
         sq_sig_all: a.sq_sig_all != 0,
     };
     let qpn = ctx
-        .nic
-        .create_qp(&init)
+        .nic()
+        .and_then(|nic| nic.create_qp(&init))
         .map_err(|e| refused("ibv_create_qp", &e))?;
     a.cap.max_inline_data = inline;
     // SAFETY: plain C data (pthread objects zero-initialised as glibc's initialisers).
@@ -143,11 +168,11 @@ unsafe fn create(
     b.qp_type = a.qp_type;
     wr::fill_ops(&mut ex);
     let obj = Box::into_raw(Box::new(Qp {
-        ex,
+        ex: UnsafeCell::new(ex),
         qpn,
         max_inline: inline as usize,
         max_send_sge: a.cap.max_send_sge as usize,
-        batch: Batch::default(),
+        send: SendSide::default(),
     }));
     ctx.qps.lock().unwrap().insert(qpn, obj as usize);
     Ok(obj as *mut ffi::ibv_qp)
@@ -158,32 +183,34 @@ pub unsafe extern "C" fn ibv_create_qp(
     pd: *mut ffi::ibv_pd,
     attr: *mut ffi::ibv_qp_init_attr,
 ) -> *mut ffi::ibv_qp {
-    // SAFETY: a PD we allocated; `attr` is the program's (its `cap` is written back).
-    let c = unsafe { PdObj::of(pd) }.pd.context;
-    let a = unsafe { &mut *attr };
-    let mut ex = ffi::ibv_qp_init_attr_ex {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-        comp_mask: ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD,
-        pd,
-        // SAFETY: the rest is plain C data; zero is "not given".
-        ..unsafe { std::mem::zeroed() }
-    };
-    match unsafe { create(c, pd, &mut ex) } {
-        Ok(qp) => {
-            a.cap = ex.cap;
-            qp
+    crate::guard::null("ibv_create_qp", move || {
+        // SAFETY: a PD we allocated; `attr` is the program's (its `cap` is written back).
+        let c = unsafe { PdObj::of(pd) }.pd.context;
+        let a = unsafe { &mut *attr };
+        let mut ex = ffi::ibv_qp_init_attr_ex {
+            qp_context: a.qp_context,
+            send_cq: a.send_cq,
+            recv_cq: a.recv_cq,
+            srq: a.srq,
+            cap: a.cap,
+            qp_type: a.qp_type,
+            sq_sig_all: a.sq_sig_all,
+            comp_mask: ffi::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD,
+            pd,
+            // SAFETY: the rest is plain C data; zero is "not given".
+            ..unsafe { std::mem::zeroed() }
+        };
+        match unsafe { create(c, pd, &mut ex) } {
+            Ok(qp) => {
+                a.cap = ex.cap;
+                qp
+            }
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
         }
-        Err(e) => {
-            set_errno(e);
-            null_mut()
-        }
-    }
+    })
 }
 
 /// `verbs_context::create_qp_ex`: the send operations asked for (`send_ops_flags`) must be
@@ -192,63 +219,74 @@ pub unsafe extern "C" fn create_qp_ex(
     c: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_qp_init_attr_ex,
 ) -> *mut ffi::ibv_qp {
-    use ffi::ibv_qp_create_send_ops_flags as s;
-    use ffi::ibv_qp_init_attr_mask as m;
-    // SAFETY: the program's attributes.
-    let a = unsafe { &mut *attr };
-    let known = m::IBV_QP_INIT_ATTR_PD
-        | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
-        | m::IBV_QP_INIT_ATTR_CREATE_FLAGS;
-    let supported_ops = u64::from(
-        s::IBV_QP_EX_WITH_RDMA_WRITE
-            | s::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
-            | s::IBV_QP_EX_WITH_SEND
-            | s::IBV_QP_EX_WITH_SEND_WITH_IMM
-            | s::IBV_QP_EX_WITH_RDMA_READ
-            | s::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-            | s::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-            | s::IBV_QP_EX_WITH_SEND_WITH_INV,
-    );
-    let bad = a.comp_mask & !known != 0
-        || a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0
-        || (a.comp_mask & m::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
-        || (a.comp_mask & m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
-            && a.send_ops_flags & !supported_ops != 0);
-    if bad {
-        set_errno(if a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0 {
-            libc::EINVAL
-        } else {
-            libc::EOPNOTSUPP
-        });
-        return null_mut();
-    }
-    // SAFETY: the context the program passed; the PD and CQs in its attributes.
-    match unsafe { create(c, a.pd, a) } {
-        Ok(qp) => qp,
-        Err(e) => {
-            set_errno(e);
-            null_mut()
+    crate::guard::null("create_qp_ex", move || {
+        use ffi::ibv_qp_create_send_ops_flags as s;
+        use ffi::ibv_qp_init_attr_mask as m;
+        // SAFETY: the program's attributes.
+        let a = unsafe { &mut *attr };
+        let known = m::IBV_QP_INIT_ATTR_PD
+            | m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS
+            | m::IBV_QP_INIT_ATTR_CREATE_FLAGS;
+        let supported_ops = u64::from(
+            s::IBV_QP_EX_WITH_RDMA_WRITE
+                | s::IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+                | s::IBV_QP_EX_WITH_SEND
+                | s::IBV_QP_EX_WITH_SEND_WITH_IMM
+                | s::IBV_QP_EX_WITH_RDMA_READ
+                | s::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | s::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | s::IBV_QP_EX_WITH_SEND_WITH_INV,
+        );
+        let bad = a.comp_mask & !known != 0
+            || a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0
+            || (a.comp_mask & m::IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            || (a.comp_mask & m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+                && a.send_ops_flags & !supported_ops != 0);
+        if bad {
+            set_errno(if a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0 {
+                libc::EINVAL
+            } else {
+                libc::EOPNOTSUPP
+            });
+            return null_mut();
         }
-    }
+        // SAFETY: the context the program passed; the PD and CQs in its attributes.
+        match unsafe { create(c, a.pd, a) } {
+            Ok(qp) => qp,
+            Err(e) => {
+                set_errno(e);
+                null_mut()
+            }
+        }
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ffi::ibv_qp) -> *mut ffi::ibv_qp_ex {
-    qp as *mut ffi::ibv_qp_ex
+    crate::guard::null("ibv_qp_to_qp_ex", move || qp as *mut ffi::ibv_qp_ex)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
-    // SAFETY: a QP we created.
-    let obj = unsafe { Qp::of(qp) };
-    let ctx = obj.ctx();
-    if let Err(e) = ctx.nic.destroy_qp(obj.qpn) {
-        return refused("ibv_destroy_qp", &e);
-    }
-    ctx.qps.lock().unwrap().remove(&obj.qpn);
-    // SAFETY: allocated by Box in create; the program stops using it.
-    drop(unsafe { Box::from_raw(obj as *mut Qp) });
-    0
+    crate::guard::errno("ibv_destroy_qp", move || {
+        // SAFETY: a QP we created.
+        let obj = unsafe { Qp::of(qp) };
+        let ctx = obj.ctx();
+        if ctx.inherited() {
+            // A forked child (see `Ctx::inherited`): our object goes, the NIC and the
+            // map are left.
+            // SAFETY: allocated by Box in create; the program stops using it.
+            drop(unsafe { Box::from_raw(qp as *mut Qp) });
+            return 0;
+        }
+        if let Err(e) = ctx.nic().and_then(|nic| nic.destroy_qp(obj.qpn)) {
+            return refused("ibv_destroy_qp", &e);
+        }
+        ctx.qps.lock().unwrap().remove(&obj.qpn);
+        // SAFETY: allocated by Box in create; the program stops using it.
+        drop(unsafe { Box::from_raw(obj as *const Qp as *mut Qp) });
+        0
+    })
 }
 
 /// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
@@ -344,26 +382,28 @@ pub unsafe extern "C" fn ibv_modify_qp(
     attr: *mut ffi::ibv_qp_attr,
     mask: c_int,
 ) -> c_int {
-    // SAFETY: a QP we created; the program's attributes.
-    let obj = unsafe { Qp::of(qp) };
-    let a = unsafe { &*attr };
-    let ctx = obj.ctx();
-    let q = match attr_of(ctx, a, mask) {
-        Ok(q) => q,
-        Err(why) => {
-            tracing::debug!("ibv_modify_qp {:#x}: {why}", obj.qpn);
-            return libc::EINVAL;
-        }
-    };
-    match ctx.nic.modify_qp(obj.qpn, &q) {
-        Ok(()) => {
-            if let Some(s) = q.state {
-                obj.ex.qp_base.state = state_to(s);
+    crate::guard::errno("ibv_modify_qp", move || {
+        // SAFETY: a QP we created; the program's attributes.
+        let obj = unsafe { Qp::of(qp) };
+        let a = unsafe { &*attr };
+        let ctx = obj.ctx();
+        let q = match attr_of(ctx, a, mask) {
+            Ok(q) => q,
+            Err(why) => {
+                tracing::debug!("ibv_modify_qp {:#x}: {why}", obj.qpn);
+                return libc::EINVAL;
             }
-            0
+        };
+        match ctx.nic().and_then(|nic| nic.modify_qp(obj.qpn, &q)) {
+            Ok(()) => {
+                if let Some(s) = q.state {
+                    obj.set_state(state_to(s));
+                }
+                0
+            }
+            Err(e) => refused("ibv_modify_qp", &e),
         }
-        Err(e) => refused("ibv_modify_qp", &e),
-    }
+    })
 }
 
 #[no_mangle]
@@ -373,68 +413,72 @@ pub unsafe extern "C" fn ibv_query_qp(
     _mask: c_int,
     init: *mut ffi::ibv_qp_init_attr,
 ) -> c_int {
-    // SAFETY: a QP we created; `attr` and `init` are the program's out-parameters.
-    let obj = unsafe { Qp::of(qp) };
-    let ctx = obj.ctx();
-    let info = match ctx.nic.query_qp(obj.qpn) {
-        Ok(i) => i,
-        Err(e) => return refused("ibv_query_qp", &e),
-    };
-    let cap = ffi::ibv_qp_cap {
-        max_send_wr: info.cap.max_send_wr as u32,
-        max_recv_wr: info.cap.max_recv_wr as u32,
-        max_send_sge: info.cap.max_send_sge as u32,
-        max_recv_sge: info.cap.max_recv_sge as u32,
-        max_inline_data: info.cap.max_inline_data as u32,
-    };
-    // SAFETY: plain C data.
-    let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
-    let at = &info.attrs;
-    a.qp_state = state_to(info.state);
-    a.cur_qp_state = a.qp_state;
-    a.path_mtu = at.path_mtu as u32;
-    a.rq_psn = info.rq_psn;
-    a.sq_psn = info.sq_psn;
-    a.dest_qp_num = at.dest_qpn;
-    a.qp_access_flags = at.access.bits();
-    a.cap = cap;
-    if let Some(av) = at.av {
-        a.ah_attr.is_global = 1;
-        a.ah_attr.port_num = 1;
-        a.ah_attr.grh.hop_limit = 64;
-        a.ah_attr.grh.dgid.raw = match av.dest_ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
+    crate::guard::errno("ibv_query_qp", move || {
+        // SAFETY: a QP we created; `attr` and `init` are the program's out-parameters.
+        let obj = unsafe { Qp::of(qp) };
+        let ctx = obj.ctx();
+        let info = match ctx.nic().and_then(|nic| nic.query_qp(obj.qpn)) {
+            Ok(i) => i,
+            Err(e) => return refused("ibv_query_qp", &e),
         };
-    }
-    a.pkey_index = at.pkey_index;
-    a.en_sqd_async_notify = at.sq_draining_notify as u8;
-    a.sq_draining = (info.state == QpState::Sqd) as u8;
-    a.max_rd_atomic = at.max_rd_atomic;
-    a.max_dest_rd_atomic = at.max_dest_rd_atomic;
-    a.min_rnr_timer = at.min_rnr_timer;
-    a.port_num = at.port;
-    a.timeout = at.timeout;
-    a.retry_cnt = at.retry_cnt;
-    a.rnr_retry = at.rnr_retry;
-    let b = &obj.ex.qp_base;
-    // SAFETY: the program's out-parameters (`init` may be NULL).
-    unsafe {
-        attr.write(a);
-        if !init.is_null() {
-            init.write(ffi::ibv_qp_init_attr {
-                qp_context: b.qp_context,
-                send_cq: b.send_cq,
-                recv_cq: b.recv_cq,
-                srq: b.srq,
-                cap,
-                qp_type: b.qp_type,
-                sq_sig_all: info.sq_sig_all as c_int,
-            });
+        let cap = ffi::ibv_qp_cap {
+            max_send_wr: info.cap.max_send_wr as u32,
+            max_recv_wr: info.cap.max_recv_wr as u32,
+            max_send_sge: info.cap.max_send_sge as u32,
+            max_recv_sge: info.cap.max_recv_sge as u32,
+            max_inline_data: info.cap.max_inline_data as u32,
+        };
+        // SAFETY: plain C data.
+        let mut a: ffi::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        let at = &info.attrs;
+        a.qp_state = state_to(info.state);
+        a.cur_qp_state = a.qp_state;
+        a.path_mtu = at.path_mtu as u32;
+        a.rq_psn = info.rq_psn;
+        a.sq_psn = info.sq_psn;
+        a.dest_qp_num = at.dest_qpn;
+        a.qp_access_flags = at.access.bits();
+        a.cap = cap;
+        if let Some(av) = at.av {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.port_num = 1;
+            a.ah_attr.grh.hop_limit = 64;
+            a.ah_attr.grh.dgid.raw = match av.dest_ip {
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                IpAddr::V6(v6) => v6.octets(),
+            };
         }
-    }
-    obj.ex.qp_base.state = a.qp_state;
-    0
+        a.pkey_index = at.pkey_index;
+        a.en_sqd_async_notify = at.sq_draining_notify as u8;
+        a.sq_draining = (info.state == QpState::Sqd) as u8;
+        a.max_rd_atomic = at.max_rd_atomic;
+        a.max_dest_rd_atomic = at.max_dest_rd_atomic;
+        a.min_rnr_timer = at.min_rnr_timer;
+        a.port_num = at.port;
+        a.timeout = at.timeout;
+        a.retry_cnt = at.retry_cnt;
+        a.rnr_retry = at.rnr_retry;
+        // Read field by field through the raw pointer (no reference to the C part, whose
+        // `state` another thread may be storing); these fields are written at creation.
+        let b = obj.c();
+        // SAFETY: the program's out-parameters (`init` may be NULL); `b` is our live QP.
+        unsafe {
+            attr.write(a);
+            if !init.is_null() {
+                init.write(ffi::ibv_qp_init_attr {
+                    qp_context: (*b).qp_base.qp_context,
+                    send_cq: (*b).qp_base.send_cq,
+                    recv_cq: (*b).qp_base.recv_cq,
+                    srq: (*b).qp_base.srq,
+                    cap,
+                    qp_type: (*b).qp_base.qp_type,
+                    sq_sig_all: info.sq_sig_all as c_int,
+                });
+            }
+        }
+        obj.set_state(a.qp_state);
+        0
+    })
 }
 
 #[no_mangle]
@@ -443,6 +487,8 @@ pub unsafe extern "C" fn ibv_query_qp_data_in_order(
     _op: ffi::ibv_wr_opcode::Type,
     _flags: u32,
 ) -> c_int {
-    // Whether data lands in order for this operation: not promised (0), as rxe says.
-    0
+    crate::guard::errno("ibv_query_qp_data_in_order", move || {
+        // Whether data lands in order for this operation: not promised (0), as rxe says.
+        0
+    })
 }

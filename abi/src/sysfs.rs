@@ -9,7 +9,7 @@ use std::ffi::CStr;
 
 #[no_mangle]
 pub extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    crate::guard::null_const("ibv_get_sysfs_path", move || c"/sys".as_ptr())
 }
 
 fn guid_str(g: u64) -> String {
@@ -62,42 +62,44 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     buf: *mut c_char,
     size: usize,
 ) -> c_int {
-    if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
-        return -1;
-    }
-    // SAFETY: NUL-terminated strings from the program.
-    let (dir, file) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
-    let (Ok(dir), Ok(file)) = (dir.to_str(), file.to_str()) else {
-        return -1;
-    };
-    let ours = device::devices().ok().and_then(|devs| {
-        devs.iter().find_map(|d| {
-            let base = format!("/sys/class/infiniband/{}", d.port.name);
-            let path = format!("{dir}/{file}");
-            let rel = path.strip_prefix(&base)?.strip_prefix('/')?.to_string();
-            Some(virtual_file(d, &rel))
-        })
-    });
-    let text = match ours {
-        Some(Some(t)) => t,
-        // One of our devices, but a file it does not have (board_id: rxe has none).
-        Some(None) => {
-            crate::set_errno(libc::ENOENT);
+    crate::guard::minus_one("ibv_read_sysfs_file", move || {
+        if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
             return -1;
         }
-        None => match std::fs::read_to_string(format!("{dir}/{file}")) {
-            Ok(t) => t.strip_suffix('\n').unwrap_or(&t).to_string(),
-            Err(e) => {
-                crate::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+        // SAFETY: NUL-terminated strings from the program.
+        let (dir, file) = unsafe { (CStr::from_ptr(dir), CStr::from_ptr(file)) };
+        let (Ok(dir), Ok(file)) = (dir.to_str(), file.to_str()) else {
+            return -1;
+        };
+        let ours = device::devices().ok().and_then(|devs| {
+            devs.iter().find_map(|d| {
+                let base = format!("/sys/class/infiniband/{}", d.port.name);
+                let path = format!("{dir}/{file}");
+                let rel = path.strip_prefix(&base)?.strip_prefix('/')?.to_string();
+                Some(virtual_file(d, &rel))
+            })
+        });
+        let text = match ours {
+            Some(Some(t)) => t,
+            // One of our devices, but a file it does not have (board_id: rxe has none).
+            Some(None) => {
+                crate::set_errno(libc::ENOENT);
                 return -1;
             }
-        },
-    };
-    let n = text.len().min(size - 1);
-    // SAFETY: `buf` has `size` writable bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
-        *buf.add(n) = 0;
-    }
-    n as c_int
+            None => match std::fs::read_to_string(format!("{dir}/{file}")) {
+                Ok(t) => t.strip_suffix('\n').unwrap_or(&t).to_string(),
+                Err(e) => {
+                    crate::set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                    return -1;
+                }
+            },
+        };
+        let n = text.len().min(size - 1);
+        // SAFETY: `buf` has `size` writable bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+        n as c_int
+    })
 }

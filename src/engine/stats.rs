@@ -82,6 +82,10 @@ counters! {
     DropReplayMissing => "drop_replay_missing",
     /// Completions that did not fit in their CQ (reported as a CQ error).
     CqOverrun => "cq_overrun",
+    /// Accesses to registered memory that faulted: the program unmapped or protected it
+    /// after registering it (`MemError::Fault`). Each failed as an access error (a NAK
+    /// to the peer, or a local protection error), the program unharmed.
+    MemFaults => "mem_faults",
 }
 
 /// A set of counters.
@@ -95,6 +99,15 @@ impl Default for Counters {
 }
 
 impl Counters {
+    /// Counts a memory access that faulted ([`Counter::MemFaults`]); the caller handles
+    /// the error as any other of its kind.
+    #[inline]
+    pub fn note_mem<T>(&mut self, r: &Result<T, crate::mem::MemError>) {
+        if let Err(crate::mem::MemError::Fault { .. }) = r {
+            self.inc(Counter::MemFaults);
+        }
+    }
+
     #[inline]
     pub fn inc(&mut self, c: Counter) {
         self.0[c as usize] += 1;

@@ -3,25 +3,46 @@
 //! addr, len, access)` hands the C ABI). Both are a raw pointer and a length, reached by
 //! one code path, so the data path takes no lock and does not care which kind it has.
 //!
-//! This is the only module of `mem` with `unsafe` code (`tests/layering.rs` checks it),
-//! and its safe functions are sound for every input: each access checks its own bounds
+//! This module (with its submodule `fault`) is the only one of `mem` with `unsafe` code
+//! (`tests/layering.rs` checks it), and its safe functions are sound for every input: each access checks its own bounds
 //! here, whatever the caller checked before. The range, key, PD and access checks of
 //! the table still come first; the checks here are the last line, not the policy.
 //!
 //! Concurrency. The program may read and write a registered buffer while the NIC does
 //! (it can on real hardware, and perftest does). So no Rust reference (`&[u8]`,
-//! `&mut [u8]`) to region memory is ever created: copies are `core::ptr::copy` on raw
-//! pointers, and atomics are `AtomicU64` operations on the aligned word. What a copy
+//! `&mut [u8]`) to region memory is ever created: copies are memmoves on raw pointers,
+//! and atomics are `lock`ed read-modify-writes of the aligned word. What a copy
 //! racing with another writer of the same bytes sees is unspecified, as on hardware
 //! (IBA 10.6: RDMA operations are not atomic with respect to each other or to the
 //! host); an ATOMIC is atomic against every other atomic on the same word, the program's
 //! own `AtomicU64`/`__atomic` operations included.
+//!
+//! Memory that goes bad. Foreign memory's copies and atomics run in `fault`'s routines:
+//! if the program unmapped it, made it read-only or inaccessible, or truncated the file it
+//! maps after registering it, the access returns [`Faulted`] (a SIGSEGV/SIGBUS caught by
+//! an exception table) instead of killing the program, and the region's callers turn it
+//! into an access error ([`MemError::Fault`]). x86_64 only for now (see `fault`).
 
 use super::MemError;
 use core::fmt;
 use core::ptr::NonNull;
+#[cfg(test)]
 use core::sync::atomic::AtomicU64;
 use std::alloc::{self, Layout};
+
+// Copies and atomics on foreign memory that fail cleanly when the program has unmapped or
+// write-protected it since registration (a SIGSEGV/SIGBUS handler and an exception table).
+mod fault;
+pub use fault::{caught as faults_caught, Faulted};
+
+/// An ATOMIC's operation on a word.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Fetch-and-add (wrapping).
+    FetchAdd(u64),
+    /// Compare-and-swap: the word becomes `swap` if it equals `compare`.
+    CompareSwap { compare: u64, swap: u64 },
+}
 
 /// Alignment of owned buffers: a cache line (it also satisfies `AtomicU64`'s 8).
 const OWNED_ALIGN: usize = 64;
@@ -104,7 +125,10 @@ impl Backing {
     ///   `Arc::strong_count(&mr) == 1` on the registration's own `Arc` means the memory
     ///   is free to go);
     /// - nothing else frees, unmaps or remaps it (`munmap`, `mremap`, `madvise(DONTNEED)`
-    ///   of a file mapping, ...) during that time;
+    ///   of a file mapping, ...) during that time. (On x86_64 an access to memory unmapped
+    ///   or protected since is caught and fails cleanly, see `fault`; but an address the
+    ///   program maps again for something else meanwhile is written as the region, as
+    ///   with any use after free);
     /// - the program's own accesses meanwhile are through raw pointers or atomics, or do
     ///   not overlap the NIC's in time: the NIC writes the bytes behind any `&[u8]` the
     ///   program holds, exactly as a hardware NIC would (this is the program's affair,
@@ -114,6 +138,8 @@ impl Backing {
     /// unspecified, never out of range.
     pub unsafe fn foreign(addr: *mut u8, length: usize) -> Result<Backing, MemError> {
         let ptr = NonNull::new(addr).ok_or(MemError::NullAddress)?;
+        // From now on a fault in our accesses to foreign memory is an error, not a crash.
+        fault::install();
         if length == 0 {
             return Err(MemError::ZeroLengthMr { iova: addr as u64 });
         }
@@ -175,35 +201,84 @@ impl Backing {
         );
     }
 
-    /// Copies `out.len()` bytes at `offset` into `out`.
-    pub(super) fn read(&self, offset: usize, out: &mut [u8]) {
+    /// Copies `out.len()` bytes at `offset` into `out`. `Err(Faulted)`: foreign memory the
+    /// program unmapped or made unreadable since registration (`out` is then partly
+    /// written).
+    pub(super) fn read(&self, offset: usize, out: &mut [u8]) -> Result<(), Faulted> {
         self.bounds(offset, out.len());
-        // SAFETY: `[offset, offset + out.len())` is inside the backing (checked just
-        // above), which is valid for reads (owned: our live allocation; foreign: the
-        // constructor's contract). `out` is valid for writes of its length. `copy`
-        // (memmove) is correct even if `out` is itself part of this foreign memory, and
-        // no reference to the region's bytes is created.
-        unsafe { core::ptr::copy(self.ptr.as_ptr().add(offset), out.as_mut_ptr(), out.len()) };
+        let src = self.ptr.as_ptr().wrapping_add(offset);
+        if self.is_owned() {
+            // SAFETY: `[offset, offset + out.len())` is inside the backing (checked just
+            // above), our live allocation. `out` is valid for writes of its length. `copy`
+            // (memmove) is correct even if `out` overlaps, and no reference to the
+            // region's bytes is created.
+            unsafe { core::ptr::copy(src, out.as_mut_ptr(), out.len()) };
+            return Ok(());
+        }
+        // SAFETY: as above, for foreign memory: inside the backing, valid for reads by the
+        // constructor's contract, except that the program may have unmapped or protected
+        // it since: the fault-safe copy returns `Faulted` then (its handler was installed
+        // by `foreign`). A memmove too.
+        unsafe { fault::copy(out.as_mut_ptr(), src, out.len()) }
     }
 
-    /// Copies `data` to `offset`.
-    pub(super) fn write(&self, offset: usize, data: &[u8]) {
+    /// Copies `data` to `offset`. `Err(Faulted)`: foreign memory the program unmapped or
+    /// made read-only since registration (some bytes may have been written).
+    pub(super) fn write(&self, offset: usize, data: &[u8]) -> Result<(), Faulted> {
         self.bounds(offset, data.len());
-        // SAFETY: as in `read`, with the directions swapped: the destination range is
-        // inside the backing and valid for writes; `data` is valid for reads.
-        unsafe { core::ptr::copy(data.as_ptr(), self.ptr.as_ptr().add(offset), data.len()) };
+        let dst = self.ptr.as_ptr().wrapping_add(offset);
+        if self.is_owned() {
+            // SAFETY: as in `read`, with the directions swapped: the destination range is
+            // inside our live allocation; `data` is valid for reads.
+            unsafe { core::ptr::copy(data.as_ptr(), dst, data.len()) };
+            return Ok(());
+        }
+        // SAFETY: as in `read` (foreign memory, the fault-safe copy), directions swapped.
+        unsafe { fault::copy(dst, data.as_ptr(), data.len()) }
     }
 
     /// Sets every byte to `byte`.
-    pub(super) fn fill(&self, byte: u8) {
-        // SAFETY: exactly the backing's `len` bytes from its start, valid for writes.
-        unsafe { core::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) };
+    pub(super) fn fill(&self, byte: u8) -> Result<(), Faulted> {
+        if self.is_owned() {
+            // SAFETY: exactly the backing's `len` bytes from its start, our allocation.
+            unsafe { core::ptr::write_bytes(self.ptr.as_ptr(), byte, self.len) };
+            return Ok(());
+        }
+        let chunk = [byte; 4096];
+        let mut at = 0;
+        while at < self.len {
+            let n = (self.len - at).min(chunk.len());
+            self.write(at, &chunk[..n])?;
+            at += n;
+        }
+        Ok(())
     }
 
-    /// The 8-byte word at `offset` as an `AtomicU64`, or `None` if its host address is
-    /// not 8-byte aligned (possible for foreign memory registered at an iova whose
-    /// remainder mod 8 differs from the address's: the atomic is refused as misaligned
-    /// rather than done non-atomically).
+    /// An ATOMIC on the 8-byte word at `offset`, in host byte order: the original value.
+    /// `None` if the word's host address is not 8-byte aligned (possible for foreign
+    /// memory registered at an iova whose remainder mod 8 differs from the address's: the
+    /// atomic is refused as misaligned rather than done non-atomically); `Some(Err)` if
+    /// the foreign memory faulted (unmapped, or read-only, since registration).
+    pub(super) fn atomic(&self, offset: usize, op: AtomicOp) -> Option<Result<u64, Faulted>> {
+        self.bounds(offset, 8);
+        let p = self.ptr.as_ptr().wrapping_add(offset).cast::<u64>();
+        if p as usize % 8 != 0 {
+            return None;
+        }
+        // SAFETY: `p` is 8-byte aligned (checked), its 8 bytes are inside the backing
+        // (checked), valid for atomic read-modify-write (owned: our allocation; foreign:
+        // the constructor's contract, and a fault there is caught). The routines are
+        // `lock`ed instructions: atomic against the program's own atomics on the word.
+        Some(unsafe {
+            match op {
+                AtomicOp::FetchAdd(add) => fault::fetch_add(p, add),
+                AtomicOp::CompareSwap { compare, swap } => fault::compare_swap(p, compare, swap),
+            }
+        })
+    }
+
+    /// The 8-byte word at `offset` as an `AtomicU64` (tests: the program's view of a word).
+    #[cfg(test)]
     pub(super) fn atomic_u64(&self, offset: usize) -> Option<&AtomicU64> {
         self.bounds(offset, 8);
         let p = self.ptr.as_ptr().wrapping_add(offset);
@@ -245,7 +320,7 @@ mod tests {
 
     fn snapshot(b: &Backing) -> Vec<u8> {
         let mut v = vec![0; b.len()];
-        b.read(0, &mut v);
+        b.read(0, &mut v).unwrap();
         v
     }
 
@@ -278,15 +353,15 @@ mod tests {
     #[test]
     fn owned_read_write_at_the_edges() {
         let b = Backing::owned_at(5, 32).unwrap();
-        b.write(0, &[1, 2, 3]);
-        b.write(29, &[7, 8, 9]);
-        b.write(32, &[]); // empty at the very end: fine, touches nothing
+        b.write(0, &[1, 2, 3]).unwrap();
+        b.write(29, &[7, 8, 9]).unwrap();
+        b.write(32, &[]).unwrap(); // empty at the very end: fine, touches nothing
         let mut out = [0u8; 3];
-        b.read(29, &mut out);
+        b.read(29, &mut out).unwrap();
         assert_eq!(out, [7, 8, 9]);
-        b.read(0, &mut out);
+        b.read(0, &mut out).unwrap();
         assert_eq!(out, [1, 2, 3]);
-        b.fill(0xee);
+        b.fill(0xee).unwrap();
         assert!(snapshot(&b).iter().all(|&x| x == 0xee));
     }
 
@@ -294,14 +369,14 @@ mod tests {
     #[should_panic(expected = "outside its 32 bytes")]
     fn read_past_the_end_panics_rather_than_reads() {
         let b = Backing::owned(32).unwrap();
-        b.read(30, &mut [0u8; 3]);
+        let _ = b.read(30, &mut [0u8; 3]);
     }
 
     #[test]
     #[should_panic(expected = "outside its 32 bytes")]
     fn write_at_a_huge_offset_panics() {
         let b = Backing::owned(32).unwrap();
-        b.write(usize::MAX, &[1]);
+        b.write(usize::MAX, &[1]).unwrap();
     }
 
     #[test]
@@ -323,10 +398,10 @@ mod tests {
             assert!(!b.is_owned());
             assert_eq!(b.addr(), addr as u64);
             let mut one = [0u8];
-            b.read(10, &mut one);
+            b.read(10, &mut one).unwrap();
             assert_eq!(one, [0x42]);
-            b.write(60, &[1, 2, 3, 4]);
-            b.write(0, &[9]);
+            b.write(60, &[1, 2, 3, 4]).unwrap();
+            b.write(0, &[9]).unwrap();
         }
         assert_eq!(&mine[60..], &[1, 2, 3, 4]);
         assert_eq!(mine[0], 9);
@@ -381,7 +456,7 @@ mod tests {
             Ok(42)
         );
         let mut raw = [0u8; 8];
-        b.read(8, &mut raw);
+        b.read(8, &mut raw).unwrap();
         assert_eq!(u64::from_ne_bytes(raw), 7);
         // A host address that is not 8-aligned: refused, not done non-atomically.
         assert!(b.atomic_u64(4).is_none());
@@ -413,5 +488,79 @@ mod tests {
         });
         drop(b);
         assert_eq!(word.load(Ordering::SeqCst), 2 * N + 2 * 3 * N);
+    }
+
+    /// Foreign memory made inaccessible after registration: reads, writes and atomics
+    /// fail with `Faulted` (the fault handler), and work again once it is accessible.
+    #[test]
+    fn faults_on_foreign_memory_are_errors() {
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+        // SAFETY: a new private anonymous mapping, the test's own.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let b = unsafe_foreign(p.cast(), page);
+        b.write(8, &5u64.to_ne_bytes()).unwrap();
+        let before = faults_caught();
+        // SAFETY: the test's mapping.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_READ) }, 0);
+        assert_eq!(b.write(0, &[1; 100]), Err(Faulted));
+        assert_eq!(b.atomic(8, AtomicOp::FetchAdd(1)), Some(Err(Faulted)));
+        let mut w = [0u8; 8];
+        b.read(8, &mut w).unwrap();
+        assert_eq!(
+            u64::from_ne_bytes(w),
+            5,
+            "read-only: reads work, nothing changed"
+        );
+        // SAFETY: the test's mapping.
+        assert_eq!(unsafe { libc::mprotect(p, page, libc::PROT_NONE) }, 0);
+        assert_eq!(b.read(8, &mut w), Err(Faulted));
+        let cas = AtomicOp::CompareSwap {
+            compare: 5,
+            swap: 6,
+        };
+        assert_eq!(b.atomic(8, cas), Some(Err(Faulted)));
+        assert!(faults_caught() - before >= 4);
+        // SAFETY: the test's mapping.
+        assert_eq!(
+            unsafe { libc::mprotect(p, page, libc::PROT_READ | libc::PROT_WRITE) },
+            0
+        );
+        assert_eq!(b.atomic(8, cas), Some(Ok(5)));
+        assert_eq!(b.atomic(8, AtomicOp::FetchAdd(10)), Some(Ok(6)));
+        b.read(8, &mut w).unwrap();
+        assert_eq!(u64::from_ne_bytes(w), 16);
+        drop(b);
+        // SAFETY: the test's mapping, no backing over it any more.
+        unsafe { libc::munmap(p, page) };
+    }
+
+    /// The fault-safe copy is a memmove: overlapping ranges either way round.
+    #[test]
+    fn fault_safe_copy_overlaps_like_memmove() {
+        let mut v: Vec<u8> = (0..64).collect();
+        let p = v.as_mut_ptr();
+        // SAFETY: both ranges inside `v`, which nothing else uses meanwhile.
+        unsafe { fault::copy(p.add(4), p, 32) }.unwrap();
+        let want: Vec<u8> = (0..4).chain(0..32).chain(36..64).collect();
+        assert_eq!(v, want, "forward overlap (dst after src) copied backwards");
+        let mut v: Vec<u8> = (0..64).collect();
+        let p = v.as_mut_ptr();
+        // SAFETY: as above.
+        unsafe { fault::copy(p, p.add(4), 32) }.unwrap();
+        let want: Vec<u8> = (4..36).chain(32..64).collect();
+        assert_eq!(v, want);
+        // SAFETY: zero bytes: touches nothing.
+        unsafe { fault::copy(p, p.add(1), 0) }.unwrap();
     }
 }

@@ -31,7 +31,7 @@ pub mod mr;
 pub mod sge;
 pub mod table;
 
-pub use backing::Backing;
+pub use backing::{faults_caught, AtomicOp, Backing};
 pub use key::{Key, KeyGen, Lkey, Rkey};
 pub use mr::{range_within, MemoryRegion, MrState};
 pub use sge::{copy_in, copy_out, gather, scatter, total_len, Sge, SgeCursor};
@@ -265,6 +265,15 @@ pub enum MemError {
         mr_iova: u64,
         mr_len: u64,
     },
+    /// The memory behind the region faulted during the access: the program unmapped it,
+    /// made it read-only (for a write or an atomic) or inaccessible, or truncated the file
+    /// it maps, after registering it. The access did nothing more (a WRITE may have stored
+    /// part of its bytes); as for a bad key, the peer gets a remote access error (a local
+    /// SGE, a local protection error).
+    #[error(
+        "{key}: the memory at [{va:#x}, +{len}) faulted (unmapped or protected since registration)"
+    )]
+    Fault { key: Key, va: u64, len: u64 },
     /// An atomic operation on an address that is not 8-byte aligned.
     #[error("atomic operation at {va:#x} is not 8-byte aligned")]
     MisalignedAtomic { va: u64 },
@@ -284,7 +293,8 @@ impl MemError {
             | MemError::PdMismatch { key, .. }
             | MemError::MrInvalid { key }
             | MemError::AccessDenied { key, .. }
-            | MemError::OutOfRange { key, .. } => Some(key),
+            | MemError::OutOfRange { key, .. }
+            | MemError::Fault { key, .. } => Some(key),
             MemError::KeyMismatch { asked, .. } => Some(asked),
             _ => None,
         }

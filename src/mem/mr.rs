@@ -9,12 +9,12 @@
 //! advertise; the peer uses it in RETH and AtomicETH, and every access is checked
 //! against `[iova, iova + length)` before the backing is touched.
 
-use super::backing::Backing;
+use super::backing::{AtomicOp, Backing};
 use super::key::{Key, Lkey, Rkey};
 use super::{Access, MemError, Pd};
 use core::fmt;
 use core::ops::Range;
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering};
 
 /// Whether a region's keys work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,15 +165,30 @@ impl MemoryRegion {
     }
 
     pub(super) fn read_for(&self, key: Key, va: u64, out: &mut [u8]) -> Result<(), MemError> {
-        self.check_range_for(key, va, out.len() as u64)?;
-        self.bytes.read(self.offset(va), out);
-        Ok(())
+        let len = out.len() as u64;
+        self.check_range_for(key, va, len)?;
+        self.bytes
+            .read(self.offset(va), out)
+            .map_err(|_| MemError::Fault { key, va, len })
     }
 
     pub(super) fn write_for(&self, key: Key, va: u64, data: &[u8]) -> Result<(), MemError> {
-        self.check_range_for(key, va, data.len() as u64)?;
-        self.bytes.write(self.offset(va), data);
-        Ok(())
+        let len = data.len() as u64;
+        self.check_range_for(key, va, len)?;
+        self.bytes
+            .write(self.offset(va), data)
+            .map_err(|_| MemError::Fault { key, va, len })
+    }
+
+    /// For the application-side helpers that return bytes, not errors: the program's own
+    /// memory faulting under them (it unmapped a region it still uses) is its bug, said
+    /// plainly, as the direct access it stands for would have crashed.
+    fn app_fault(&self) -> ! {
+        panic!(
+            "the memory of region {} at {:#x} was unmapped or protected by the program",
+            self.lkey,
+            self.bytes.addr()
+        )
     }
 
     /// The bytes behind the region: owned or foreign, its host address.
@@ -196,13 +211,17 @@ impl MemoryRegion {
 
     /// Application side: fills the whole region with `byte`.
     pub fn fill(&self, byte: u8) {
-        self.bytes.fill(byte);
+        if self.bytes.fill(byte).is_err() {
+            self.app_fault();
+        }
     }
 
     /// Application side: a copy of all the region's bytes (index 0 is `iova`).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = vec![0; self.bytes.len()];
-        self.bytes.read(0, &mut v);
+        if self.bytes.read(0, &mut v).is_err() {
+            self.app_fault();
+        }
         v
     }
 
@@ -223,7 +242,9 @@ impl MemoryRegion {
             self.bytes.len()
         );
         let mut v = vec![0; range.len()];
-        self.bytes.read(range.start, &mut v);
+        if self.bytes.read(range.start, &mut v).is_err() {
+            self.app_fault();
+        }
         f(&v)
     }
 
@@ -233,22 +254,19 @@ impl MemoryRegion {
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         let mut v = self.to_vec();
         let r = f(&mut v);
-        self.bytes.write(0, &v);
+        if self.bytes.write(0, &v).is_err() {
+            self.app_fault();
+        }
         r
     }
 
-    /// A real 8-byte atomic at `va`: `op` gets the word as an `AtomicU64` on the
-    /// region's memory and returns the original value. The word is the u64 in host byte
+    /// A real 8-byte atomic at `va` (`op` on the word of the region's memory); the
+    /// original value. The word is the u64 in host byte
     /// order (what the host CPU sees as the value, as ibverbs' native `uint64_t`); the
     /// wire's big-endian AtomicETH fields are converted by the engine. Being a hardware
     /// atomic on the memory itself, it is atomic against other QPs' atomics and against
     /// the program's own atomic operations on the same word.
-    pub(super) fn atomic_for(
-        &self,
-        key: Key,
-        va: u64,
-        op: impl FnOnce(&AtomicU64) -> u64,
-    ) -> Result<u64, MemError> {
+    pub(super) fn atomic_for(&self, key: Key, va: u64, op: AtomicOp) -> Result<u64, MemError> {
         self.check_range_for(key, va, 8)?;
         // Alignment after the key and range checks, as rxe (`rxe_mr_do_atomic_op`). An
         // aligned va at a misaligned host address (foreign memory registered at an
@@ -257,11 +275,11 @@ impl MemoryRegion {
         if va % 8 != 0 {
             return Err(MemError::MisalignedAtomic { va });
         }
-        let word = self
-            .bytes
-            .atomic_u64(self.offset(va))
-            .ok_or(MemError::MisalignedAtomic { va })?;
-        Ok(op(word))
+        match self.bytes.atomic(self.offset(va), op) {
+            None => Err(MemError::MisalignedAtomic { va }),
+            Some(Ok(orig)) => Ok(orig),
+            Some(Err(_)) => Err(MemError::Fault { key, va, len: 8 }),
+        }
     }
 }
 
@@ -403,9 +421,7 @@ mod tests {
         assert_eq!(b, [9]);
     }
 
-    fn load(a: &AtomicU64) -> u64 {
-        a.load(Ordering::SeqCst)
-    }
+    const LOAD: AtomicOp = AtomicOp::FetchAdd(0);
 
     #[test]
     fn atomic_native_order_and_alignment() {
@@ -413,21 +429,19 @@ mod tests {
         m.write(0x2008, &0x0102_0304_0506_0708u64.to_ne_bytes())
             .unwrap();
         let k = Key::Remote(m.rkey());
-        let orig = m
-            .atomic_for(k, 0x2008, |a| a.fetch_add(1, Ordering::SeqCst))
-            .unwrap();
+        let orig = m.atomic_for(k, 0x2008, AtomicOp::FetchAdd(1)).unwrap();
         assert_eq!(orig, 0x0102_0304_0506_0708);
         let mut b = [0u8; 8];
         m.read(0x2008, &mut b).unwrap();
         assert_eq!(u64::from_ne_bytes(b), 0x0102_0304_0506_0709);
         assert_eq!(
-            m.atomic_for(k, 0x2004, load),
+            m.atomic_for(k, 0x2004, LOAD),
             Err(MemError::MisalignedAtomic { va: 0x2004 })
         );
         // The last word of the region is reachable; one past it is out of range.
-        assert_eq!(m.atomic_for(k, 0x2018, load), Ok(0));
+        assert_eq!(m.atomic_for(k, 0x2018, LOAD), Ok(0));
         assert!(matches!(
-            m.atomic_for(k, 0x2020, load),
+            m.atomic_for(k, 0x2020, LOAD),
             Err(MemError::OutOfRange { len: 8, .. })
         ));
     }

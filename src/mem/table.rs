@@ -9,11 +9,10 @@
 //! Lock order (no cycles): the `alloc` mutex first, then at most one `mrs` or `pds`
 //! shard; no path holds a shard while taking the mutex or another shard.
 
-use super::backing::Backing;
+use super::backing::{AtomicOp, Backing};
 use super::key::{Key, KeyGen, Lkey, Rkey, MAX_INDEX};
 use super::mr::MemoryRegion;
 use super::{Access, MemError, Pd};
-use core::sync::atomic::Ordering;
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -490,11 +489,7 @@ impl MrTable {
     ) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
         self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, |w| {
-                match w.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(v) | Err(v) => v,
-                }
-            })
+            .atomic_for(key, va, AtomicOp::CompareSwap { compare, swap })
     }
 
     /// ATOMIC fetch-and-add on the 8 bytes at `va` (wrapping, like the hardware):
@@ -503,7 +498,7 @@ impl MrTable {
     pub fn fetch_add(&self, pd: Pd, rkey: Rkey, va: u64, add: u64) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
         self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, |w| w.fetch_add(add, Ordering::SeqCst))
+            .atomic_for(key, va, AtomicOp::FetchAdd(add))
     }
 }
 

@@ -343,8 +343,13 @@ fn a_peer_cannot_make_a_doorbell_block() {
     for _ in 0..1000 {
         super::link::ring(proc_end.tx.bell_for_tests());
     }
+    // Its own drain on a bell it made blocking: still never waits (MSG_DONTWAIT).
+    let mut rx = proc_end.rx;
+    rx.disarm();
+    let _ = rx.bell_for_tests();
     daemon.tx.disarm();
-    drop(proc_end);
+    drop(proc_end.tx);
+    drop(rx);
     // Its ends gone, the daemon's consumer end reads EOF: a sleeper there wakes.
     assert!(daemon.tx.wait(Duration::from_secs(5)).is_ok());
 }

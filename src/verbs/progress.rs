@@ -399,13 +399,19 @@ impl Shared {
 }
 
 /// Starts the progress thread. It blocks every signal: a program's handlers (perftest's
-/// SIGALRM for `-D`) run on its own threads, as with a kernel NIC.
+/// SIGALRM for `-D`) run on its own threads, as with a kernel NIC. Except SIGSEGV and
+/// SIGBUS: a fault is delivered to the thread that faults, and one while they are blocked
+/// kills the process; mem's fault handler turns a fault on registered memory that the
+/// program unmapped or protected into an access error, on this thread too.
 pub(crate) fn spawn(shared: Arc<Shared>) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("roce-emu-progress".into())
         .spawn(move || {
-            use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
-            let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
+            use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+            let mut set = SigSet::all();
+            set.remove(Signal::SIGSEGV);
+            set.remove(Signal::SIGBUS);
+            let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None);
             shared.run();
         })
 }

@@ -399,11 +399,13 @@ impl Qp {
             self.fail_front(ctx, WcStatus::BadRespErr);
             return;
         }
-        if !payload.is_empty()
-            && w.local
-                .scatter(ctx.mem, self.pd, u64::from(w.read_done), payload)
-                .is_err()
-        {
+        if !payload.is_empty() && {
+            let r = w
+                .local
+                .scatter(ctx.mem, self.pd, u64::from(w.read_done), payload);
+            ctx.stats.note_mem(&r);
+            r.is_err()
+        } {
             self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }
@@ -423,10 +425,9 @@ impl Qp {
             return;
         }
         // The original value, as the 8 bytes of a u64 in host order (x86: little-endian).
-        if w.local
-            .scatter(ctx.mem, self.pd, 0, &orig.to_ne_bytes())
-            .is_err()
-        {
+        let r = w.local.scatter(ctx.mem, self.pd, 0, &orig.to_ne_bytes());
+        ctx.stats.note_mem(&r);
+        if r.is_err() {
             self.fail_front(ctx, WcStatus::LocProtErr);
             return;
         }

@@ -256,6 +256,7 @@ impl Qp {
             Ok(n) => n,
             Err(_) => return None, // buffer too small: the caller's bug, nothing sent
         };
+        ctx.stats.note_mem(&gathered);
         if gathered.is_err() {
             // Local protection error (IBA 10.8.3.1): the WQE fails and the QP goes to
             // ERR, but only once the WQEs before it, already sent and executing at the

@@ -379,16 +379,17 @@ impl Qp {
             self.complete_recv(ctx, WcStatus::LocLenErr, WcOpcode::Recv, offset, None, None);
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        if !payload.is_empty()
-            && crate::mem::scatter(
+        if !payload.is_empty() && {
+            let r = crate::mem::scatter(
                 ctx.mem,
                 self.pd,
                 wqe.sges.as_slice(),
                 u64::from(offset),
                 payload,
-            )
-            .is_err()
-        {
+            );
+            ctx.stats.note_mem(&r);
+            r.is_err()
+        } {
             self.complete_recv(
                 ctx,
                 WcStatus::LocProtErr,
@@ -468,7 +469,9 @@ impl Qp {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         if !payload.is_empty() {
-            if let Err(e) = ctx.mem.write_remote(self.pd, Rkey(rkey), va, payload) {
+            let r = ctx.mem.write_remote(self.pd, Rkey(rkey), va, payload);
+            ctx.stats.note_mem(&r);
+            if let Err(e) = r {
                 let len = payload.len() as u64;
                 refusal::access(self.qpn, "WRITE", psn, rkey, va, len, &e);
                 return self.responder_fail(ctx, psn, Fail::RemoteAccess);
@@ -557,6 +560,7 @@ impl Qp {
         } else {
             ctx.mem.fetch_add(self.pd, Rkey(a.rkey), a.va, a.swap_add)
         };
+        ctx.stats.note_mem(&res);
         // The R_Key, PD, rights and range are checked before the alignment (rxe
         // `check_rkey` then `atomic_reply`; MrTable::compare_swap's documented order): a
         // bad key is a Remote Access Error whatever the address. A misaligned address
@@ -755,6 +759,7 @@ impl Qp {
                         }
                     })
                     .ok()?;
+                ctx.stats.note_mem(&read);
                 if let Err(e) = &read {
                     refusal::access(self.qpn, "READ response", psn, rkey, va, len.into(), e);
                     // The memory went away under a READ in progress.
