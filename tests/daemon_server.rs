@@ -331,9 +331,7 @@ fn a_daemon_of_another_user_is_not_attached_to() {
         .err()
         .expect("root must not attach to a daemon of uid 65534");
     assert!(e.to_string().contains("runs as user 65534"), "{e}");
-    let e = roce_emu::daemon::client::info(&socket)
-        .err()
-        .expect("nor ask it");
+    let e = roce_emu::daemon::client::info(&socket).expect_err("nor ask it");
     assert!(e.to_string().contains("runs as user 65534"), "{e}");
     let _ = child.kill();
     let _ = child.wait();
