@@ -2,10 +2,13 @@
 //! protocol state, and turn I/O failures into [`BackendError`]s naming the address.
 //!
 //! [`Backend`] is what the driver is generic over: batches of RoCEv2 datagrams (BTH
-//! through ICRC) in and out, and a file descriptor to sleep on. [`udp`] is the one
-//! `Backend` today; [`fault::Lossy`] and [`capture::Capture`] wrap any backend, so no fault
-//! or capture code lives in the driver. [`link::FrameLink`] is the frame-level link under
-//! the coming TAP ([`tap`]) and AF_PACKET ([`afpacket`]) ports, whose L2 is `iface`'s.
+//! through ICRC) in and out, and a file descriptor to sleep on. The backends: [`udp`] (a
+//! UDP socket on port 4791, batched, GSO/GRO), [`shared`] (several NICs of one user on one
+//! address without a daemon: one receives for all and forwards by QPN), [`l2::L2Backend`]
+//! (a port that owns its frames, `iface`'s L2 over a [`link::FrameLink`]: [`tap`] or
+//! [`afpacket`]), and the daemon's rings (`daemon::client`). [`fault`] and [`capture`]
+//! wrap any backend, so no fault or capture code lives in the driver; [`pcapng`] writes the
+//! daemon's captures. Unsafe system calls no crate wraps are in `sys` alone.
 
 pub mod afpacket;
 pub mod capture;

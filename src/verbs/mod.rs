@@ -1,5 +1,5 @@
 //! The verbs layer: the one way to own a NIC from Rust. The tools are thin clients of it;
-//! the coming C ABI (`libibverbs.so.1`) is a thin skin over it.
+//! the drop-in C ABI (`abi/`, `libibverbs.so.1`) is a thin skin over it.
 //!
 //! A [`Device`] says which port to open (address, GSO, capture, faults); [`Device::open`]
 //! gives a [`Context`]: one engine on one port, with a progress thread. Through the

@@ -23,8 +23,12 @@
 //!   the others join the new hub claiming theirs. No member loses a QP; packets in flight
 //!   meanwhile are lost and retransmitted. Every wait is bounded (`TAKEOVER_WAIT`).
 //!
-//! The coming daemon takes the hub's place with the same shape: it owns the port and
-//! routes by DestQP to the owner of a QPN block.
+//! - **one user**: the hub serves only NICs of its own user, and a NIC joins only a hub of
+//!   its own user (`SO_PEERCRED` both ways: an abstract name has no permissions); a block
+//!   a member left is quarantined before it is granted again (`proto::QUARANTINE`).
+//!
+//! `roce-emu daemon` does the same job as a process of its own, which outlives the
+//! programs (design wave3.md §1 has the daemon replace this election).
 //!
 //! `rx_fd` is an epoll set holding whichever socket receives now (the UDP port as hub, the
 //! connection as member), so a progress thread that took it once keeps sleeping on the
