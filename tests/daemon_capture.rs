@@ -259,3 +259,49 @@ fn a_tap_daemon_captures_its_real_frames() {
     }
     drop(sock_b);
 }
+
+/// Two programs attached to one UDP daemon talk to each other: the daemon hands their
+/// packets ring to ring (the hairpin), never on the wire, and its `--pcap` holds them all
+/// the same (it held none: the capture wrapped only the port).
+#[test]
+fn a_udp_daemons_capture_holds_what_it_hairpins() {
+    let dir = std::env::temp_dir().join(format!("roce-emu-hairpin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("d.pcapng");
+    let pcap_arg = pcap.to_str().unwrap().to_string();
+    let d =
+        common::daemon::Daemon::start(None, "udp:127.0.33.7", "hairpin", &["--pcap", &pcap_arg]);
+    let run = |extra: &[&str]| {
+        Command::new(BIN)
+            .args([
+                "pingpong",
+                "-p",
+                "18790",
+                "--bind",
+                "127.0.33.7",
+                "-n",
+                "50",
+            ])
+            .args(extra)
+            .arg("--daemon")
+            .arg(&d.socket)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let server = run(&["--wait", "20"]);
+    let client = run(&["--wait", "10", "127.0.33.7"]);
+    common::daemon::finish_ok_within(60, client, "pingpong client");
+    common::daemon::finish_ok_within(30, server, "pingpong server");
+    let c = d.counters();
+    let hairpin = c["counters"]["hairpin_pkts"].as_u64().unwrap();
+    assert!(hairpin >= 200, "{c}");
+    drop(d);
+    let (_, roce) = decode(&pcap);
+    assert_eq!(
+        roce, hairpin,
+        "every hairpinned packet in the capture, once"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -98,6 +98,9 @@ impl<B: Backend> Backend for Lossy<B> {
             ..self.inner.stats()
         }
     }
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+        self.inner.observe_hairpin(src, dst, packet)
+    }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()
     }

@@ -176,6 +176,10 @@ pub trait Backend: Send {
     }
     /// The backend's counters, wrappers' included.
     fn stats(&self) -> PortStats;
+    /// A packet the port's owner handed from one of its NICs to another without the wire
+    /// (the daemon's hairpin between two of its processes): a port that records what it
+    /// carries (a capture) records it too, once, as sent. Nothing is sent.
+    fn observe_hairpin(&mut self, _src: SocketAddr, _dst: SocketAddr, _packet: &[u8]) {}
     /// The counters of the L2 in front of a port that owns its frames (ARP, ND, echo,
     /// drops by reason: `iface::IfaceStats`); None for a port without one (UDP).
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
@@ -215,6 +219,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         (**self).l2_stats()
+    }
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+        (**self).observe_hairpin(src, dst, packet)
     }
     fn flush_held(&mut self) {
         (**self).flush_held()

@@ -246,6 +246,8 @@ pub struct Daemon {
     capture: Option<Arc<CaptureStats>>,
     /// The client whose ring is drained first next turn (round robin).
     first_tx: usize,
+    /// A hairpinned packet's bytes, for the capture (only with `--pcap`).
+    scratch: Vec<u8>,
 }
 
 impl Daemon {
@@ -294,6 +296,7 @@ impl Daemon {
             control_ready: true,
             turns: 0,
             first_tx: 0,
+            scratch: Vec::new(),
         })
     }
 
@@ -545,6 +548,19 @@ impl Daemon {
                     ipv4_id: meta.src.is_ipv4().then_some(0),
                     ..meta
                 };
+                if self.capture.is_some() {
+                    // Never on the wire, so the port's capture would miss it.
+                    let mut buf = std::mem::take(&mut self.scratch);
+                    buf.resize(e.len(), 0);
+                    if self.clients[k]
+                        .link
+                        .as_ref()
+                        .is_some_and(|l| l.tx.read(&e, 0, &mut buf))
+                    {
+                        self.port.observe_hairpin(meta.src, meta.dst, &buf);
+                    }
+                    self.scratch = buf;
+                }
                 hairpin(
                     &mut self.clients,
                     &self.leases,
@@ -574,9 +590,13 @@ impl Daemon {
             let _ = l.tx.commit();
         }
         if !self.tx_meta.is_empty() {
+            // A frame port drops what its link's MTU cannot carry (`tx_over_mtu`): not sent.
+            let over = |d: &Self| d.src_port.is_none().then(|| d.port.stats().tx_over_mtu);
+            let before = over(self);
             self.port
                 .send_batch(&mut self.tx_pool, TX_SLOT, &self.tx_meta)?;
-            self.counters.sent_pkts += self.tx_meta.len() as u64;
+            let dropped = before.zip(over(self)).map_or(0, |(b, a)| a - b);
+            self.counters.sent_pkts += (self.tx_meta.len() as u64).saturating_sub(dropped);
         }
         Ok(n)
     }

@@ -390,6 +390,9 @@ impl<B: Backend> Backend for Faulty<B> {
             ..s
         }
     }
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+        self.inner.observe_hairpin(src, dst, packet)
+    }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()
     }
