@@ -208,7 +208,9 @@ fn the_daemon_routes_by_qpn_block_between_the_wire_and_its_processes() {
     assert_eq!(k["sent_pkts"], 1, "{c}");
     assert_eq!(c["leases"]["leased"], 2, "{c}");
 
-    // a leaves: its block is quarantined, its packets go nowhere, its counters stay.
+    // a leaves: its block is quarantined (it said it made a QP: `Using`), its packets go
+    // nowhere, its counters stay.
+    control::send(a.sock.as_fd(), &ToDaemon::Using, &[]).unwrap();
     drop(a);
     let deadline = Instant::now() + WAIT;
     loop {

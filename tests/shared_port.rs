@@ -399,6 +399,36 @@ fn a_departed_members_block_is_quarantined() {
     assert_ne!(next.qp().qpn >> 16, block, "the departed member's block");
 }
 
+/// The hub's process forks a child that lives on without exec, then exits: the child must
+/// not keep the port and the hub's sockets (closed in forked children), or this member
+/// never sees the hub go, cannot take the port over, and its QP dies.
+#[test]
+fn a_hub_that_forks_and_exits_leaves_the_port_to_its_members() {
+    let mut hub = Peer::spawn("forkhub", "127.0.15.15");
+    let ready = hub.expect("READY");
+    let grandchild: i32 = ready.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let m = Nic::open("127.0.15.15");
+    let far = Nic::open("127.0.15.16");
+    let (qm, qf) = (m.qp(), far.qp());
+    assert!(qm.qpn >= 0x1_0000, "a member: {:#x}", qm.qpn);
+    connect(qm, qf);
+    exchange(qm, qf, 1);
+    hub.say("go");
+    let deadline = Instant::now() + WAIT;
+    while hub.child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the hub did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    exchange(qm, qf, 2);
+    let s = m.stats();
+    // The forked child, ours to end.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(grandchild),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert_eq!(s.share_takeovers, 1, "{s:?}");
+}
+
 /// The other process of the two-process tests (does nothing when run as a test).
 #[test]
 fn child_entry() {
@@ -419,6 +449,25 @@ fn child_entry() {
             Err(e) => println!("CHILD REFUSED {e}"),
         }
         return;
+    }
+    if mode == "forkhub" {
+        // The hub, which forks a child that lives on (no exec) and then exits itself.
+        let n = Nic::open(addr);
+        let _q = n.qp();
+        // SAFETY: the child only sleeps (async-signal-safe) until killed or 30 s pass.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            for _ in 0..30 {
+                // SAFETY: sleep(3) in the forked child.
+                unsafe { libc::sleep(1) };
+            }
+            // SAFETY: leave without running the parent's atexit handlers or destructors.
+            unsafe { libc::_exit(0) };
+        }
+        println!("CHILD READY {pid}");
+        let _ = stdin.next();
+        // Exits with its NIC open, as a program that returns from main.
+        std::process::exit(0);
     }
     let n = Nic::open(addr);
     match mode {

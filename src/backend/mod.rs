@@ -23,7 +23,7 @@ pub mod pcapng;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
-pub use sys::adopt_received_fd;
+pub use sys::{adopt_received_fd, close_in_forked_children, keep_in_forked_children};
 pub mod tap;
 pub mod udp;
 

@@ -550,3 +550,61 @@ pub fn bind_packet(fd: BorrowedFd<'_>, ifindex: u32) -> io::Result<()> {
 pub fn set_packet_ignore_outgoing(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_int(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)
 }
+
+// ---- descriptors a forked child must not keep -------------------------------------------
+
+/// Slots of [`close_in_forked_children`]: a fixed array of atomics, so the child handler
+/// (which runs between `fork` and the child's return, where only async-signal-safe calls
+/// are allowed: no lock, no allocation) can read it.
+const FORK_SLOTS: usize = 1024;
+static FORK_CLOSE: [std::sync::atomic::AtomicI32; FORK_SLOTS] =
+    [const { std::sync::atomic::AtomicI32::new(-1) }; FORK_SLOTS];
+
+extern "C" fn close_fork_slots() {
+    for s in &FORK_CLOSE {
+        let fd = s.swap(-1, std::sync::atomic::Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: close(2) is async-signal-safe; `fd` was registered by its owner as
+            // one a child must not hold, and the child's copy is the child's to close.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// A descriptor that a child forked from this process (without exec) must not keep: the
+/// shared port's UDP socket and Unix sockets. Were a child to keep them, the port would
+/// outlive this process: the other NICs on the address would never see it go (no EOF),
+/// could not take the port over, and would lose their QPs. The child's copies are closed
+/// right after `fork` (a `pthread_atfork` handler); what the child inherited of the NIC is
+/// dead there anyway (no threads; the drop-in fails its calls with EIO). `false` if the
+/// table is full (then the child keeps it, as before).
+pub fn close_in_forked_children(fd: std::os::fd::RawFd) -> bool {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C" fn()` as the child handler; it only reads
+        // the static table and calls close(2).
+        unsafe { libc::pthread_atfork(None, None, Some(close_fork_slots)) };
+    });
+    FORK_CLOSE.iter().any(|s| {
+        s.compare_exchange(
+            -1,
+            fd,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        )
+        .is_ok()
+    })
+}
+
+/// `fd` is about to be closed by its owner: a later descriptor with its number is not
+/// ours to close in a child.
+pub fn keep_in_forked_children(fd: std::os::fd::RawFd) {
+    for s in &FORK_CLOSE {
+        let _ = s.compare_exchange(
+            fd,
+            -1,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+}

@@ -292,6 +292,9 @@ impl DaemonBackend {
         sock.set_read_timeout(None)
             .map_err(|e| proto(e.to_string()))?;
         let sock: Arc<OwnedFd> = Arc::new(sock.into());
+        // A child forked from this process (no exec) keeping the control socket would
+        // keep this process attached (its block leased) after it exits.
+        crate::backend::close_in_forked_children(std::os::fd::AsRawFd::as_raw_fd(&*sock));
         let down = Arc::new(Down::default());
         let leaving = Arc::new(AtomicBool::new(false));
         let bell = end
@@ -511,6 +514,7 @@ impl Drop for DaemonBackend {
         if let Some(t) = self.control.take() {
             let _ = t.join();
         }
+        crate::backend::keep_in_forked_children(std::os::fd::AsRawFd::as_raw_fd(&*self.sock));
     }
 }
 

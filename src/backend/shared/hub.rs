@@ -17,7 +17,7 @@ use crate::backend::{BackendError, PortStats, Received};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io::{ErrorKind, Read};
 use std::net::IpAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -127,6 +127,12 @@ impl Hub {
             left: AtomicU64::new(0),
             stop: AtomicBool::new(false),
         });
+        // A child forked from this process must not keep the port or its sockets: the
+        // other NICs would never see the hub go (`sys::close_in_forked_children`).
+        let fork_fds = [rx.rx_fd().as_raw_fd(), listener.as_raw_fd()];
+        for fd in fork_fds {
+            crate::backend::sys::close_in_forked_children(fd);
+        }
         let thread = {
             let ctl = Arc::clone(&ctl);
             std::thread::Builder::new()
@@ -136,6 +142,7 @@ impl Hub {
                     use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
                     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&SigSet::all()), None);
                     serve(&listener, &ctl);
+                    crate::backend::sys::keep_in_forked_children(listener.as_raw_fd());
                 })
                 .map_err(|e| BindError::Other(sys_error(ip, e)))?
         };
@@ -289,6 +296,10 @@ impl Drop for Hub {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        crate::backend::sys::keep_in_forked_children(self.rx.rx_fd().as_raw_fd());
+        for m in &self.ctl.lock().members {
+            crate::backend::sys::keep_in_forked_children(m.sock.as_raw_fd());
+        }
     }
 }
 
@@ -350,6 +361,7 @@ fn serve(listener: &Socket, ctl: &Ctl) {
                     let keep = !Arc::ptr_eq(&m.sock, s);
                     if !keep {
                         freed[usize::from(m.block)] = Some(now);
+                        crate::backend::sys::keep_in_forked_children(m.sock.as_raw_fd());
                     }
                     keep
                 });
@@ -413,6 +425,7 @@ fn join(sock: &Socket, ctl: &Ctl) {
                 Ok(block) => {
                     let Ok(sock) = sock.try_clone() else { return };
                     let _ = sock.set_send_buffer_size(MEMBER_SNDBUF);
+                    crate::backend::sys::close_in_forked_children(sock.as_raw_fd());
                     let sock = Arc::new(sock);
                     // Routed before the member hears of its lease: whoever learns one of
                     // its QPNs from it finds the route in place.
@@ -431,6 +444,7 @@ fn join(sock: &Socket, ctl: &Ctl) {
                     } else {
                         l.members.retain(|m| !Arc::ptr_eq(&m.sock, &sock));
                         ctl.generation.fetch_add(1, Ordering::Release);
+                        crate::backend::sys::keep_in_forked_children(sock.as_raw_fd());
                     }
                     return;
                 }

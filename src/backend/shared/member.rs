@@ -102,6 +102,8 @@ impl Member {
         };
         sock.set_nonblocking(true)
             .map_err(|e| JoinError::Refused(sys_error(ip, e)))?;
+        // A forked child keeping this connection would keep the lease after we go.
+        crate::backend::sys::close_in_forked_children(std::os::fd::AsRawFd::as_raw_fd(&sock));
         Ok(Member {
             sock,
             block,
@@ -200,5 +202,11 @@ impl Member {
             }
         }
         Ok(k)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        crate::backend::sys::keep_in_forked_children(std::os::fd::AsRawFd::as_raw_fd(&self.sock));
     }
 }
