@@ -399,6 +399,24 @@ fn a_departed_members_block_is_quarantined() {
     assert_ne!(next.qp().qpn >> 16, block, "the departed member's block");
 }
 
+/// A NIC that made no QP (a program that only opened the device, as pyverbs' tests open
+/// and close hundreds) leaves no quarantine behind: no peer can know its QPNs.
+#[test]
+fn a_block_never_used_for_a_qp_comes_back_at_once() {
+    let hub = Nic::open("127.0.15.17");
+    for i in 0..300 {
+        let m = Device::new("127.0.15.17".parse().unwrap())
+            .open()
+            .unwrap_or_else(|e| panic!("open number {i}: {e}"));
+        drop(m);
+        let start = Instant::now();
+        while hub.stats().share_left < i + 1 {
+            assert!(start.elapsed() < WAIT, "the member never left");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
 /// The hub's process forks a child that lives on without exec, then exits: the child must
 /// not keep the port and the hub's sockets (closed in forked children), or this member
 /// never sees the hub go, cannot take the port over, and its QP dies.

@@ -46,9 +46,9 @@ pub fn closing(nic: &verbs::Context) {
     open().retain(|&(a, _)| a != at);
 }
 
+// No panic may unwind into the C library: the guard turns one into nothing.
 extern "C" fn at_exit() {
-    // No panic may unwind into the C library.
-    let _ = std::panic::catch_unwind(|| {
+    crate::guard::value("atexit handler", || {
         let pid = std::process::id();
         let list = open();
         for &(at, by) in list.iter() {
@@ -60,5 +60,5 @@ extern "C" fn at_exit() {
             let nic = unsafe { &*(at as *const verbs::Context) };
             nic.flush_at_exit(EXIT_WAIT);
         }
-    });
+    })
 }

@@ -230,6 +230,9 @@ impl<B: Backend> Backend for Capture<B> {
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()
     }
+    fn mark_used(&mut self) {
+        self.inner.mark_used()
+    }
     fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
         // On a UDP port a hairpin is a datagram the kernel would have carried on the
         // loopback: recorded as sent, with IPv4 ID 0 (what the receiver is handed).

@@ -98,6 +98,9 @@ impl<B: Backend> Backend for Lossy<B> {
             ..self.inner.stats()
         }
     }
+    fn mark_used(&mut self) {
+        self.inner.mark_used()
+    }
     fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
         self.inner.observe_hairpin(src, dst, packet)
     }

@@ -176,6 +176,11 @@ pub trait Backend: Send {
     }
     /// The backend's counters, wrappers' included.
     fn stats(&self) -> PortStats;
+    /// The NIC made its first QP: a port shared with other NICs (a daemon's, the shared
+    /// address's) quarantines this NIC's QPN block when it leaves, since peers may now
+    /// know its QPNs; a block never used comes back at once. Called before the QPN can
+    /// leave the process.
+    fn mark_used(&mut self) {}
     /// A packet the port's owner handed from one of its NICs to another without the wire
     /// (the daemon's hairpin between two of its processes): a port that records what it
     /// carries (a capture) records it too, once, as sent. Nothing is sent.
@@ -222,6 +227,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     }
     fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
         (**self).observe_hairpin(src, dst, packet)
+    }
+    fn mark_used(&mut self) {
+        (**self).mark_used()
     }
     fn flush_held(&mut self) {
         (**self).flush_held()

@@ -228,6 +228,8 @@ pub struct DaemonBackend {
     popped: Vec<Popped>,
     /// Packets to send dropped because the tx ring was full (RC retransmits).
     tx_full: u64,
+    /// `Using` was said (`Backend::mark_used`).
+    used: bool,
 }
 
 impl DaemonBackend {
@@ -338,6 +340,7 @@ impl DaemonBackend {
                 RX_MAX
             ],
             tx_full: 0,
+            used: false,
         };
         Ok((backend, attached))
     }
@@ -430,6 +433,17 @@ impl Backend for DaemonBackend {
             std::thread::yield_now();
         }
         Ok(n)
+    }
+
+    fn mark_used(&mut self) {
+        if self.used {
+            return;
+        }
+        self.used = true;
+        // Waits for room (it must arrive); the daemon reads its control sockets each turn.
+        if let Err(e) = control::send(self.sock.as_fd(), &ToDaemon::Using, &[]) {
+            tracing::warn!("cannot tell the daemon this process uses its QPN block: {e}");
+        }
     }
 
     fn prepare_sleep(&mut self) -> bool {

@@ -53,8 +53,6 @@ pub struct Reporter {
     sock: Arc<OwnedFd>,
     due: Instant,
     calls: u32,
-    /// `Using` was said (`mark_used`).
-    used: bool,
     /// Report messages sent, and those not sent (the daemon's socket full, or gone).
     pub sent: u64,
     pub failed: u64,
@@ -66,23 +64,8 @@ impl Reporter {
             sock,
             due: Instant::ZERO,
             calls: 0,
-            used: false,
             sent: 0,
             failed: 0,
-        }
-    }
-
-    /// Tells the daemon, once, before the first QP's number can leave this process, that
-    /// the block is in use: its QPNs may become known to peers, so it is quarantined when
-    /// the process leaves (`lease::Leases::mark_used`). It waits for room in the socket
-    /// (the message must arrive); the daemon reads its control sockets every turn.
-    pub fn mark_used(&mut self) {
-        if self.used {
-            return;
-        }
-        self.used = true;
-        if let Err(e) = control::send(self.sock.as_fd(), &ToDaemon::Using, &[]) {
-            tracing::warn!("cannot tell the daemon this process uses its QPN block: {e}");
         }
     }
 

@@ -425,10 +425,8 @@ impl Context {
     pub fn create_qp(&self, init: &QpInit) -> Result<u32, Error> {
         let mut nic = self.shared.lock();
         let qpn = nic.driver.engine.create_qp(init)?;
-        // Before the QPN can leave this process: a daemon quarantines the block then.
-        if let Some(r) = &mut nic.reporter {
-            r.mark_used();
-        }
+        // Before the QPN can leave this process: a shared port quarantines the block then.
+        nic.driver.backend.mark_used();
         Ok(qpn)
     }
 

@@ -15,11 +15,11 @@ if [ "${1:-}" = --debug ]; then profile=debug; flag=; fi
 cargo build $flag --quiet -p roce-emu-ibverbs
 out=target/$profile/dropin
 mkdir -p "$out"
-cc -shared -o "$out/libibverbs.so.1.tmp" \
+cc -shared -o "$out/libibverbs.so.1.tmp.$$" \
   -Wl,--whole-archive "target/$profile/libroce_emu_ibverbs.a" -Wl,--no-whole-archive \
   -Wl,--version-script=abi/libibverbs.map -Wl,-soname,libibverbs.so.1 \
   -Wl,-z,now -Wl,--gc-sections \
   -lpthread -ldl -lm -lgcc_s -lc
-mv "$out/libibverbs.so.1.tmp" "$out/libibverbs.so.1"
+mv "$out/libibverbs.so.1.tmp.$$" "$out/libibverbs.so.1"
 ln -sf libibverbs.so.1 "$out/libibverbs.so"
 echo "$out/libibverbs.so.1"

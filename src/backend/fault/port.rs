@@ -390,6 +390,9 @@ impl<B: Backend> Backend for Faulty<B> {
             ..s
         }
     }
+    fn mark_used(&mut self) {
+        self.inner.mark_used()
+    }
     fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
         self.inner.observe_hairpin(src, dst, packet)
     }

@@ -41,6 +41,10 @@ const ROUTE_NONE: u16 = u16::MAX - 1;
 struct Member {
     block: u8,
     sock: Arc<Socket>,
+    /// It made a QP (`Control::Using`): its block is quarantined when it leaves; else
+    /// the block comes back as it was before (`before`).
+    used: bool,
+    before: Option<std::time::Instant>,
 }
 
 /// The lease table, shared by the receive path and the lease thread.
@@ -346,11 +350,20 @@ fn serve(listener: &Socket, ctl: &Ctl) {
         drop(fds);
         let (ready_members, ready_pending) = ready[1..].split_at(members.len());
         for (s, _) in members.iter().zip(ready_members).filter(|(_, r)| **r) {
-            // A member sends nothing after its join: readable means gone (EOF, reset).
+            // After its join a member says only `Using`; readable otherwise means gone
+            // (EOF, reset).
             let mut b = [0u8; proto::CONTROL_LEN];
             let gone = match (&**s).read(&mut b) {
                 Ok(0) => true,
-                Ok(_) => false,
+                Ok(n) => {
+                    if Control::decode(&b[..n]) == Ok(Control::Using) {
+                        let mut l = ctl.lock();
+                        if let Some(m) = l.members.iter_mut().find(|m| Arc::ptr_eq(&m.sock, s)) {
+                            m.used = true;
+                        }
+                    }
+                    false
+                }
                 Err(e) => e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted,
             };
             if gone {
@@ -360,7 +373,7 @@ fn serve(listener: &Socket, ctl: &Ctl) {
                 members.retain(|m| {
                     let keep = !Arc::ptr_eq(&m.sock, s);
                     if !keep {
-                        freed[usize::from(m.block)] = Some(now);
+                        freed[usize::from(m.block)] = if m.used { Some(now) } else { m.before };
                         crate::backend::sys::keep_in_forked_children(m.sock.as_raw_fd());
                     }
                     keep
@@ -429,9 +442,13 @@ fn join(sock: &Socket, ctl: &Ctl) {
                     let sock = Arc::new(sock);
                     // Routed before the member hears of its lease: whoever learns one of
                     // its QPNs from it finds the route in place.
+                    let before = l.freed[usize::from(block)];
                     l.members.push(Member {
                         block,
                         sock: Arc::clone(&sock),
+                        // A take-over's claim: the block was in use under the old hub.
+                        used: claim.is_some(),
+                        before,
                     });
                     l.freed[usize::from(block)] = None;
                     ctl.generation.fetch_add(1, Ordering::Release);
@@ -502,6 +519,8 @@ mod tests {
             members: vec![Member {
                 block: 1,
                 sock: Arc::clone(&s),
+                used: true,
+                before: None,
             }],
             freed: [None; 256],
         };
@@ -518,6 +537,8 @@ mod tests {
             .map(|b| Member {
                 block: b,
                 sock: Arc::clone(&s),
+                used: true,
+                before: None,
             })
             .collect();
         assert_eq!(grant(&l, None, now), Err(Refusal::Full));
@@ -533,6 +554,8 @@ mod tests {
                 .map(|b| Member {
                     block: b,
                     sock: Arc::clone(&s),
+                    used: true,
+                    before: None,
                 })
                 .collect(),
             freed: [None; 256],

@@ -115,6 +115,16 @@ impl Member {
         })
     }
 
+    /// Tells the hub this NIC made a QP (`Control::Using`). The socket is empty but for
+    /// this 8-byte message, so it never waits; a hub gone meanwhile is noticed by the
+    /// receive path.
+    pub(super) fn say_using(&self) {
+        let m = Control::Using.encode();
+        let _ = self
+            .sock
+            .send_with_flags(&m, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT);
+    }
+
     pub(super) fn rx_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.sock.as_fd()
     }

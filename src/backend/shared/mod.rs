@@ -106,6 +106,8 @@ pub struct SharedBackend {
     epoll: Epoll,
     /// What roles this NIC no longer has counted, and its own counts (takeovers, rejoins).
     retired: PortStats,
+    /// It made a QP (`Backend::mark_used`): said to every hub it is a member of.
+    used: bool,
 }
 
 impl SharedBackend {
@@ -129,6 +131,7 @@ impl SharedBackend {
             block,
             epoll,
             retired: PortStats::default(),
+            used: false,
         })
     }
 
@@ -172,6 +175,9 @@ impl SharedBackend {
         }
         // The old role (its socket) goes first, then the new one is watched.
         self.role = role;
+        if let (Role::Member(m), true) = (&self.role, self.used) {
+            m.say_using();
+        }
         self.epoll
             .add(self.role.fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))
             .map_err(|e| sys_error(ip, e.into()))?;
@@ -244,6 +250,16 @@ impl Backend for SharedBackend {
         out: &[Outgoing],
     ) -> Result<(), BackendError> {
         self.tx.send_batch(pool, slot, out)
+    }
+
+    fn mark_used(&mut self) {
+        if self.used {
+            return;
+        }
+        self.used = true;
+        if let Role::Member(m) = &self.role {
+            m.say_using();
+        }
     }
 
     fn rx_fd(&self) -> BorrowedFd<'_> {

@@ -61,6 +61,10 @@ pub enum Control {
     Lease {
         block: u8,
     },
+    /// A member made its first QP: its block's QPNs may now be known to peers, so the
+    /// hub quarantines the block when the member leaves (one that made none comes back at
+    /// once: a program that only opened the device).
+    Using,
     Refused {
         why: Refusal,
     },
@@ -86,6 +90,7 @@ impl Control {
         let (tag, a, b) = match self {
             Control::Join { claim } => (b'J', u8::from(claim.is_some()), claim.unwrap_or(0)),
             Control::Lease { block } => (b'L', block, 0),
+            Control::Using => (b'U', 0, 0),
             Control::Refused { why } => (b'N', why as u8, 0),
         };
         [tag, VERSION, a, b, 0, 0, 0, 0]
@@ -104,6 +109,7 @@ impl Control {
                 claim: (m[2] != 0).then_some(m[3]),
             }),
             b'L' => Ok(Control::Lease { block: m[2] }),
+            b'U' => Ok(Control::Using),
             b'N' => Ok(Control::Refused {
                 why: match m[2] {
                     1 => Refusal::Taken,
