@@ -157,7 +157,7 @@ fn mac(ip: IpAddr) -> [u8; 6] {
 }
 
 /// Ethernet, IP and UDP headers for a RoCE packet, then the packet.
-fn frame(buf: &mut Vec<u8>, src: SocketAddr, dst: SocketAddr, id: u16, roce: &[u8]) {
+pub(crate) fn frame(buf: &mut Vec<u8>, src: SocketAddr, dst: SocketAddr, id: u16, roce: &[u8]) {
     let ph = PseudoHeaders::new(src, dst, id, roce.len());
     buf.extend_from_slice(&mac(dst.ip()));
     buf.extend_from_slice(&mac(src.ip()));

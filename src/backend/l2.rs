@@ -181,6 +181,14 @@ impl<L: FrameLink> Backend for L2Backend<L> {
         self.local
     }
 
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+        // The frame the port would have carried had it looped back (IPv4 ID 0, which the
+        // receiver is handed with it; synthesised MACs, as a UDP port's capture has).
+        let mut f = Vec::with_capacity(packet.len() + 64);
+        super::capture::frame(&mut f, src, dst, 0, packet);
+        self.link.observe(&f);
+    }
+
     fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
         let now = self.now();
         self.iface.handle_timeout(now);

@@ -41,6 +41,9 @@ pub trait FrameLink: Send {
     fn mtu(&self) -> usize;
     /// The link's counters.
     fn stats(&self) -> LinkStats;
+    /// A frame that did not cross the link (the daemon's hairpin between two of its
+    /// processes): a link that records what it carries (a capture) records it, as sent.
+    fn observe(&mut self, _frame: &[u8]) {}
 }
 
 impl<L: FrameLink + ?Sized> FrameLink for Box<L> {
@@ -66,6 +69,9 @@ impl<L: FrameLink + ?Sized> FrameLink for Box<L> {
     }
     fn stats(&self) -> LinkStats {
         (**self).stats()
+    }
+    fn observe(&mut self, frame: &[u8]) {
+        (**self).observe(frame)
     }
 }
 

@@ -196,4 +196,7 @@ impl<L: FrameLink> FrameLink for CaptureLink<L> {
     fn stats(&self) -> LinkStats {
         self.inner.stats()
     }
+    fn observe(&mut self, frame: &[u8]) {
+        self.file.write(Way::Out, frame);
+    }
 }

@@ -619,8 +619,13 @@ impl Daemon {
                             break;
                         }
                     }
+                    // A reset is a close with our answers unread: not a bad message.
                     Err(ControlError::Closed) => {
                         gone = Some("it closed its socket".into());
+                        break;
+                    }
+                    Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                        gone = Some("it closed its socket with answers unread".into());
                         break;
                     }
                     Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => break,
