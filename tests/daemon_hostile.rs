@@ -197,8 +197,7 @@ fn hostile_session(socket: &Path, stop: &AtomicBool, tally: &Tally) -> Result<()
         pid: std::process::id(),
     };
     control::send(sock.as_fd(), &hello, &[]).map_err(|e| format!("hello: {e}"))?;
-    let (msg, _) =
-        control::recv::<ToProcess>(sock.as_fd()).map_err(|e| format!("welcome: {e}"))?;
+    let (msg, _) = control::recv::<ToProcess>(sock.as_fd()).map_err(|e| format!("welcome: {e}"))?;
     let ToProcess::Welcome {
         block,
         port,
@@ -302,8 +301,7 @@ fn hostile_session(socket: &Path, stop: &AtomicBool, tally: &Tally) -> Result<()
 
 #[test]
 fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
-    let socket =
-        std::env::temp_dir().join(format!("roce-emu-hostile-{}.sock", std::process::id()));
+    let socket = std::env::temp_dir().join(format!("roce-emu-hostile-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&socket);
     let daemon = Guard(
         Command::new(bin())
@@ -316,7 +314,10 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
     );
     let deadline = Instant::now() + Duration::from_secs(10);
     while !socket.exists() {
-        assert!(Instant::now() < deadline, "the daemon never made its socket");
+        assert!(
+            Instant::now() < deadline,
+            "the daemon never made its socket"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -407,7 +408,11 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
         tally.sessions.load(Ordering::Relaxed) >= 1,
         "the hostile client never attached: {refusals:?}"
     );
-    assert!(answers.len() >= 5, "counters asked only {} times", answers.len());
+    assert!(
+        answers.len() >= 5,
+        "counters asked only {} times",
+        answers.len()
+    );
     assert!(late.is_empty(), "counters late or unanswered: {late:?}");
     assert!(alive, "the daemon died");
     let last = last.expect("the daemon answers after the hostile client went");
