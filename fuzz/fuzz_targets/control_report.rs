@@ -24,7 +24,10 @@ fuzz_target!(|data: &[u8]| {
     // input names (so QPNs the input chose can fall in it), the last.
     let named = data.last().copied().unwrap_or(2);
     let mut processes = Vec::new();
-    for (i, block) in [None, Some(1), Some(named), Some(255)].into_iter().enumerate() {
+    for (i, block) in [None, Some(1), Some(named), Some(255)]
+        .into_iter()
+        .enumerate()
+    {
         let mut engine = ProcessReport::default();
         engine.apply(&report, block);
         engine.apply(&report, block);
