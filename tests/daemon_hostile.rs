@@ -101,8 +101,8 @@ fn wait_output(mut c: Child, limit: Duration) -> (Option<std::process::ExitStatu
     (exited, text)
 }
 
-/// `roce-emu counters --json`: how long it took, or why it did not answer.
-fn ask_counters(socket: &Path) -> Result<Duration, String> {
+/// `roce-emu counters --json`: how long it took and what it said, or why it did not answer.
+fn ask_counters(socket: &Path) -> Result<(Duration, serde_json::Value), String> {
     let t = Instant::now();
     let c = Command::new(bin())
         .args(["counters", "--json", "--socket"])
@@ -114,9 +114,9 @@ fn ask_counters(socket: &Path) -> Result<Duration, String> {
     match wait_output(c, COUNTERS_LIMIT) {
         (Some(s), out) if s.success() => {
             let took = t.elapsed();
-            serde_json::from_str::<serde_json::Value>(out.trim())
+            let v = serde_json::from_str::<serde_json::Value>(out.trim())
                 .map_err(|e| format!("not JSON ({e}): {out}"))?;
-            Ok(took)
+            Ok((took, v))
         }
         (Some(s), out) => Err(format!("failed ({s}): {out}")),
         (None, _) => Err(format!("no answer within {COUNTERS_LIMIT:?}")),
@@ -185,6 +185,7 @@ struct Tally {
     rings: AtomicU64,
     counters_sent: AtomicU64,
     reports_sent: AtomicU64,
+    oversized: AtomicU64,
 }
 
 /// One attachment of the hostile client, every trick from its own thread, until the
@@ -272,6 +273,7 @@ fn hostile_session(socket: &Path, stop: &AtomicBool, tally: &Tally) -> Result<()
             ];
             let started = Instant::now();
             let mut i = 0usize;
+            let mut sent_big = false;
             while !over() {
                 match control::try_send(sock.as_fd(), &ToDaemon::Counters) {
                     Ok(()) => {
@@ -289,15 +291,19 @@ fn hostile_session(socket: &Path, stop: &AtomicBool, tally: &Tally) -> Result<()
                 if control::try_send(sock.as_fd(), &report).is_ok() {
                     tally.reports_sent.fetch_add(1, Ordering::Relaxed);
                 }
-                // Now and then (it ends the attachment on a daemon that checks): a
-                // report of 100 KB, larger than any message, and one not JSON at all.
-                if started.elapsed() > Duration::from_secs(1) && i % 256 == 0 {
+                // After 4 s (it ends the attachment on a daemon that checks, and the
+                // client attaches again): a report of 100 KB, larger than any message,
+                // then one that is not JSON.
+                if !sent_big && started.elapsed() > Duration::from_secs(4) {
                     let big = format!(
                         r#"{{"msg":"qp_counters","report":{{"nic":{{"{}":1}}}}}}"#,
                         "z".repeat(100_000)
                     );
-                    let _ = control::try_send_bytes(sock.as_fd(), big.as_bytes());
-                    let _ = control::try_send_bytes(sock.as_fd(), b"{\"msg\":\"qp_counters\",");
+                    if control::try_send_bytes(sock.as_fd(), big.as_bytes()).is_ok() {
+                        sent_big = true;
+                        tally.oversized.fetch_add(1, Ordering::Relaxed);
+                        let _ = control::try_send_bytes(sock.as_fd(), b"{\"msg\":\"qp_count");
+                    }
                 }
             }
         });
@@ -352,7 +358,7 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
         let (socket, stop, answers) = (socket.clone(), Arc::clone(&stop), Arc::clone(&answers));
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                let a = ask_counters(&socket);
+                let a = ask_counters(&socket).map(|(took, _)| took);
                 answers.lock().unwrap().push(a);
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -388,7 +394,7 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
         .collect();
     eprintln!(
         "hostile: {} attachments ({} refused), {} packets pushed, {} rings, {} counters \
-         requests and {} reports unread; perf took {perf_took:?}; counters answered {} \
+         requests and {} reports unread, {} oversized; perf took {perf_took:?}; counters answered {} \
          times, worst {worst:?}, {} late or unanswered; refusals {refusals:?}",
         tally.sessions.load(Ordering::Relaxed),
         refusals.len(),
@@ -396,6 +402,7 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
         tally.rings.load(Ordering::Relaxed),
         tally.counters_sent.load(Ordering::Relaxed),
         tally.reports_sent.load(Ordering::Relaxed),
+        tally.oversized.load(Ordering::Relaxed),
         answers.len(),
         late.len(),
     );
@@ -421,6 +428,36 @@ fn a_hostile_client_neither_stops_nor_starves_the_daemon() {
     );
     assert!(late.is_empty(), "counters late or unanswered: {late:?}");
     assert!(alive, "the daemon died");
-    let last = last.expect("the daemon answers after the hostile client went");
-    assert!(last < ANSWER_WITHIN, "last answer took {last:?}");
+    let (took, v) = last.expect("the daemon answers after the hostile client went");
+    assert!(took < ANSWER_WITHIN, "last answer took {took:?}");
+    // Every trick reached the daemon: packets for nobody's block and off the machine,
+    // reports that were garbage, messages that were not messages; and why it dropped
+    // each attachment of the hostile client.
+    let k = &v["counters"];
+    let hostile: Vec<&serde_json::Value> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["pid"] == std::process::id())
+        .collect();
+    eprintln!(
+        "daemon: no_owner {}, ring_full {}, sent_pkts {}, control_errors {}; hostile \
+         attachments left: {:?}",
+        k["no_owner"],
+        k["ring_full"],
+        k["sent_pkts"],
+        k["control_errors"],
+        hostile.iter().map(|p| &p["left"]).collect::<Vec<_>>()
+    );
+    assert!(k["no_owner"].as_u64() > Some(0), "{v:#}");
+    assert!(
+        k["sent_pkts"].as_u64() > Some(0),
+        "nothing sent to {NOBODY}: {v:#}"
+    );
+    assert!(
+        hostile
+            .iter()
+            .any(|p| p["report_errors"].as_u64() > Some(0)),
+        "{v:#}"
+    );
 }
