@@ -144,6 +144,8 @@ for msg in (
     {"msg": "qp_counters", "report": {"qps": [qp(0x11 + i, {"sent_pkts": i}) for i in range(40)]}},
     {"msg": "qp_counters", "report": {"nic": {"no_such_counter": 1}, "qps": [qp(0x11, {"sent_pkts": "many"})]}},
     {"msg": "qp_counters", "report": {"qps": [{"qpn": 0x020011, "counters": {"sent_pkts": 1}}]}},
+    # A process of many QPs: its entry in the answer is cut in pieces, the answer in messages.
+    {"msg": "qp_counters", "report": {"qps": [qp(i, busy) for i in range(250)]}},
     {"msg": "hello", "version": 2, "pid": 4242},
     {"msg": "using"},
     {"msg": "counters", "json": {"port": {"kind": "udp", "name": "127.0.36.1", "addrs": ["127.0.36.1"],
