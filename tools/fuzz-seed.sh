@@ -8,13 +8,16 @@
 #                             first RoCE frame (MAC, IPv4 or IPv6, VLAN), then every frame
 #                             as a receive record, a send and a time step (the format is in
 #                             fuzz/fuzz_targets/iface_rx.rs)
+#   fuzz/corpus/control_report/ daemon control messages: a process's counter reports (as
+#                             daemon::report::messages makes them), a Hello, a Counters
+#                             answer
 # Seeds are named by the SHA-1 of their contents, as libFuzzer names its own, so
 # duplicates collapse. Existing corpus entries (e.g. what fuzzing found) are kept.
 # Usage: tools/fuzz-seed.sh   (from anywhere; needs python3)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -77,7 +80,7 @@ def udp_payload(f):
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "share_proto": 0, "iface_rx": 0,
-     "ring_consume": 0, "conform_peer": 0}
+     "ring_consume": 0, "conform_peer": 0, "control_report": 0}
 
 def iface_header(f):
     """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
@@ -126,6 +129,31 @@ wrapped[4000:4008] = struct.pack("<IHH", wrap_pad, 0x4150, 0)
 for mode in (0x0C, 0x2C, 0x00):
     n["ring_consume"] += save("ring_consume", bytes([mode]) + struct.pack("<QQQ", len(data), 0, 0) + data)
     n["ring_consume"] += save("ring_consume", bytes([mode]) + struct.pack("<QQQ", 4096 + len(tail_entry), 4000, 1) + bytes(wrapped))
+# control_report: control messages as JSON (src/daemon/control.rs). Reports as
+# daemon::report::messages makes them: the NIC's counters, tx_dropped and the QPs (block 1's
+# QPNs are 0x01xxxx), a second message with more QPs; a report with an unknown counter and
+# one of a QP outside the block; a Hello; a Counters answer (as `roce-emu counters` reads it).
+def cjson(v):
+    import json
+    return json.dumps(v, separators=(",", ":")).encode()
+qp = lambda n, c: {"qpn": 0x010000 | n, "counters": c}
+busy = {"sent_pkts": 12800, "rcvd_pkts": 200, "rdma_sends": 0, "acks_sent": 3,
+        "duplicate_request": 1, "retransmit_timeouts": 2}
+for msg in (
+    {"msg": "qp_counters", "report": {"nic": busy, "tx_dropped": 0, "qps": [qp(0x11, busy)]}},
+    {"msg": "qp_counters", "report": {"qps": [qp(0x11 + i, {"sent_pkts": i}) for i in range(40)]}},
+    {"msg": "qp_counters", "report": {"nic": {"no_such_counter": 1}, "qps": [qp(0x11, {"sent_pkts": "many"})]}},
+    {"msg": "qp_counters", "report": {"qps": [{"qpn": 0x020011, "counters": {"sent_pkts": 1}}]}},
+    # A process of many QPs: its entry in the answer is cut in pieces, the answer in messages.
+    {"msg": "qp_counters", "report": {"qps": [qp(i, busy) for i in range(250)]}},
+    {"msg": "hello", "version": 2, "pid": 4242},
+    {"msg": "using"},
+    {"msg": "counters", "json": {"port": {"kind": "udp", "name": "127.0.36.1", "addrs": ["127.0.36.1"],
+        "mac": [2, 0, 0, 0, 0, 1], "mtu": 1500}, "counters": {"rcvd_pkts": 5},
+        "processes": [{"pid": 1, "block": 1, "reports": 1, "qps": [qp(0x11, busy)]}], "more": 1}},
+    {"msg": "counters_more", "processes": [{"continued": True, "qps": [qp(0x12, busy)]}]},
+):
+    n["control_report"] += save("control_report", cjson(msg))
 # oob_records: the first address record of each exchange in shared/captures (rc_pingpong's
 # rc_pingpong_s64 and perftest's write_bw_s4096, rdma-core 44 / perftest 4.5 on rxe).
 for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",
