@@ -105,7 +105,7 @@ fn wait_output(mut c: Child, limit: Duration) -> (Option<std::process::ExitStatu
 fn ask_counters(socket: &Path) -> Result<(Duration, serde_json::Value), String> {
     let t = Instant::now();
     let c = Command::new(bin())
-        .args(["counters", "--json", "--socket"])
+        .args(["counters", "--json", "--daemon"])
         .arg(socket)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
