@@ -10,13 +10,12 @@ use common::dropin;
 use std::process::Command;
 use std::time::Duration;
 
-#[test]
-fn a_c_program_drives_every_inline_path() {
-    let Some(env) = dropin::setup("abi_paths") else {
-        return;
-    };
-    let exe = std::env::temp_dir().join(format!("roce-emu-verbs-paths-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/abi/verbs_paths.c");
+/// Compiles tests/abi/NAME.c against Debian's headers and our library, runs it with
+/// device rxe0 on `addr`, and returns its stdout once it exited 0.
+fn run_c(name: &str, addr: &str) -> Option<String> {
+    let env = dropin::setup("abi_paths")?;
+    let exe = std::env::temp_dir().join(format!("roce-emu-{name}-{}", std::process::id()));
+    let src = format!("{}/tests/abi/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let cc = Command::new("cc")
         .args(["-O1", "-Wall", "-Werror", "-o"])
         .arg(&exe)
@@ -30,15 +29,22 @@ fn a_c_program_drives_every_inline_path() {
     assert!(cc.status.success(), "cc: {}", dropin::show(&cc));
     let child = Command::new(&exe)
         .env("LD_LIBRARY_PATH", &env.lib)
-        .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.1")
+        .env("ROCE_EMU_DEVICES", format!("rxe0={addr}"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let out = dropin::finish(child, Duration::from_secs(120), "verbs_paths");
+    let out = dropin::finish(child, Duration::from_secs(120), name);
     let _ = std::fs::remove_file(&exe);
     assert!(out.status.success(), "{}", dropin::show(&out));
-    let text = dropin::stdout(&out);
+    Some(dropin::stdout(&out))
+}
+
+#[test]
+fn a_c_program_drives_every_inline_path() {
+    let Some(text) = run_c("verbs_paths", "127.0.21.1") else {
+        return;
+    };
     assert_eq!(text.matches("PASS ").count(), 10, "{text}");
 }
 
@@ -48,32 +54,8 @@ fn a_c_program_drives_every_inline_path() {
 /// to one QP at once.
 #[test]
 fn hardening_fork_threads_and_foreign_memory() {
-    let Some(env) = dropin::setup("abi_paths") else {
+    let Some(text) = run_c("hardening", "127.0.21.2") else {
         return;
     };
-    let exe = std::env::temp_dir().join(format!("roce-emu-hardening-{}", std::process::id()));
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/abi/hardening.c");
-    let cc = Command::new("cc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&exe)
-        .arg(src)
-        .arg(format!("-I{}", env.root.join("usr/include").display()))
-        .arg(format!("-L{}", env.lib.display()))
-        .arg("-libverbs")
-        .arg("-pthread")
-        .output()
-        .expect("cc");
-    assert!(cc.status.success(), "cc: {}", dropin::show(&cc));
-    let child = Command::new(&exe)
-        .env("LD_LIBRARY_PATH", &env.lib)
-        .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.2")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = dropin::finish(child, Duration::from_secs(120), "hardening");
-    let _ = std::fs::remove_file(&exe);
-    assert!(out.status.success(), "{}", dropin::show(&out));
-    let text = dropin::stdout(&out);
     assert_eq!(text.matches("PASS ").count(), 5, "{text}");
 }
