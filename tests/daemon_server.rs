@@ -339,3 +339,75 @@ fn a_daemon_of_another_user_is_not_attached_to() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// 300 programs that only open the device (an `ibv_devinfo` loop: attach, leave) through
+/// a daemon whose quarantine is an hour: none is refused, since a block whose process made
+/// no QP needs no quarantine (255 such programs locked everyone out for a minute). One
+/// that made a QP (`Using`) still leaves its block in quarantine.
+#[test]
+fn programs_that_make_no_qp_leave_no_quarantine() {
+    let d = start("127.0.31.11", "devinfo");
+    let wait_left = |n: u64| {
+        let deadline = Instant::now() + WAIT;
+        while counters(&d.socket)["counters"]["detached"] != n {
+            assert!(Instant::now() < deadline, "process {n} never detached");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    for i in 1..=300u64 {
+        drop(attach(&d.socket));
+        wait_left(i);
+    }
+    let p = attach(&d.socket);
+    control::send(p.sock.as_fd(), &ToDaemon::Using, &[]).unwrap();
+    drop(p);
+    wait_left(301);
+    let c = counters(&d.socket);
+    assert_eq!(c["leases"]["quarantined"], 1, "{c}");
+    assert_eq!(c["counters"]["refused"], 0, "{c}");
+}
+
+/// The pid the daemon shows is the one the kernel gives (`SO_PEERCRED`), not the one a
+/// process claims in its Hello.
+#[test]
+fn the_pid_shown_is_the_kernels() {
+    let d = start("127.0.31.12", "pid");
+    let sock = connect(&d.socket);
+    let hello = ToDaemon::Hello {
+        version: control::VERSION,
+        pid: 4_000_000,
+    };
+    control::send(sock.as_fd(), &hello, &[]).unwrap();
+    let (msg, _) = control::recv::<ToProcess>(sock.as_fd()).unwrap();
+    assert!(matches!(msg, ToProcess::Welcome { .. }), "{msg:?}");
+    let _fds = LinkFds::recv(sock.as_fd()).unwrap();
+    let c = counters(&d.socket);
+    let pids: Vec<u64> = c["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["pid"].as_u64())
+        .collect();
+    assert_eq!(pids, [u64::from(std::process::id())], "{c}");
+}
+
+/// A quarantine too long for a `Duration` (it panicked the daemon) is a clear error.
+#[test]
+fn an_absurd_quarantine_is_an_error_not_a_panic() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args([
+            "daemon",
+            "--port",
+            "udp:127.0.31.13",
+            "--quarantine",
+            "1e20",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("too long") && !err.contains("panicked"),
+        "{err}"
+    );
+}
