@@ -6,11 +6,15 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_emu::cli::pcap::{decode_capture, for_each_frame};
+use roce_emu::cli::pcap::{decode_capture, for_each_frame, Options};
 
 fuzz_target!(|data: &[u8]| {
-    let text = decode_capture(data, false, &mut std::io::sink());
-    let json = decode_capture(data, true, &mut std::io::sink());
+    let opts = |json| Options {
+        json,
+        local: vec!["127.0.0.1".parse().unwrap()],
+    };
+    let text = decode_capture(data, &opts(false), &mut std::io::sink());
+    let json = decode_capture(data, &opts(true), &mut std::io::sink());
     let (text, json) = match (text, json) {
         (Ok(t), Ok(j)) => (t, j),
         (Err(a), Err(b)) => {

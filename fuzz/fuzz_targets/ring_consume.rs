@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use roce_emu::ring::{
-    create_region, new_bell, Consumer, Meta, Popped, Producer, HEADER_LEN, MIN_CAPACITY, OFF_HEAD,
+    bell_pair, create_region, Consumer, Meta, Popped, Producer, HEADER_LEN, MIN_CAPACITY, OFF_HEAD,
     OFF_TAIL, OFF_WAITING,
 };
 use std::fs::File;
@@ -39,8 +39,8 @@ fuzz_target!(|data: &[u8]| {
     } else {
         f.write_all_at(&rest[..rest.len().min(size)], 0).unwrap();
     }
-    let bell = new_bell().unwrap();
-    let Ok(mut c) = Consumer::attach(fd.as_fd(), bell.try_clone().unwrap()) else {
+    let (producer_bell, bell) = bell_pair().unwrap();
+    let Ok(mut c) = Consumer::attach(fd.as_fd(), bell) else {
         return;
     };
     // Buffers from 16 bytes (most packets too long) to 64 KiB.
@@ -74,7 +74,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     // The producer end over the same bytes (its head and tail are the fuzzer's too).
-    if let Ok(mut p) = Producer::attach(fd.as_fd(), bell) {
+    if let Ok(mut p) = Producer::attach(fd.as_fd(), producer_bell) {
         let m = Meta::new(([10, 0, 0, 1], 1).into(), ([10, 0, 0, 2], 4791).into());
         let _ = p.push(&m, &[0u8; 100]);
     }
