@@ -292,9 +292,12 @@ fn a_program_killed_mid_transfer_leaves_the_other_three_running() {
     assert_eq!(v["counters"]["detached"], 4, "{v}");
     let after = d.rss_kb();
     // Each attached program's rings (2 x 4 MiB) are mapped while it is attached and
-    // unmapped when it goes; what remains is the daemon's own, give or take a MiB.
+    // unmapped when it goes (32 MiB for the four); what remains is the daemon's own, give
+    // or take 2 MiB: the heap the allocator keeps after the counters answers this test
+    // asks for (serialised, queued per client, sent and freed) and the departed
+    // processes' counters it keeps on purpose.
     assert!(
-        after <= before + 1024,
+        after <= before + 2048,
         "daemon memory before {before} kB, with four programs {during} kB, after {after} kB"
     );
 }
