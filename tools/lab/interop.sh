@@ -318,7 +318,8 @@ access_rxe_requester() {
 # The NAK on the wire, from the responder (checked on the closed capture).
 nak_on_wire() { # FROM
   "$BIN" pcap "$T/capture.pcap" > "$T/decoded.txt" 2>&1
-  grep "^[0-9]* $1:" "$T/decoded.txt" | grep -q "NAK remote access error"
+  # `roce-emu pcap` lines: N TIME [in|out] SRC:PORT -> DST:PORT ...
+  grep -F " $1:" "$T/decoded.txt" | grep -E " $1:[0-9]+ -> " | grep -q "NAK remote access error"
 }
 
 # ---- the drop-in: Debian's unmodified programs on roce-emu's libibverbs.so.1 ---------------
@@ -480,8 +481,10 @@ gid_sent_is() { # FILE ADDR
 # address and guest 1's, both ways.
 daemon_capture_ok() {
   icrc_ok || return 1
+  # `roce-emu pcap` lines: N TIME [in|out] SRC:PORT -> DST:PORT ...
   awk -v a="$DADDR" -v b="$S1" '
-    $3 == "->" { split($2, s, ":"); split($4, d, ":")
+    { k = 0; for (i = 2; i < NF; i++) if ($i == "->") { k = i; break } }
+    k { split($(k - 1), s, ":"); split($(k + 1), d, ":")
       if (s[1] == a && d[1] == b) ab++; else if (s[1] == b && d[1] == a) ba++; else bad++ }
     END { printf "%d frames daemon->rxe, %d rxe->daemon, %d other\n", ab, ba, bad; exit !(ab && ba && !bad) }' \
     "$T/decoded.txt" > "$T/addresses.txt"
