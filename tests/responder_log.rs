@@ -5,23 +5,10 @@
 
 mod common;
 
+use common::log::Log;
+
 use common::nic::{connect, End, Nic, IOVA, LEN};
 use roce_emu::engine::{Remote, SendOp, WcStatus};
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 #[test]
 fn a_write_outside_the_region_is_logged_with_key_range_and_bounds() {

@@ -5,6 +5,8 @@
 //! peer is a UDP NIC on the kernel's address. Root only (loud skip otherwise).
 
 mod common;
+
+use common::log::Log;
 #[path = "common/frames.rs"]
 mod frames;
 
@@ -17,24 +19,8 @@ use roce_emu::engine::{Mtu, QpAttr, SendOp, WcStatus};
 use roce_emu::mem::Access;
 use roce_emu::verbs::{self, Device, DEFAULT_MIN_RNR_TIMER, RNR_RETRY_INFINITE};
 use roce_emu::wire::Psn;
-use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// What the tracing subscriber writes, kept for the test to read.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Log {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// `e`'s QP to RTS toward `peer`'s at MTU 2048, ACK timeout code 10 (4 ms), 1 retry.
 fn connect(e: &End, peer: &End, mtu: Mtu) {

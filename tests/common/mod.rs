@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod daemon;
 pub mod dropin;
+pub mod log;
 pub mod netns;
 pub mod nic;
 pub mod proc;

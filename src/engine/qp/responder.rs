@@ -509,12 +509,7 @@ impl Qp {
         }
         let r = ctx.mem.lookup_remote(self.pd, Rkey(rkey), va, len, need);
         if let Err(e) = &r {
-            let op = if need == Access::REMOTE_READ {
-                "READ"
-            } else {
-                "WRITE"
-            };
-            refusal::access(self.qpn, op, psn, rkey, va, len, e);
+            refusal::access(self.qpn, refusal::op_of(need), psn, rkey, va, len, e);
         }
         r.is_ok()
     }

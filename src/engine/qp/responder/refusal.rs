@@ -4,7 +4,7 @@
 //! deterministic: `tracing` only reports, as quinn-proto's sans-IO core does; nothing here
 //! changes what the engine does.
 
-use crate::mem::MemError;
+use crate::mem::{Access, MemError};
 use crate::wire::Psn;
 
 /// The R_Key, protection domain, rights or range of a WRITE, READ or atomic refused
@@ -16,6 +16,15 @@ pub(super) fn access(qpn: u32, op: &str, psn: Psn, rkey: u32, va: u64, len: u64,
          {va:#x}, length {len}: {e}",
         psn.value()
     );
+}
+
+/// The operation a RETH stands for, by the right it needs.
+pub(super) fn op_of(need: Access) -> &'static str {
+    if need == Access::REMOTE_READ {
+        "READ"
+    } else {
+        "WRITE"
+    }
 }
 
 /// A request packet whose payload does not fit the path MTU (NAK Invalid Request): larger
