@@ -104,7 +104,15 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// Only RC is implemented so far.
+    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries only SEND
+    /// and RDMA WRITE, with or without immediate).
+    #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it (SEND and RDMA WRITE are)")]
+    OpNotOnQpType {
+        qpn: u32,
+        op: &'static str,
+        qp_type: &'static str,
+    },
+    /// A QP type not implemented yet.
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
     /// A memory registration problem.

@@ -260,11 +260,8 @@ impl Engine {
     }
 
     pub fn create_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::UnsupportedQpType(match init.qp_type {
-                QpType::Uc => "UC",
-                _ => "UD",
-            }));
+        if init.qp_type == QpType::Ud {
+            return Err(VerbsError::UnsupportedQpType("UD"));
         }
         for cq in [init.send_cq, init.recv_cq] {
             if !self.cqs.contains_key(&cq) {
@@ -378,6 +375,18 @@ impl Engine {
                 state: qp.state,
                 op: "post a send WR (RTS, SQD or ERR needed)",
             });
+        }
+        // An operation UC lacks (READ, atomics, SEND with invalidate) is refused here,
+        // so the program learns at once; rxe accepts it and its requester then finds no
+        // UC opcode for it (`next_opcode_uc` -> -EINVAL, status LOC_QP_OP_ERR).
+        if qp.qp_type == QpType::Uc {
+            if let Some(op) = qp::uc::refused_on_uc(&wr.op) {
+                return Err(VerbsError::OpNotOnQpType {
+                    qpn,
+                    op,
+                    qp_type: "UC",
+                });
+            }
         }
         // max_rd_atomic = 0 allows no READ/atomic outstanding, so one could never be
         // issued: rxe's `check_init_depth` would leave it at the head of the SQ forever,

@@ -12,6 +12,7 @@ mod completer;
 mod requester;
 mod responder;
 pub mod timers;
+pub mod uc;
 pub mod wqe;
 
 pub use attr::{
@@ -179,8 +180,11 @@ impl Qp {
         let from = self.state;
         let to = a.state.unwrap_or(from);
         let qpn = self.qpn;
-        let (required, optional) =
-            attr::rc_rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
+        let rules = match self.qp_type {
+            QpType::Uc => uc::uc_rules(from, to),
+            _ => attr::rc_rules(from, to),
+        };
+        let (required, optional) = rules.ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
         for &r in required {
             if !a.given().any(|g| g == r) {
                 return Err(VerbsError::MissingAttr {

@@ -11,7 +11,7 @@
 //! are remembered in a replay ring of max_dest_rd_atomic entries so that a duplicate is
 //! answered again, never executed again (IBA 9.7.5.1.2: atomics exactly once).
 
-use super::{Ctx, Qp};
+use super::{Ctx, Qp, QpType};
 use crate::engine::event::AsyncEvent;
 use crate::engine::stats::Counter;
 use crate::engine::wr::{Completion, WcOpcode, WcStatus};
@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 
 mod duplicate;
 mod refusal;
+mod uc;
 
 /// MSNs are 24 bits.
 const MSN_MASK: u32 = 0x00ff_ffff;
@@ -95,6 +96,8 @@ pub struct Responder {
     pub msn: u32,
     /// A sequence NAK went out for the current gap (one per gap).
     nak_sent: bool,
+    /// UC: the message in progress is being dropped, until the next FIRST or ONLY.
+    drop_msg: bool,
     cur: InMsg,
     queue: VecDeque<Response>,
     replay: Vec<Option<Replay>>,
@@ -235,8 +238,11 @@ enum Fail {
 impl Qp {
     /// Handles a request packet with its payload.
     pub(crate) fn on_request(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
-        let psn = r.bth.psn;
         let info = r.bth.opcode.info().expect("parsed");
+        if self.qp_type == QpType::Uc {
+            return self.on_uc_request(ctx, r, info, payload);
+        }
+        let psn = r.bth.psn;
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
             return self.out_of_sequence(ctx);
@@ -317,6 +323,9 @@ impl Qp {
         let needs_wqe = info.is(Flags::RWR)
             && (info.is(Flags::START) || info.is(Flags::IMM) && info.is(Flags::WRITE));
         if needs_wqe && self.rq.is_empty() {
+            if self.qp_type == QpType::Uc {
+                return self.uc_drop(ctx, Counter::UcDropNoRecvWqe);
+            }
             ctx.stats.inc(Counter::SendRnrErr);
             let (m, t) = (self.resp.msn, self.attrs.min_rnr_timer);
             self.resp.push_nak(psn, m, Syndrome::RnrNak { timer: t });
@@ -367,7 +376,7 @@ impl Qp {
     /// After a SEND or WRITE packet: next PSN, and an ACK if asked for.
     fn accept_packet(&mut self, ctx: &mut Ctx<'_>, bth: &BthRepr) {
         self.resp.epsn = bth.psn.add(1);
-        if bth.ack_req {
+        if bth.ack_req && self.qp_type == QpType::Rc {
             let m = self.resp.msn;
             self.resp.push_ack(bth.psn, m, ctx.stats);
         }
@@ -388,7 +397,10 @@ impl Qp {
         let end = u64::from(offset) + payload.len() as u64;
         if end > u64::from(wqe.len) {
             // The message does not fit the receive buffers (local length error at
-            // the receiver, Invalid Request NAK to the sender).
+            // the receiver, Invalid Request NAK to the sender; UC drops it, below).
+            if self.qp_type == QpType::Uc {
+                return self.uc_drop(ctx, Counter::UcDropInvalid);
+            }
             self.complete_recv(ctx, WcStatus::LocLenErr, WcOpcode::Recv, offset, None, None);
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
@@ -614,6 +626,9 @@ impl Qp {
 
     /// NAK the request and move the QP to ERR (the NAK still goes out).
     fn responder_fail(&mut self, ctx: &mut Ctx<'_>, psn: Psn, why: Fail) {
+        if self.qp_type == QpType::Uc {
+            return self.uc_fail(ctx, why);
+        }
         let (code, ev) = match why {
             Fail::InvalidRequest => (
                 NakCode::InvalidRequest,
