@@ -107,6 +107,24 @@ pub enum VerbsError {
     /// Only RC is implemented so far.
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
+    /// A send on a UD QP names no destination (`post_send_ud` gives the address handle,
+    /// the remote QPN and Q_Key).
+    #[error("QP {qpn:#x} is UD: a send needs a destination (address, remote QPN, Q_Key)")]
+    UdNeedsDest { qpn: u32 },
+    /// A UD destination given for a send on a connected QP (its peer is fixed).
+    #[error("QP {qpn:#x} is connected: a send takes no UD destination")]
+    NotUd { qpn: u32 },
+    /// An operation the QP's transport does not have (UD: SEND and SEND with immediate
+    /// only, IBA 9.8.1; ibv_post_send's EINVAL).
+    #[error("QP {qpn:#x} ({qp_type}) cannot {op}")]
+    OpNotForQpType {
+        qpn: u32,
+        qp_type: &'static str,
+        op: &'static str,
+    },
+    /// QPN 1 (the GSI QP) exists already.
+    #[error("the GSI QP (QPN 1) exists already")]
+    GsiExists,
     /// A memory registration problem.
     #[error(transparent)]
     Mem(#[from] MemError),

@@ -12,6 +12,7 @@ mod completer;
 mod requester;
 mod responder;
 pub mod timers;
+pub mod ud;
 pub mod wqe;
 
 pub use attr::{
@@ -150,6 +151,9 @@ pub struct Qp {
     pub(crate) comp: completer::Completer,
     pub(crate) resp: responder::Responder,
     pub(crate) timers: TimerTable,
+    /// UD: the destination of the packet `next_request` just wrote (`poll_transmit`
+    /// addresses it there; a connected QP's peer is `attrs.av`).
+    pub(crate) ud_tx_dst: Option<std::net::IpAddr>,
 }
 
 impl Qp {
@@ -171,6 +175,7 @@ impl Qp {
             comp: completer::Completer::default(),
             resp: responder::Responder::default(),
             timers: TimerTable::default(),
+            ud_tx_dst: None,
         }
     }
 
@@ -179,8 +184,12 @@ impl Qp {
         let from = self.state;
         let to = a.state.unwrap_or(from);
         let qpn = self.qpn;
+        let rules = match self.qp_type {
+            QpType::Ud => ud::ud_rules,
+            _ => attr::rc_rules,
+        };
         let (required, optional) =
-            attr::rc_rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
+            rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
         for &r in required {
             if !a.given().any(|g| g == r) {
                 return Err(VerbsError::MissingAttr {
@@ -290,6 +299,8 @@ impl Qp {
             imm: None,
             invalidated_rkey: None,
             src_qp: self.attrs.dest_qpn,
+            network_hdr: None,
+            sl: 0,
         }
     }
 
