@@ -371,4 +371,18 @@ fn unmodified_programs_attached_to_a_daemon() {
         "ib_write_bw via daemon",
     );
     assert!(stdout(&c).contains(" 65536      300"), "{}", show(&c));
+    // UD datagrams between two programs of the daemon: routed by their DestQP too.
+    let u = ["-d", "rxe0", "-g", "0", "-p", "18872", "-n", "200"];
+    let mut server = env.cmd("ibv_ud_pingpong", &dev, &u);
+    let mut cu = u.to_vec();
+    cu.push("127.0.20.200");
+    let mut client = env.cmd("ibv_ud_pingpong", &dev, &cu);
+    let (s, c) = pair(
+        &mut server,
+        &mut client,
+        18872,
+        LIMIT,
+        "ud_pingpong via daemon",
+    );
+    assert!(stdout(&c).contains("200 iters in") && stdout(&s).contains("200 iters in"));
 }
