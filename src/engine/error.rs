@@ -104,17 +104,28 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries only SEND
-    /// and RDMA WRITE, with or without immediate).
-    #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it (SEND and RDMA WRITE are)")]
+    /// A QP type not implemented yet.
+    #[error("QP type {0} is not supported yet")]
+    UnsupportedQpType(&'static str),
+    /// A send on a UD QP names no destination (`post_send_ud` gives the address handle,
+    /// the remote QPN and Q_Key).
+    #[error("QP {qpn:#x} is UD: a send needs a destination (address, remote QPN, Q_Key)")]
+    UdNeedsDest { qpn: u32 },
+    /// A UD destination given for a send on a connected QP (its peer is fixed).
+    #[error("QP {qpn:#x} is connected: a send takes no UD destination")]
+    NotUd { qpn: u32 },
+    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries SEND and
+    /// RDMA WRITE, with or without immediate; UD SEND and SEND with immediate only;
+    /// ibv_post_send's EINVAL).
+    #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it")]
     OpNotOnQpType {
         qpn: u32,
         op: &'static str,
         qp_type: &'static str,
     },
-    /// A QP type not implemented yet.
-    #[error("QP type {0} is not supported yet")]
-    UnsupportedQpType(&'static str),
+    /// QPN 1 (the GSI QP) exists already.
+    #[error("the GSI QP (QPN 1) exists already")]
+    GsiExists,
     /// A memory registration problem.
     #[error(transparent)]
     Mem(#[from] MemError),

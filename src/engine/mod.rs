@@ -33,13 +33,16 @@ pub mod wr;
 pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
+pub use qp::ud::{UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
 pub use qp::{
     DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use stats::{Counter, Counters};
 pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
-pub use wr::{Completion, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
+pub use wr::{
+    Completion, Local, NetworkHdr, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
 
 use crate::mem::MrTable;
 use crate::wire::icrc::{self, PseudoHeaders};
@@ -260,9 +263,23 @@ impl Engine {
     }
 
     pub fn create_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
-        if init.qp_type == QpType::Ud {
-            return Err(VerbsError::UnsupportedQpType("UD"));
+        self.create_qp_numbered(init, None)
+    }
+
+    /// Creates QP1, the General Services Interface QP (IBA 13.4.5): a UD QP numbered 1
+    /// whose datagrams carry the GSI Q_Key ([`GSI_QKEY`]), for management datagrams
+    /// (the connection manager's). `init.qp_type` must be UD.
+    pub fn create_gsi_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
+        if init.qp_type != QpType::Ud {
+            return Err(VerbsError::UnsupportedQpType("GSI other than UD"));
         }
+        if self.qps.contains_key(&GSI_QPN) {
+            return Err(VerbsError::GsiExists);
+        }
+        self.create_qp_numbered(init, Some(GSI_QPN))
+    }
+
+    fn create_qp_numbered(&mut self, init: &QpInit, qpn: Option<u32>) -> Result<u32, VerbsError> {
         for cq in [init.send_cq, init.recv_cq] {
             if !self.cqs.contains_key(&cq) {
                 return Err(VerbsError::NoSuchCq(cq));
@@ -295,11 +312,21 @@ impl Engine {
         }
         self.mem.check_pd(init.pd)?;
         let qps = &self.qps;
-        let qpn = self
-            .qpns
-            .alloc(qps.len(), |n| qps.contains_key(&n))
-            .ok_or(VerbsError::NoFreeQpn)?;
+        let qpn = match qpn {
+            Some(n) => n,
+            None => self
+                .qpns
+                .alloc(qps.len(), |n| qps.contains_key(&n))
+                .ok_or(VerbsError::NoFreeQpn)?,
+        };
         let mut qp = Qp::new(qpn, init);
+        if init.qp_type == QpType::Ud {
+            // rxe picks a UD QP's port once, from its QPN (`rxe_qp_init_req`).
+            qp.src_port = qp::ud::ud_sport(qpn);
+            if qp.is_gsi() {
+                qp.attrs.qkey = GSI_QKEY;
+            }
+        }
         if let Some(port) = self.cfg.udp_src_port {
             qp.src_port = port;
         }
@@ -367,8 +394,42 @@ impl Engine {
 
     /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
     pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.post_send_to(now, qpn, wr, None)
+    }
+
+    /// `ibv_post_send` on a UD QP: the WR's datagram goes to `dest` (`wr.ud`: the address
+    /// handle, remote QPN and Q_Key). SEND and SEND with immediate only.
+    pub fn post_send_ud(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr<'_>,
+        dest: &UdDest,
+    ) -> Result<(), VerbsError> {
+        self.post_send_to(now, qpn, wr, Some(*dest))
+    }
+
+    fn post_send_to(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr<'_>,
+        ud: Option<UdDest>,
+    ) -> Result<(), VerbsError> {
         let slot = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = &mut slot.qp;
+        match (qp.qp_type == QpType::Ud, ud.is_some()) {
+            (true, false) => return Err(VerbsError::UdNeedsDest { qpn }),
+            (false, true) => return Err(VerbsError::NotUd { qpn }),
+            (true, true) if !matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }) => {
+                return Err(VerbsError::OpNotOnQpType {
+                    qpn,
+                    qp_type: "UD",
+                    op: wr.op.name(),
+                });
+            }
+            _ => {}
+        }
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
                 qpn,
@@ -460,6 +521,7 @@ impl Engine {
             last_psn: Default::default(),
             read_done: 0,
             error: None,
+            ud,
         };
         qp.sq.push_back(wqe);
         if qp.state == QpState::Err {
@@ -615,9 +677,13 @@ impl Engine {
         let (qpn, len) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
         let s = self.qps.get_mut(&qpn)?;
-        let av = s.qp.attrs.av?;
+        // A datagram goes where its WR said; a connected QP's packets to its peer.
+        let dest_ip = match s.qp.ud_tx_dst.take() {
+            Some(ip) => ip,
+            None => s.qp.attrs.av?.dest_ip,
+        };
         let src = SocketAddr::new(self.cfg.local_ip, s.qp.src_port);
-        let dst = SocketAddr::new(av.dest_ip, ROCE_UDP_PORT);
+        let dst = SocketAddr::new(dest_ip, ROCE_UDP_PORT);
         let ph = PseudoHeaders::new(src, dst, self.cfg.tx_ipv4_id, len);
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);

@@ -100,6 +100,15 @@ counters! {
     /// after registering it (`MemError::Fault`). Each failed as an access error (a NAK
     /// to the peer, or a local protection error), the program unharmed.
     MemFaults => "mem_faults",
+    /// Dropped: a UD or GSI packet whose DETH Q_Key is not the QP's (rxe counts these in
+    /// the port's `qkey_viol_cntr`, `rxe_recv.c check_keys`; IBA 10.2.4).
+    QkeyViolation => "qkey_viol_cntr",
+    /// Dropped: a UD or GSI packet arrived with no receive WQE posted (UD has no RNR:
+    /// rxe's class D drop, `RESPST_ERR_RNR` for a non-RC QP).
+    UdDropNoRecvWqe => "ud_drop_no_recv_wqe",
+    /// UD sends longer than the port MTU, completed successfully without a packet
+    /// (IBA C10-93.1.1; rxe_req.c "fake a successful UD send").
+    UdSendTooLong => "ud_send_too_long",
 }
 
 /// A set of counters.

@@ -13,6 +13,7 @@ mod requester;
 mod responder;
 pub mod timers;
 pub mod uc;
+pub mod ud;
 pub mod wqe;
 
 pub use attr::{
@@ -151,6 +152,9 @@ pub struct Qp {
     pub(crate) comp: completer::Completer,
     pub(crate) resp: responder::Responder,
     pub(crate) timers: TimerTable,
+    /// UD: the destination of the packet `next_request` just wrote (`poll_transmit`
+    /// addresses it there; a connected QP's peer is `attrs.av`).
+    pub(crate) ud_tx_dst: Option<std::net::IpAddr>,
 }
 
 impl Qp {
@@ -172,6 +176,7 @@ impl Qp {
             comp: completer::Completer::default(),
             resp: responder::Responder::default(),
             timers: TimerTable::default(),
+            ud_tx_dst: None,
         }
     }
 
@@ -181,10 +186,12 @@ impl Qp {
         let to = a.state.unwrap_or(from);
         let qpn = self.qpn;
         let rules = match self.qp_type {
-            QpType::Uc => uc::uc_rules(from, to),
-            _ => attr::rc_rules(from, to),
+            QpType::Ud => ud::ud_rules,
+            QpType::Uc => uc::uc_rules,
+            _ => attr::rc_rules,
         };
-        let (required, optional) = rules.ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
+        let (required, optional) =
+            rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
         for &r in required {
             if !a.given().any(|g| g == r) {
                 return Err(VerbsError::MissingAttr {
@@ -294,6 +301,8 @@ impl Qp {
             imm: None,
             invalidated_rkey: None,
             src_qp: self.attrs.dest_qpn,
+            network_hdr: None,
+            sl: 0,
         }
     }
 

@@ -108,6 +108,9 @@ impl Qp {
     /// waiting out an RNR NAK, the window full, or every WQE sent. The engine stops asking
     /// such a QP until then, so a QP in a long RNR wait costs nothing per packet.
     pub(crate) fn request_stalled(&self, cfg: &EngineConfig) -> bool {
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_stalled();
+        }
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
             return true;
         }
@@ -128,6 +131,9 @@ impl Qp {
 
     /// Writes the next request packet into `buf`; returns its length.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_next_request(ctx, buf);
+        }
         if self.request_stalled(ctx.cfg) {
             return None;
         }

@@ -41,10 +41,7 @@ pub fn refused_on_uc(op: &SendOp) -> Option<&'static str> {
         | SendOp::SendWithImm { .. }
         | SendOp::Write { .. }
         | SendOp::WriteWithImm { .. } => None,
-        SendOp::SendWithInv { .. } => Some("SEND with invalidate"),
-        SendOp::Read { .. } => Some("RDMA READ"),
-        SendOp::CompareSwap { .. } => Some("atomic compare and swap"),
-        SendOp::FetchAdd { .. } => Some("atomic fetch and add"),
+        _ => Some(op.name()),
     }
 }
 
