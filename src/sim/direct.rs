@@ -119,6 +119,7 @@ pub fn rc_end_with(e: &mut Engine, o: &RcEndOpts) -> Result<RcEnd, VerbsError> {
     let cq = e.create_cq(o.cq_depth)?;
     let qpn = e.create_qp(&QpInit {
         sq_sig_all: o.sq_sig_all,
+        srq: None,
         ..QpInit::rc(pd, cq, o.cap)
     })?;
     Ok(RcEnd { pd, cq, qpn, mr })

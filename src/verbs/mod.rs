@@ -28,6 +28,7 @@
 mod channel;
 pub mod discover;
 mod progress;
+mod srq;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
 pub use crate::backend::BackendError;
@@ -38,7 +39,8 @@ pub use crate::engine::qp::attr::{AddressVector, Attrs};
 pub use crate::engine::VerbsError;
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
-    RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
+    RecvWr, Remote, SendFlags, SendOp, SendWr, SrqAttr, SrqInit, WcOpcode, WcStatus,
+    DEFAULT_MIN_RNR_TIMER,
     DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use crate::mem::{Access, Pd};
