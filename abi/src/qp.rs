@@ -1,6 +1,7 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
 //! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
-//! any QP. RC only so far: UC, UD, XRC, raw packet and SRQs are EOPNOTSUPP.
+//! any QP. RC only so far, on its own receive queue or an SRQ (srq.rs): UC, UD, XRC and raw
+//! packet are EOPNOTSUPP.
 
 use crate::context::Ctx;
 use crate::cq::Cq;
@@ -118,9 +119,6 @@ unsafe fn create(
         );
         return Err(libc::EOPNOTSUPP);
     }
-    if !a.srq.is_null() {
-        return Err(libc::EOPNOTSUPP);
-    }
     if pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(libc::EINVAL);
     }
@@ -148,6 +146,8 @@ unsafe fn create(
         recv_cq: rcq.id,
         cap,
         sq_sig_all: a.sq_sig_all != 0,
+        // SAFETY: an SRQ we created (the program's `init_attr.srq`), or NULL.
+        srq: (!a.srq.is_null()).then(|| unsafe { crate::srq::Srq::of(a.srq) }.id),
     };
     let qpn = ctx
         .nic()
@@ -162,6 +162,7 @@ unsafe fn create(
     b.pd = pd;
     b.send_cq = a.send_cq;
     b.recv_cq = a.recv_cq;
+    b.srq = a.srq;
     b.handle = qpn;
     b.qp_num = qpn;
     b.state = ffi::ibv_qp_state::IBV_QPS_RESET;
