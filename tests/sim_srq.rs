@@ -153,10 +153,14 @@ fn a_qp_on_an_srq_going_to_err_raises_last_wqe_reached_and_leaves_the_srq_alone(
     let (q0, q1) = (s.b.qps[0], s.b.qps[1]);
     let now = s.net.now;
     s.engine(B)
-        .modify_qp(now, q0, &QpAttr {
-            state: Some(QpState::Err),
-            ..QpAttr::default()
-        })
+        .modify_qp(
+            now,
+            q0,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..QpAttr::default()
+            },
+        )
         .unwrap();
     assert_eq!(s.events(B), [AsyncEvent::QpLastWqeReached { qpn: q0 }]);
     // The WQE taken for the message in progress completes in error; the SRQ's stay.
@@ -191,10 +195,14 @@ fn an_idle_qp_to_err_raises_last_wqe_reached_without_completions() {
     let q = s.b.qps[0];
     let now = s.net.now;
     s.engine(B)
-        .modify_qp(now, q, &QpAttr {
-            state: Some(QpState::Err),
-            ..QpAttr::default()
-        })
+        .modify_qp(
+            now,
+            q,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..QpAttr::default()
+            },
+        )
         .unwrap();
     assert_eq!(s.events(B), [AsyncEvent::QpLastWqeReached { qpn: q }]);
     assert!(s.completions(B).is_empty());

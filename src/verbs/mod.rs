@@ -40,8 +40,7 @@ pub use crate::engine::VerbsError;
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
     RecvWr, Remote, SendFlags, SendOp, SendWr, SrqAttr, SrqInit, WcOpcode, WcStatus,
-    DEFAULT_MIN_RNR_TIMER,
-    DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};

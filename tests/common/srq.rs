@@ -160,13 +160,8 @@ impl SrqNet {
     pub fn post_srq_recv(&mut self, wr_id: u64, off: u64, len: u32) -> Result<(), VerbsError> {
         let sge = [self.sge(B, off, len)];
         let srq = self.srq;
-        self.engine(B).post_srq_recv(
-            srq,
-            &RecvWr {
-                wr_id,
-                sges: &sge,
-            },
-        )
+        self.engine(B)
+            .post_srq_recv(srq, &RecvWr { wr_id, sges: &sge })
     }
 
     /// A signaled SEND of `len` bytes at `off` in node 0's buffer on its `qp`-th QP.

@@ -22,8 +22,8 @@ pub use attr::{
 
 use super::cq::Cq;
 use super::error::VerbsError;
-use super::srq::Srq;
 use super::event::AsyncEvent;
+use super::srq::Srq;
 use super::stats::{Counter, Counters};
 use super::time::Instant;
 use super::wr::{Completion, WcOpcode, WcStatus};
