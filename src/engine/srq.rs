@@ -17,7 +17,9 @@ use super::qp::wqe::{RecvWqe, SgeList};
 use super::wr::RecvWr;
 use super::{config, Engine};
 use crate::mem::Pd;
-use std::collections::{BTreeSet, VecDeque};
+
+// The queue itself is the receive side's (`qp/recv.rs`): the QPs take from it.
+pub use super::qp::recv::{Srq, SrqAttr};
 
 /// What `create_srq` needs (ibv_srq_init_attr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,73 +32,6 @@ pub struct SrqInit {
     /// The limit armed at creation (0: none), as rxe takes `srq_limit` from the init
     /// attributes (`rxe_srq_from_init`).
     pub limit: u32,
-}
-
-/// `ibv_query_srq`'s answer, and what `modify_srq` may change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SrqAttr {
-    pub max_wr: usize,
-    pub max_sge: usize,
-    /// 0 when the limit is not (or no longer) armed.
-    pub limit: u32,
-}
-
-/// One shared receive queue.
-#[derive(Debug)]
-pub struct Srq {
-    pub pd: Pd,
-    ring: VecDeque<RecvWqe>,
-    max_wr: usize,
-    max_sge: usize,
-    limit: u32,
-    /// The QPs created on this SRQ, by QPN: destroy is refused while there is one.
-    pub(crate) qps: BTreeSet<u32>,
-}
-
-/// The event a `take` raised, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LimitReached;
-
-impl Srq {
-    /// WQEs waiting.
-    pub fn len(&self) -> usize {
-        self.ring.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
-    }
-
-    pub fn attr(&self) -> SrqAttr {
-        SrqAttr {
-            max_wr: self.max_wr,
-            max_sge: self.max_sge,
-            limit: self.limit,
-        }
-    }
-
-    /// Takes the oldest WQE. After it, if the limit is armed and fewer than `limit` WQEs
-    /// are left, the limit disarms and `LimitReached` says to raise the event once (rxe
-    /// `get_srq_wqe`: `if (srq->limit && count < srq->limit) { srq->limit = 0; event }`).
-    pub(crate) fn take(&mut self) -> Option<(RecvWqe, Option<LimitReached>)> {
-        let w = self.ring.pop_front()?;
-        let ev = if self.limit != 0 && (self.ring.len() as u64) < u64::from(self.limit) {
-            self.limit = 0;
-            Some(LimitReached)
-        } else {
-            None
-        };
-        Some((w, ev))
-    }
-
-    /// Gives back a WQE a QP took for a message it will never finish because it was reset
-    /// or destroyed (no completion is owed then, IBA 10.3.1): at the front, so it is the
-    /// next one used and no WQE is lost. rxe drops it (`RESPST_RESET` clears
-    /// `resp.wqe`), which loses the buffer for good; giving it back is never worse. The
-    /// SRQ may hold one more than `max_wr` for a while.
-    pub(crate) fn give_back(&mut self, w: RecvWqe) {
-        self.ring.push_front(w);
-    }
 }
 
 impl Engine {
@@ -133,18 +68,9 @@ impl Engine {
             .srq_ids
             .alloc(srqs.len(), |n| srqs.contains_key(&n))
             .ok_or(VerbsError::NoFreeSrq)?;
-        self.srqs.insert(
-            id,
-            Srq {
-                pd: init.pd,
-                ring: VecDeque::with_capacity(init.max_wr),
-                // rxe rounds up to at least one SGE (RXE_MIN_SRQ_SGE).
-                max_wr: init.max_wr,
-                max_sge: init.max_sge.max(1),
-                limit: init.limit,
-                qps: BTreeSet::new(),
-            },
-        );
+        // rxe rounds up to at least one SGE (RXE_MIN_SRQ_SGE).
+        let srq = Srq::new(init.pd, init.max_wr, init.max_sge.max(1), init.limit);
+        self.srqs.insert(id, srq);
         Ok(id)
     }
 
@@ -187,7 +113,8 @@ impl Engine {
     ) -> Result<(), VerbsError> {
         let depth = self.cfg.max_queue_depth;
         let s = self.srqs.get_mut(&srq).ok_or(VerbsError::NoSuchSrq(srq))?;
-        let new_wr = max_wr.unwrap_or(s.max_wr);
+        let now = s.attr();
+        let new_wr = max_wr.unwrap_or(now.max_wr);
         if let Some(w) = max_wr {
             if w > depth {
                 return Err(VerbsError::CapTooLarge {
@@ -196,14 +123,14 @@ impl Engine {
                     max: depth,
                 });
             }
-            if w == 0 || w < s.ring.len() {
+            if w == 0 || w < s.len() {
                 return Err(VerbsError::InvalidAttr {
                     attr: "srq max_wr",
                     value: w as u64,
                     why: "smaller than the WQEs posted (or 0)",
                 });
             }
-            if limit.is_none() && (w as u64) < u64::from(s.limit) {
+            if limit.is_none() && (w as u64) < u64::from(now.limit) {
                 return Err(VerbsError::InvalidAttr {
                     attr: "srq max_wr",
                     value: w as u64,
@@ -220,10 +147,7 @@ impl Engine {
                 });
             }
         }
-        s.max_wr = new_wr;
-        if let Some(l) = limit {
-            s.limit = l;
-        }
+        s.set(new_wr, limit.unwrap_or(now.limit));
         Ok(())
     }
 
@@ -231,23 +155,24 @@ impl Engine {
     /// too many SGEs EINVAL. Posting never raises the limit event: only a WQE taken does.
     pub fn post_srq_recv(&mut self, srq: u32, wr: &RecvWr<'_>) -> Result<(), VerbsError> {
         let s = self.srqs.get_mut(&srq).ok_or(VerbsError::NoSuchSrq(srq))?;
-        if s.ring.len() >= s.max_wr {
+        let a = s.attr();
+        if s.len() >= a.max_wr {
             return Err(VerbsError::SrqFull {
                 srq,
-                depth: s.max_wr,
+                depth: a.max_wr,
             });
         }
-        if wr.sges.len() > s.max_sge {
+        if wr.sges.len() > a.max_sge {
             return Err(VerbsError::TooManySge {
                 n: wr.sges.len(),
-                max: s.max_sge,
+                max: a.max_sge,
             });
         }
         let sges = SgeList::new(wr.sges);
         let len = sges.total().ok_or(VerbsError::MessageTooLong {
             len: wr.sges.iter().map(|s| u64::from(s.length)).sum(),
         })?;
-        s.ring.push_back(RecvWqe {
+        s.push(RecvWqe {
             wr_id: wr.wr_id,
             sges,
             len,

@@ -9,7 +9,7 @@
 
 pub mod attr;
 mod completer;
-mod recv;
+pub(crate) mod recv;
 mod requester;
 mod responder;
 pub mod timers;
@@ -23,7 +23,6 @@ pub use attr::{
 use super::cq::Cq;
 use super::error::VerbsError;
 use super::event::AsyncEvent;
-use super::srq::Srq;
 use super::stats::{Counter, Counters};
 use super::time::Instant;
 use super::wr::{Completion, WcOpcode, WcStatus};
@@ -104,7 +103,7 @@ pub(crate) struct Ctx<'a> {
     pub stats: &'a mut Counters,
     pub cqs: &'a mut FxHashMap<u32, Cq>,
     /// The SRQs a QP may take its receive WQEs from (`recv.rs`).
-    pub srqs: &'a mut FxHashMap<u32, Srq>,
+    pub srqs: &'a mut FxHashMap<u32, recv::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
     /// CQs that overran during this call; the engine moves their QPs to ERR afterwards.
     pub overrun: &'a mut Vec<u32>,

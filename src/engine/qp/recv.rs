@@ -13,13 +13,17 @@
 //! start and held by the QP (rxe `get_srq_wqe` copies it into `qp->resp.srq_wqe` and
 //! advances the SRQ's consumer index at once), so another QP can never take it too:
 //! every WQE is consumed exactly once, by one message of one QP.
+//!
+//! The SRQ itself ([`Srq`]) is defined here, beside the code that takes from it; its
+//! commands (create, modify, post, destroy) are `engine/srq.rs`.
 
 use super::{Ctx, Qp};
 use crate::engine::event::AsyncEvent;
 use crate::engine::qp::wqe::RecvWqe;
-use crate::engine::srq::Srq;
 use crate::engine::wr::{WcOpcode, WcStatus};
+use crate::mem::Pd;
 use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 impl Qp {
     /// Takes the next receive WQE for this QP, for a message that starts now (or the one
@@ -101,5 +105,94 @@ impl Qp {
         if let Some(s) = self.srq.and_then(|n| srqs.get_mut(&n)) {
             s.qps.remove(&self.qpn);
         }
+    }
+}
+
+/// `ibv_query_srq`'s answer, and what `modify_srq` may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SrqAttr {
+    pub max_wr: usize,
+    pub max_sge: usize,
+    /// 0 when the limit is not (or no longer) armed.
+    pub limit: u32,
+}
+
+/// One shared receive queue.
+#[derive(Debug)]
+pub struct Srq {
+    pub pd: Pd,
+    ring: VecDeque<RecvWqe>,
+    max_wr: usize,
+    max_sge: usize,
+    limit: u32,
+    /// The QPs created on this SRQ, by QPN: destroy is refused while there is one.
+    pub(crate) qps: BTreeSet<u32>,
+}
+
+/// The event a `take` raised, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LimitReached;
+
+impl Srq {
+    pub(crate) fn new(pd: Pd, max_wr: usize, max_sge: usize, limit: u32) -> Srq {
+        Srq {
+            pd,
+            ring: VecDeque::with_capacity(max_wr),
+            max_wr,
+            max_sge,
+            limit,
+            qps: BTreeSet::new(),
+        }
+    }
+
+    /// `modify_srq`'s new size and limit (checked by the caller).
+    pub(crate) fn set(&mut self, max_wr: usize, limit: u32) {
+        self.max_wr = max_wr;
+        self.limit = limit;
+    }
+
+    /// A posted WQE (room checked by the caller).
+    pub(crate) fn push(&mut self, w: RecvWqe) {
+        self.ring.push_back(w);
+    }
+
+    /// WQEs waiting.
+    pub fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ring.is_empty()
+    }
+
+    pub fn attr(&self) -> SrqAttr {
+        SrqAttr {
+            max_wr: self.max_wr,
+            max_sge: self.max_sge,
+            limit: self.limit,
+        }
+    }
+
+    /// Takes the oldest WQE. After it, if the limit is armed and fewer than `limit` WQEs
+    /// are left, the limit disarms and `LimitReached` says to raise the event once (rxe
+    /// `get_srq_wqe`: `if (srq->limit && count < srq->limit) { srq->limit = 0; event }`).
+    pub(crate) fn take(&mut self) -> Option<(RecvWqe, Option<LimitReached>)> {
+        let w = self.ring.pop_front()?;
+        let ev = if self.limit != 0 && (self.ring.len() as u64) < u64::from(self.limit) {
+            self.limit = 0;
+            Some(LimitReached)
+        } else {
+            None
+        };
+        Some((w, ev))
+    }
+
+    /// Gives back a WQE a QP took for a message it will never finish because it was reset
+    /// or destroyed (no completion is owed then, IBA 10.3.1): at the front, so it is the
+    /// next one used and no WQE is lost. rxe drops it (`RESPST_RESET` clears
+    /// `resp.wqe`), which loses the buffer for good; giving it back is never worse. The
+    /// SRQ may hold one more than `max_wr` for a while.
+    pub(crate) fn give_back(&mut self, w: RecvWqe) {
+        self.ring.push_front(w);
     }
 }
