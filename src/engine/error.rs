@@ -104,7 +104,22 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// A QP type not implemented yet.
+    /// No SRQ with this handle.
+    #[error("no SRQ {0}")]
+    NoSuchSrq(u32),
+    /// Every SRQ handle is in use.
+    #[error("no free SRQ handle: every one is in use")]
+    NoFreeSrq,
+    /// The SRQ is still used by a QP (destroy the QPs first).
+    #[error("SRQ {srq} is in use by QP {qpn:#x}")]
+    SrqInUse { srq: u32, qpn: u32 },
+    /// The SRQ holds `depth` WQEs already.
+    #[error("SRQ {srq} is full ({depth} work requests outstanding)")]
+    SrqFull { srq: u32, depth: usize },
+    /// A receive WR posted to a QP that takes its receives from an SRQ.
+    #[error("QP {qpn:#x} receives from SRQ {srq}: post receive WRs with post_srq_recv")]
+    QpOnSrq { qpn: u32, srq: u32 },
+    /// A QP type not implemented.
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
     /// A send on a UD QP names no destination (`post_send_ud` gives the address handle,

@@ -126,6 +126,7 @@ pub fn rc_end_with(e: &mut Engine, o: &RcEndOpts) -> Result<RcEnd, VerbsError> {
     let qpn = e.create_qp(&QpInit {
         sq_sig_all: o.sq_sig_all,
         qp_type: o.qp_type,
+        srq: None,
         ..QpInit::rc(pd, cq, o.cap)
     })?;
     Ok(RcEnd { pd, cq, qpn, mr })

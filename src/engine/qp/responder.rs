@@ -319,10 +319,11 @@ impl Qp {
         {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK).
+        // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK): from
+        // the QP's RQ or, on an SRQ, taken from it now (`recv.rs`; rxe `check_resource`).
         let needs_wqe = info.is(Flags::RWR)
             && (info.is(Flags::START) || info.is(Flags::IMM) && info.is(Flags::WRITE));
-        if needs_wqe && self.rq.is_empty() {
+        if needs_wqe && self.recv_wqe(ctx).is_none() {
             if self.qp_type == QpType::Uc {
                 return self.uc_drop(ctx, Counter::UcDropNoRecvWqe);
             }
@@ -393,7 +394,9 @@ impl Qp {
             InMsg::Send { offset } => offset,
             _ => 0,
         };
-        let wqe = *self.rq.front().expect("checked: a receive WQE is posted");
+        let wqe = self
+            .current_recv_wqe()
+            .expect("checked: a receive WQE is posted");
         let end = u64::from(offset) + payload.len() as u64;
         if end > u64::from(wqe.len) {
             // The message does not fit the receive buffers (local length error at
@@ -605,7 +608,8 @@ impl Qp {
         self.resp.epsn = psn.add(1);
     }
 
-    /// A receive completion for the WQE at the front of the RQ.
+    /// A receive completion for the WQE of the message (the RQ's head, or the one taken
+    /// from the SRQ).
     fn complete_recv(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -615,7 +619,9 @@ impl Qp {
         imm: Option<u32>,
         invalidated_rkey: Option<u32>,
     ) {
-        let Some(w) = self.rq.pop_front() else { return };
+        let Some(w) = self.consume_recv_wqe() else {
+            return;
+        };
         let c = Completion {
             imm,
             invalidated_rkey,
