@@ -1,6 +1,6 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
 //! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
-//! any QP. RC only so far: UC, UD, XRC, raw packet and SRQs are EOPNOTSUPP.
+//! any QP. RC and UC so far: UD, XRC, raw packet and SRQs are EOPNOTSUPP.
 
 use crate::context::Ctx;
 use crate::cq::Cq;
@@ -100,7 +100,7 @@ fn state_to(s: QpState) -> ffi::ibv_qp_state::Type {
     }
 }
 
-/// Creates an RC QP on context `c` from `a` (its caps are updated to those granted).
+/// Creates an RC or UC QP on context `c` from `a` (its caps are updated to those granted).
 ///
 /// # Safety
 /// `c` is a context we opened; `pd` and the CQs in `a` are ours.
@@ -111,13 +111,14 @@ unsafe fn create(
 ) -> Result<*mut ffi::ibv_qp, c_int> {
     // SAFETY: a context we opened.
     let ctx = unsafe { Ctx::of(c) };
-    if a.qp_type != ffi::ibv_qp_type::IBV_QPT_RC {
-        tracing::debug!(
-            "ibv_create_qp: QP type {} is not supported yet (RC only)",
-            a.qp_type
-        );
-        return Err(libc::EOPNOTSUPP);
-    }
+    let qp_type = match a.qp_type {
+        ffi::ibv_qp_type::IBV_QPT_RC => QpType::Rc,
+        ffi::ibv_qp_type::IBV_QPT_UC => QpType::Uc,
+        t => {
+            tracing::debug!("ibv_create_qp: QP type {t} is not supported yet (RC and UC are)");
+            return Err(libc::EOPNOTSUPP);
+        }
+    };
     if !a.srq.is_null() {
         return Err(libc::EOPNOTSUPP);
     }
@@ -142,7 +143,7 @@ unsafe fn create(
         max_inline_data: inline as usize,
     };
     let init = QpInit {
-        qp_type: QpType::Rc,
+        qp_type,
         pd: pd_obj.id,
         send_cq: scq.id,
         recv_cq: rcq.id,
