@@ -103,7 +103,7 @@ fn state_to(s: QpState) -> ffi::ibv_qp_state::Type {
     }
 }
 
-/// Creates an RC QP on context `c` from `a` (its caps are updated to those granted).
+/// Creates an RC or UC QP on context `c` from `a` (its caps are updated to those granted).
 ///
 /// # Safety
 /// `c` is a context we opened; `pd` and the CQs in `a` are ours.
