@@ -48,11 +48,7 @@ struct Case {
 }
 
 fn case(dup: bool) -> impl Strategy<Value = Case> {
-    let mtu = prop_oneof![
-        Just(Mtu::M256),
-        Just(Mtu::M1024),
-        Just(Mtu::M4096)
-    ];
+    let mtu = prop_oneof![Just(Mtu::M256), Just(Mtu::M1024), Just(Mtu::M4096)];
     let dups = if dup {
         (0.0..0.2f64).boxed()
     } else {

@@ -16,7 +16,9 @@ const A: usize = 0;
 const B: usize = 1;
 
 fn pattern(seed: u8, n: usize) -> Vec<u8> {
-    (0..n).map(|i| seed.wrapping_add((i as u8).wrapping_mul(7))).collect()
+    (0..n)
+        .map(|i| seed.wrapping_add((i as u8).wrapping_mul(7)))
+        .collect()
 }
 
 /// The IPv4 header checksum, computed here independently of the crate (RFC 1071).
@@ -56,7 +58,10 @@ fn a_datagram_arrives_once_with_its_source_qp_and_an_ipv4_header_slot() {
     let cb = u.completions(B);
     assert_eq!(cb.len(), 1);
     let c = cb[0];
-    assert_eq!((c.wr_id, c.status, c.opcode), (9, WcStatus::Success, WcOpcode::Recv));
+    assert_eq!(
+        (c.wr_id, c.status, c.opcode),
+        (9, WcStatus::Success, WcOpcode::Recv)
+    );
     assert_eq!(c.byte_len, 40 + 300, "the 40-byte slot counts");
     assert_eq!(c.src_qp, u.ends[A].qpn);
     assert_eq!(c.network_hdr, Some(NetworkHdr::Ipv4));
@@ -140,7 +145,11 @@ fn a_message_longer_than_the_port_mtu_completes_without_a_packet() {
     u.settle();
     // C10-93.1.1, rxe's "fake a successful UD send": no packet, no error.
     assert_eq!(u.sent(A), 1, "only the 1024-byte datagram left");
-    let c: Vec<_> = u.completions(A).iter().map(|c| (c.wr_id, c.status)).collect();
+    let c: Vec<_> = u
+        .completions(A)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
     assert_eq!(c, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     assert_eq!(u.counter(A, Counter::UdSendTooLong), 1);
     let r = u.completions(B);
@@ -155,7 +164,11 @@ fn a_message_longer_than_the_receive_buffer_is_a_local_length_error() {
     u.send(A, 1, B, 0, 100);
     u.send(A, 2, B, 0, 100);
     u.settle();
-    let c: Vec<_> = u.completions(B).iter().map(|c| (c.wr_id, c.status)).collect();
+    let c: Vec<_> = u
+        .completions(B)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
     assert_eq!(c, [(1, WcStatus::LocLenErr), (2, WcStatus::Success)]);
     // The QP stays usable: UD has no connection to break.
     assert_eq!(
@@ -174,10 +187,18 @@ fn a_lost_datagram_is_not_retransmitted() {
     u.send(A, 2, B, 0, 16);
     u.settle();
     assert_eq!(u.sent(A), 2, "no retry");
-    let c: Vec<_> = u.completions(A).iter().map(|c| (c.wr_id, c.status)).collect();
+    let c: Vec<_> = u
+        .completions(A)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
     assert_eq!(c, [(1, WcStatus::Success), (2, WcStatus::Success)]);
     let r = u.completions(B);
-    assert_eq!((r.len(), r[0].wr_id), (1, 1), "the second datagram took the first WQE");
+    assert_eq!(
+        (r.len(), r[0].wr_id),
+        (1, 1),
+        "the second datagram took the first WQE"
+    );
 }
 
 #[test]
@@ -218,7 +239,13 @@ fn ud_refuses_what_it_lacks() {
     };
     let r = e.modify_qp(Instant::ZERO, q, &init);
     assert!(
-        matches!(r, Err(VerbsError::MissingAttr { attr: "IBV_QP_QKEY", .. })),
+        matches!(
+            r,
+            Err(VerbsError::MissingAttr {
+                attr: "IBV_QP_QKEY",
+                ..
+            })
+        ),
         "{r:?}"
     );
     let r = e.modify_qp(

@@ -121,15 +121,18 @@ pub fn header_version(g: &[u8; 40]) -> Option<u8> {
 /// The index of `gid` in port 1's GID table (all RoCE v2), through `ibv_query_gid`.
 fn gid_index(c: *mut ffi::ibv_context, gid: [u8; 16]) -> Option<u8> {
     (0..=255u8).find_map(|i| {
-        // SAFETY: plain C data.
-        let mut g: ffi::ibv_gid = unsafe { std::mem::zeroed() };
-        // SAFETY: a context we opened; `g` is ours.
-        let r = unsafe { crate::device::ibv_query_gid(c, 1, c_int::from(i), &mut g) };
-        // The table ends at the first index that fails (ibv_find_gid_index does the
-        // same); `None` stops the search there.
-        // SAFETY: a GID is 16 raw bytes.
-        (r == 0).then(|| (unsafe { g.raw } == gid).then_some(i))
-    }.flatten())
+        {
+            // SAFETY: plain C data.
+            let mut g: ffi::ibv_gid = unsafe { std::mem::zeroed() };
+            // SAFETY: a context we opened; `g` is ours.
+            let r = unsafe { crate::device::ibv_query_gid(c, 1, c_int::from(i), &mut g) };
+            // The table ends at the first index that fails (ibv_find_gid_index does the
+            // same); `None` stops the search there.
+            // SAFETY: a GID is 16 raw bytes.
+            (r == 0).then(|| (unsafe { g.raw } == gid).then_some(i))
+        }
+        .flatten()
+    })
 }
 
 /// `ibv_init_ah_from_wc` for a header `g`, without the C pointers.

@@ -319,10 +319,8 @@ fn attr_of(ctx: &Ctx, a: &ffi::ibv_qp_attr, mask: c_int) -> Result<QpAttr, &'sta
     use ffi::ibv_qp_attr_mask as m;
     let mask = mask as u32;
     let has = |bit: u32| mask & bit != 0;
-    let unsupported = m::IBV_QP_ALT_PATH
-        | m::IBV_QP_PATH_MIG_STATE
-        | m::IBV_QP_CAP
-        | m::IBV_QP_RATE_LIMIT;
+    let unsupported =
+        m::IBV_QP_ALT_PATH | m::IBV_QP_PATH_MIG_STATE | m::IBV_QP_CAP | m::IBV_QP_RATE_LIMIT;
     if has(unsupported) {
         return Err("alternate paths, migration, resizing and rate limits do not apply");
     }
@@ -397,7 +395,11 @@ pub unsafe extern "C" fn ibv_modify_qp(
         // `modify_qp` refuses them to user space with EPERM since Linux 6.4, unless the
         // netlink privileged_qkey mode is on).
         if mask as u32 & ffi::ibv_qp_attr_mask::IBV_QP_QKEY != 0 && a.qkey & 0x8000_0000 != 0 {
-            tracing::debug!("ibv_modify_qp {:#x}: Q_Key {:#x} is privileged", obj.qpn, a.qkey);
+            tracing::debug!(
+                "ibv_modify_qp {:#x}: Q_Key {:#x} is privileged",
+                obj.qpn,
+                a.qkey
+            );
             return libc::EPERM;
         }
         let q = match attr_of(ctx, a, mask) {

@@ -33,14 +33,16 @@ pub mod wr;
 pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
-pub use qp::ud::{UdDest, GSI_QKEY, GSI_QPN, GRH_LEN};
+pub use qp::ud::{UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
 pub use qp::{
     DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use stats::{Counter, Counters};
 pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
-pub use wr::{Completion, Local, NetworkHdr, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
+pub use wr::{
+    Completion, Local, NetworkHdr, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
 
 use crate::mem::MrTable;
 use crate::wire::icrc::{self, PseudoHeaders};

@@ -36,12 +36,12 @@ pub use channel::CompChannel;
 // The types of the verbs calls, so a program (the tools, the C ABI) needs nothing else.
 pub use crate::engine::qp::attr::{AddressVector, Attrs};
 pub use crate::engine::VerbsError;
-pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
     RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
     DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
+pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};
 pub use crate::wire::Psn;

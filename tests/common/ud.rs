@@ -3,10 +3,10 @@
 #![allow(dead_code)]
 
 use roce_emu::engine::*;
+use roce_emu::mem::MrTable;
 use roce_emu::mem::{Access, Sge};
 pub use roce_emu::sim::direct::RcEnd as End;
 use roce_emu::sim::{Net, Node};
-use roce_emu::mem::MrTable;
 use roce_emu::wire::Psn;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -170,14 +170,22 @@ impl Ud {
             .unwrap()
             .expected_qkey();
         let d = self.dest(to, qkey);
-        self.send_to(from, wr_id, SendOp::Send, off, len, &d).unwrap();
+        self.send_to(from, wr_id, SendOp::Send, off, len, &d)
+            .unwrap();
     }
 
     pub fn post_recv(&mut self, i: usize, wr_id: u64, off: u64, len: u32) {
         let sge = self.sge(i, off, len);
         let (qpn, now) = (self.ends[i].qpn, self.net.now);
         self.engine(i)
-            .post_recv(now, qpn, &RecvWr { wr_id, sges: &[sge] })
+            .post_recv(
+                now,
+                qpn,
+                &RecvWr {
+                    wr_id,
+                    sges: &[sge],
+                },
+            )
             .unwrap();
     }
 

@@ -354,7 +354,10 @@ mod test {
         assert_eq!(g[0] >> 4, 6);
         assert_eq!(u16::from_be_bytes([g[4], g[5]]), 68);
         assert_eq!((g[6], g[7]), (17, 64));
-        assert_eq!(g[8..24], "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets());
+        assert_eq!(
+            g[8..24],
+            "fd00::1".parse::<std::net::Ipv6Addr>().unwrap().octets()
+        );
     }
 
     #[test]
@@ -368,7 +371,10 @@ mod test {
     #[test]
     fn ud_transitions() {
         use QpState::*;
-        assert_eq!(ud_rules(Reset, Init).unwrap().0, &[Attr::PkeyIndex, Attr::Port, Attr::Qkey]);
+        assert_eq!(
+            ud_rules(Reset, Init).unwrap().0,
+            &[Attr::PkeyIndex, Attr::Port, Attr::Qkey]
+        );
         assert!(ud_rules(Init, Rtr).unwrap().0.is_empty());
         assert_eq!(ud_rules(Rtr, Rts).unwrap().0, &[Attr::SqPsn]);
         assert!(ud_rules(Init, Rts).is_none());
