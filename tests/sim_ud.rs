@@ -208,9 +208,9 @@ fn ud_refuses_what_it_lacks() {
     let d = u.dest(B, QKEY);
     let remote = Remote { va: 0, rkey: 0 };
     let e = u.send_to(A, 1, SendOp::Write { remote }, 0, 8, &d);
-    assert!(matches!(e, Err(VerbsError::OpNotForQpType { .. })), "{e:?}");
+    assert!(matches!(e, Err(VerbsError::OpNotOnQpType { .. })), "{e:?}");
     let e = u.send_to(A, 1, SendOp::Read { remote }, 0, 8, &d);
-    assert!(matches!(e, Err(VerbsError::OpNotForQpType { .. })), "{e:?}");
+    assert!(matches!(e, Err(VerbsError::OpNotOnQpType { .. })), "{e:?}");
     // A UD send needs its destination.
     let sge = u.sge(A, 0, 8);
     let wr = SendWr {

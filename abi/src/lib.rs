@@ -44,6 +44,7 @@ mod guard;
 mod mr;
 mod pcap;
 mod qp;
+mod srq;
 mod strings;
 mod stubs;
 mod sysfs;

@@ -1,6 +1,7 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
 //! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
-//! any QP. RC and UD so far: UC, XRC, raw packet and SRQs are EOPNOTSUPP.
+//! any QP. RC, UC and UD, each on its own receive queue or an SRQ (srq.rs): XRC and raw
+//! packet are EOPNOTSUPP.
 
 use crate::context::Ctx;
 use crate::cq::Cq;
@@ -115,15 +116,13 @@ unsafe fn create(
     let ctx = unsafe { Ctx::of(c) };
     let qp_type = match a.qp_type {
         ffi::ibv_qp_type::IBV_QPT_RC => QpType::Rc,
+        ffi::ibv_qp_type::IBV_QPT_UC => QpType::Uc,
         ffi::ibv_qp_type::IBV_QPT_UD => QpType::Ud,
         t => {
-            tracing::debug!("ibv_create_qp: QP type {t} is not supported yet (RC, UD)");
+            tracing::debug!("ibv_create_qp: QP type {t} is not supported (RC, UC, UD)");
             return Err(libc::EOPNOTSUPP);
         }
     };
-    if !a.srq.is_null() {
-        return Err(libc::EOPNOTSUPP);
-    }
     if pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(libc::EINVAL);
     }
@@ -151,6 +150,8 @@ unsafe fn create(
         recv_cq: rcq.id,
         cap,
         sq_sig_all: a.sq_sig_all != 0,
+        // SAFETY: an SRQ we created (the program's `init_attr.srq`), or NULL.
+        srq: (!a.srq.is_null()).then(|| unsafe { crate::srq::Srq::of(a.srq) }.id),
     };
     let qpn = ctx
         .nic()
@@ -165,6 +166,7 @@ unsafe fn create(
     b.pd = pd;
     b.send_cq = a.send_cq;
     b.recv_cq = a.recv_cq;
+    b.srq = a.srq;
     b.handle = qpn;
     b.qp_num = qpn;
     b.state = ffi::ibv_qp_state::IBV_QPS_RESET;

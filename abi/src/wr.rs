@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// SGEs a work request may carry (the engine's limit; more is EINVAL).
-const MAX_SGE: usize = 8;
+pub(crate) const MAX_SGE: usize = 8;
 /// Inline bytes a work request may carry (the engine's limit).
 const MAX_INLINE: usize = 256;
 
@@ -67,7 +67,7 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
 ///
 /// # Safety
 /// `list` points to `n` SGEs (the verbs contract of `sg_list`/`num_sge`).
-unsafe fn sges(
+pub(crate) unsafe fn sges(
     list: *const ffi::ibv_sge,
     n: c_int,
     out: &mut [Sge; MAX_SGE],
@@ -245,21 +245,6 @@ pub unsafe extern "C" fn post_recv(
             cur = w.next;
         }
         0
-    })
-}
-
-/// `ibv_context_ops::post_srq_recv`: no SRQ can exist yet.
-pub unsafe extern "C" fn post_srq_recv(
-    _srq: *mut ffi::ibv_srq,
-    wr: *mut ffi::ibv_recv_wr,
-    bad: *mut *mut ffi::ibv_recv_wr,
-) -> c_int {
-    crate::guard::errno("post_srq_recv", move || {
-        if !bad.is_null() {
-            // SAFETY: the program's out-parameter.
-            unsafe { *bad = wr };
-        }
-        libc::EOPNOTSUPP
     })
 }
 

@@ -104,7 +104,22 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// Only RC is implemented so far.
+    /// No SRQ with this handle.
+    #[error("no SRQ {0}")]
+    NoSuchSrq(u32),
+    /// Every SRQ handle is in use.
+    #[error("no free SRQ handle: every one is in use")]
+    NoFreeSrq,
+    /// The SRQ is still used by a QP (destroy the QPs first).
+    #[error("SRQ {srq} is in use by QP {qpn:#x}")]
+    SrqInUse { srq: u32, qpn: u32 },
+    /// The SRQ holds `depth` WQEs already.
+    #[error("SRQ {srq} is full ({depth} work requests outstanding)")]
+    SrqFull { srq: u32, depth: usize },
+    /// A receive WR posted to a QP that takes its receives from an SRQ.
+    #[error("QP {qpn:#x} receives from SRQ {srq}: post receive WRs with post_srq_recv")]
+    QpOnSrq { qpn: u32, srq: u32 },
+    /// A QP type not implemented.
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
     /// A send on a UD QP names no destination (`post_send_ud` gives the address handle,
@@ -114,13 +129,14 @@ pub enum VerbsError {
     /// A UD destination given for a send on a connected QP (its peer is fixed).
     #[error("QP {qpn:#x} is connected: a send takes no UD destination")]
     NotUd { qpn: u32 },
-    /// An operation the QP's transport does not have (UD: SEND and SEND with immediate
-    /// only, IBA 9.8.1; ibv_post_send's EINVAL).
-    #[error("QP {qpn:#x} ({qp_type}) cannot {op}")]
-    OpNotForQpType {
+    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries SEND and
+    /// RDMA WRITE, with or without immediate; UD SEND and SEND with immediate only;
+    /// ibv_post_send's EINVAL).
+    #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it")]
+    OpNotOnQpType {
         qpn: u32,
-        qp_type: &'static str,
         op: &'static str,
+        qp_type: &'static str,
     },
     /// QPN 1 (the GSI QP) exists already.
     #[error("the GSI QP (QPN 1) exists already")]

@@ -23,6 +23,7 @@ pub mod error;
 pub mod event;
 mod ids;
 pub mod qp;
+pub mod srq;
 pub mod state;
 pub mod stats;
 #[cfg(test)]
@@ -38,6 +39,7 @@ pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
 pub use qp::{
     DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
+pub use srq::{SrqAttr, SrqInit};
 pub use stats::{Counter, Counters};
 pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
 pub use wr::{
@@ -84,6 +86,9 @@ pub struct Engine {
     mem: Arc<MrTable>,
     qps: FxHashMap<u32, Slot>,
     cqs: FxHashMap<u32, Cq>,
+    /// Shared receive queues (`srq.rs`), by handle.
+    srqs: FxHashMap<u32, srq::Srq>,
+    srq_ids: Ids,
     /// The QPs using each CQ (send or receive side), by QPN: an overrun moves them to ERR
     /// in QPN order.
     cq_qps: FxHashMap<u32, BTreeSet<u32>>,
@@ -122,6 +127,7 @@ macro_rules! ctx {
             mem: &$self.mem,
             stats: $stats,
             cqs: &mut $self.cqs,
+            srqs: &mut $self.srqs,
             events: &mut $self.events,
             overrun: &mut $self.overrun,
             notified: &mut $self.notified_now,
@@ -149,6 +155,12 @@ impl Engine {
             qps: FxHashMap::default(),
             cqs: FxHashMap::default(),
             cq_qps: FxHashMap::default(),
+            srqs: FxHashMap::default(),
+            srq_ids: Ids {
+                next: 1,
+                lo: 1,
+                hi: u32::MAX,
+            },
             qpns: Ids {
                 next: first,
                 lo,
@@ -280,12 +292,22 @@ impl Engine {
     }
 
     fn create_qp_numbered(&mut self, init: &QpInit, qpn: Option<u32>) -> Result<u32, VerbsError> {
-        if init.qp_type == QpType::Uc {
-            return Err(VerbsError::UnsupportedQpType("UC"));
+        // A QP on an SRQ has no receive queue: its receive capacities are ignored, as
+        // the kernel ignores them (`ib_create_qp` with `srq`: rxe sizes no RQ).
+        let mut init = *init;
+        if init.srq.is_some() {
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
         }
+        let init = &init;
         for cq in [init.send_cq, init.recv_cq] {
             if !self.cqs.contains_key(&cq) {
                 return Err(VerbsError::NoSuchCq(cq));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !self.srqs.contains_key(&srq) {
+                return Err(VerbsError::NoSuchSrq(srq));
             }
         }
         let c = &init.cap;
@@ -343,13 +365,17 @@ impl Engine {
         for cq in [init.send_cq, init.recv_cq] {
             self.cq_qps.entry(cq).or_default().insert(qpn);
         }
+        if let Some(srq) = init.srq.and_then(|n| self.srqs.get_mut(&n)) {
+            srq.qps.insert(qpn);
+        }
         Ok(qpn)
     }
 
     /// Destroys a QP at once, whatever its state: it leaves the round robin and its timers
     /// with it, and its QPN may be handed out again.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        let s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let mut s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        s.qp.leave_srq(&mut self.srqs);
         // The NIC's totals keep what it counted.
         self.stats.merge(&s.stats);
         if s.ready {
@@ -425,10 +451,10 @@ impl Engine {
             (true, false) => return Err(VerbsError::UdNeedsDest { qpn }),
             (false, true) => return Err(VerbsError::NotUd { qpn }),
             (true, true) if !matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }) => {
-                return Err(VerbsError::OpNotForQpType {
+                return Err(VerbsError::OpNotOnQpType {
                     qpn,
                     qp_type: "UD",
-                    op: "post anything but SEND and SEND with immediate",
+                    op: wr.op.name(),
                 });
             }
             _ => {}
@@ -439,6 +465,18 @@ impl Engine {
                 state: qp.state,
                 op: "post a send WR (RTS, SQD or ERR needed)",
             });
+        }
+        // An operation UC lacks (READ, atomics, SEND with invalidate) is refused here,
+        // so the program learns at once; rxe accepts it and its requester then finds no
+        // UC opcode for it (`next_opcode_uc` -> -EINVAL, status LOC_QP_OP_ERR).
+        if qp.qp_type == QpType::Uc {
+            if let Some(op) = qp::uc::refused_on_uc(&wr.op) {
+                return Err(VerbsError::OpNotOnQpType {
+                    qpn,
+                    op,
+                    qp_type: "UC",
+                });
+            }
         }
         // max_rd_atomic = 0 allows no READ/atomic outstanding, so one could never be
         // issued: rxe's `check_init_depth` would leave it at the head of the SQ forever,
@@ -536,6 +574,11 @@ impl Engine {
                 state: qp.state,
                 op: "post a receive WR (INIT or later needed)",
             });
+        }
+        if let Some(srq) = qp.srq {
+            // rxe: a QP on an SRQ has no receive queue (the provider's `rq.queue` is NULL
+            // and `rxe_post_recv` fails with EINVAL; the kernel's too).
+            return Err(VerbsError::QpOnSrq { qpn, srq });
         }
         if qp.rq.len() >= qp.cap.max_recv_wr {
             return Err(VerbsError::QueueFull {

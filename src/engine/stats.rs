@@ -80,6 +80,20 @@ counters! {
     DropUnexpectedResponse => "drop_unexpected_response",
     /// Dropped: a duplicate READ or atomic request older than the replay ring.
     DropReplayMissing => "drop_replay_missing",
+    /// UC packets dropped by the responder for a PSN gap or an opcode out of sequence (a
+    /// MIDDLE or LAST with no message in progress), and every later packet of a message
+    /// already being dropped, until the next FIRST or ONLY (IBA 9.8.3; rxe `check_psn`,
+    /// `check_op_seq` UC branches, `drop_msg`).
+    UcDropOutOfSeq => "uc_drop_out_of_seq",
+    /// UC messages dropped for want of a receive WQE (UC has no RNR NAK; rxe
+    /// RESPST_ERR_RNR, class D).
+    UcDropNoRecvWqe => "uc_drop_no_recv_wqe",
+    /// UC messages dropped for what RC would NAK: QP rights, R_Key, range, length (rxe
+    /// RESPST_ERR_RKEY_VIOLATION / RESPST_ERR_LENGTH on UC without SRQ: drop the message).
+    UcDropInvalid => "uc_drop_invalid",
+    /// UC messages the responder had begun (some data placed) and gave up: their end was
+    /// lost or refused. Nothing completes for them; a SEND's receive WQE is used again.
+    UcMsgAbandoned => "uc_msg_abandoned",
     /// Completions that did not fit in their CQ (reported as a CQ error).
     CqOverrun => "cq_overrun",
     /// Accesses to registered memory that faulted: the program unmapped or protected it

@@ -54,6 +54,19 @@ impl SendOp {
     pub fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
     }
+    /// The operation's name in messages.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm { .. } => "SEND with immediate",
+            SendOp::SendWithInv { .. } => "SEND with invalidate",
+            SendOp::Write { .. } => "RDMA WRITE",
+            SendOp::WriteWithImm { .. } => "RDMA WRITE with immediate",
+            SendOp::Read { .. } => "RDMA READ",
+            SendOp::CompareSwap { .. } => "atomic compare and swap",
+            SendOp::FetchAdd { .. } => "atomic fetch and add",
+        }
+    }
     /// The completion opcode this operation reports.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {

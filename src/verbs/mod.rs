@@ -28,6 +28,7 @@
 mod channel;
 pub mod discover;
 mod progress;
+mod srq;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
 pub use crate::backend::BackendError;
@@ -38,8 +39,8 @@ pub use crate::engine::qp::attr::{AddressVector, Attrs};
 pub use crate::engine::VerbsError;
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
-    RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
-    DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+    RecvWr, Remote, SendFlags, SendOp, SendWr, SrqAttr, SrqInit, WcOpcode, WcStatus,
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
 pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::mem::{Access, Pd};

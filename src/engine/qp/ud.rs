@@ -266,8 +266,13 @@ impl Qp {
             ctx.stats.inc(Counter::DropMalformed);
             return;
         }
-        let Some(wqe) = self.rq.pop_front() else {
+        // From the QP's RQ or its SRQ (`recv.rs`): a UD message is one packet, so the
+        // WQE is taken and consumed at once.
+        if self.recv_wqe(ctx).is_none() {
             ctx.stats.inc(Counter::UdDropNoRecvWqe);
+            return;
+        }
+        let Some(wqe) = self.consume_recv_wqe() else {
             return;
         };
         let total = GRH_LEN + payload.len();
