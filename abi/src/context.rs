@@ -114,7 +114,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         watch_forks();
         let mut device = verbs::Device::new(dev.port.ip);
         // UD sends and receives are bounded by the port's active MTU (rxe `get_mtu`).
-        device.engine.port_mtu = dev.port.mtu;
+        device.engine.port_mtu = dev.port.mtu.bytes();
         // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
         device.daemon.clone_from(&dev.port.daemon);
         device.pcap = crate::pcap::path(&dev.port.name);

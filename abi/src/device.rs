@@ -207,6 +207,8 @@ fn device_attr(d: &Dev) -> ffi::ibv_device_attr {
     a.max_qp_init_rd_atom = MAX_RD_ATOMIC;
     a.atomic_cap = ffi::ibv_atomic_cap::IBV_ATOMIC_HCA;
     a.max_pkeys = 1;
+    // Address handles are plain memory here; rxe's limit (RXE_MAX_AH).
+    a.max_ah = (1 << 15) - 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     a

@@ -86,7 +86,7 @@ impl Ud {
 
     /// `n` NICs with the port MTU `mtu`.
     pub fn with_mtu(n: usize, mtu: Mtu) -> Ud {
-        Ud::on(Net::with_config(n, |c| c.port_mtu = mtu), false)
+        Ud::on(Net::with_config(n, |c| c.port_mtu = mtu.bytes()), false)
     }
 
     /// `n` IPv6 NICs (fd00::1, ::2, ...).

@@ -165,7 +165,7 @@ impl Qp {
     /// as it is handed out (no ACK). WQEs longer than the port MTU complete on the way
     /// without a packet.
     pub(crate) fn ud_next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        let mtu = ctx.cfg.port_mtu.bytes();
+        let mtu = ctx.cfg.port_mtu;
         // Bounded by the queue: each pass pops one WQE or returns.
         while !self.ud_stalled() {
             let w = *self.sq.front()?;
@@ -262,7 +262,7 @@ impl Qp {
             return;
         }
         // An "only" packet longer than the port MTU (rxe `check_length`, class D).
-        if payload.len() > ctx.cfg.port_mtu.bytes() as usize {
+        if payload.len() > ctx.cfg.port_mtu as usize {
             ctx.stats.inc(Counter::DropMalformed);
             return;
         }
