@@ -299,3 +299,78 @@ fn srq_verbs_check_their_arguments_as_rxe() {
         })
         .is_err());
 }
+
+#[test]
+fn a_wqe_taken_for_an_unfinished_message_goes_back_on_reset_and_destroy() {
+    // RESET (and destroy) owe no completion (IBA 10.3.1): the WQE a QP took for a message
+    // it will never finish returns to the SRQ, first in line, rather than being lost.
+    let mut s = SrqNet::new(SrqOpts {
+        qps: 2,
+        ..SrqOpts::default()
+    });
+    for i in 0..3u64 {
+        s.post_srq_recv(i, RECV + i * 4096, 4096).unwrap();
+    }
+    // QP 0 takes WQE 0 for a 3-packet SEND whose LAST is lost, then is reset.
+    s.net.add_rule(A, B, DropNth::new(&[3]));
+    s.send(0, 1, 0, 3000, None);
+    s.net
+        .run_until(10_000, |n| n.nodes[B].engine.srq(1).unwrap().len() == 2)
+        .unwrap();
+    let (q0, q1) = (s.b.qps[0], s.b.qps[1]);
+    let now = s.net.now;
+    s.engine(B)
+        .modify_qp(
+            now,
+            q0,
+            &QpAttr {
+                state: Some(QpState::Reset),
+                ..QpAttr::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(s.srq_len(), 3);
+    assert!(s.completions(B).is_empty());
+    assert_eq!(s.events(B), []);
+    // QP 1 takes the same WQE 0 next, for its own message, and is destroyed mid-message.
+    s.net.clear_rules();
+    s.net.add_rule(A, B, DropNth::new(&[3]));
+    s.send(1, 2, 0, 3000, None);
+    s.net
+        .run_until(10_000, |n| n.nodes[B].engine.srq(1).unwrap().len() == 2)
+        .unwrap();
+    s.engine(B).destroy_qp(q1).unwrap();
+    assert_eq!(s.srq_len(), 3);
+    // Nothing was lost: the three WQEs are still there, WQE 0 first. A fresh QP pair on
+    // the SRQ receives into it.
+    s.net.clear_rules();
+    let (pa, ca, pb, cb, srq) = (s.a.pd, s.a.cq, s.b.pd, s.b.cq, s.srq);
+    let cap = QpCap {
+        max_recv_wr: 0,
+        max_recv_sge: 0,
+        ..QpCap::default()
+    };
+    let x = s.engine(A).create_qp(&QpInit::rc(pa, ca, cap)).unwrap();
+    let y = s
+        .engine(B)
+        .create_qp(&QpInit {
+            srq: Some(srq),
+            ..QpInit::rc(pb, cb, cap)
+        })
+        .unwrap();
+    let (ia, ib) = (s.net.nodes[A].ip, s.net.nodes[B].ip);
+    let p = roce_emu::sim::direct::RcParams {
+        mtu: Mtu::M1024,
+        ..Default::default()
+    };
+    let psn = roce_emu::wire::Psn::new(7);
+    roce_emu::sim::direct::connect(s.engine(A), x, ib, y, psn, psn, &p).unwrap();
+    roce_emu::sim::direct::connect(s.engine(B), y, ia, x, psn, psn, &p).unwrap();
+    s.a.qps.push(x);
+    s.send(2, 3, 0, 100, None);
+    s.settle();
+    let cb = s.completions(B);
+    assert_eq!(cb.len(), 1);
+    assert_eq!((cb[0].wr_id, cb[0].qpn), (0, y));
+    assert_eq!(s.srq_len(), 2);
+}

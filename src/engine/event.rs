@@ -44,8 +44,8 @@ pub enum AsyncEvent {
     /// The QP reached SQD with the send queue drained (if asked for).
     SqDrained { qpn: u32 },
     /// An SRQ's armed limit was crossed: fewer than `srq_limit` WQEs are left after a QP
-    /// took one. One-shot: the limit is 0 again until re-armed (IBA 11.6.3.3; rxe
-    /// `get_srq_wqe`).
+    /// took one. One-shot: the limit is 0 again until re-armed (rxe `get_srq_wqe`;
+    /// IBV_EVENT_SRQ_LIMIT_REACHED).
     SrqLimitReached { srq: u32 },
     /// A QP on an SRQ went to ERR and will take no more WQEs from it (IBA o11-5.2.5; rxe
     /// `flush_recv_queue`): the program may now destroy it without losing a receive.

@@ -1,13 +1,13 @@
-//! Shared receive queues (IBA 10.2.9, 11.2.3; rxe `rxe_srq.c`): one queue of receive WQEs
-//! that several QPs draw from. A QP on an SRQ has no receive queue of its own; its
-//! responder takes a WQE from the SRQ when a message that needs one starts
-//! ([`crate::engine::qp::Qp::recv_wqe`]), so every WQE is consumed by exactly one message
-//! of one QP.
+//! Shared receive queues (rxe `rxe_srq.c`, `rxe_resp.c`; libibverbs `ibv_create_srq(3)`,
+//! `ibv_modify_srq(3)`): one queue of receive WQEs that several QPs draw from. A QP on an
+//! SRQ has no receive queue of its own; its responder takes a WQE from the SRQ when a
+//! message that needs one starts (`Qp::recv_wqe`, `qp/recv.rs`), so every WQE is consumed
+//! by exactly one message of one QP.
 //!
 //! The limit ("low watermark") is one-shot: armed by `modify_srq(limit)`, it fires
 //! `AsyncEvent::SrqLimitReached` the first time a WQE is taken and fewer than `limit` are
 //! left, and disarms itself (limit back to 0) until the program arms it again (rxe
-//! `get_srq_wqe`; IBA 11.2.3.4, C11-10).
+//! `get_srq_wqe`; `ibv_query_srq(3)`: a limit of 0 means not, or no longer, armed).
 //!
 //! The commands live here as a second `impl Engine`, so that `engine/mod.rs` only gains
 //! the table of SRQs.
@@ -54,7 +54,9 @@ impl Engine {
                 why: "an SRQ holds at least one WQE",
             });
         }
-        // rxe_srq_chk_init: a limit the SRQ can never go below is refused.
+        // A limit above the SRQ's size could never be crossed: refused, as rxe's
+        // `rxe_srq_chk_attr` refuses one above the queue's size on modify (rxe takes the
+        // limit at creation from the init attributes, `rxe_srq_from_init`).
         if init.limit as usize > init.max_wr {
             return Err(VerbsError::InvalidAttr {
                 attr: "srq_limit",

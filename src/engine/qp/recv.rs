@@ -65,9 +65,9 @@ impl Qp {
     /// WR_FLUSH_ERR. On an SRQ the QP owns only the WQE it took for a message in progress,
     /// which completes with WR_FLUSH_ERR too (rxe's `check_resource` in the error state:
     /// `if (qp->resp.wqe) { status = IB_WC_WR_FLUSH_ERR; return RESPST_COMPLETE; }`); the
-    /// SRQ's WQEs stay for its other QPs. (rxe since 6.4, `flush_recv_queue`, returns
-    /// early for an SRQ QP and drops that WQE without a completion; IBA o11-5.2.5 counts
-    /// "a CQE generated for the last WQE", so the completion is kept here.)
+    /// SRQ's WQEs stay for its other QPs. (Newer rxe, whose `flush_recv_queue` raises
+    /// Last WQE Reached, returns early for an SRQ QP and never completes that WQE; IBA
+    /// o11-5.2.5 counts "a CQE generated for the last WQE", so the completion is kept.)
     pub(crate) fn flush_recv(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(w) = self.srq_wqe.take() {
             let c = self.completion(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
