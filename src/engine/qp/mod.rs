@@ -9,6 +9,7 @@
 
 pub mod attr;
 mod completer;
+mod local_ops;
 mod requester;
 mod responder;
 pub mod timers;
