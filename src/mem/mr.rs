@@ -14,8 +14,8 @@ use super::key::{Key, Lkey, Rkey};
 use super::{Access, MemError, Pd};
 use core::fmt;
 use core::ops::Range;
-use std::sync::Arc;
 use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// Whether a region's keys work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,7 +115,8 @@ impl MemoryRegion {
             windows: AtomicU32::new(0),
             bytes,
         };
-        mr.state.store(self.state.load(Ordering::Acquire), Ordering::Release);
+        mr.state
+            .store(self.state.load(Ordering::Acquire), Ordering::Release);
         mr
     }
 

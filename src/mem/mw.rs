@@ -66,10 +66,7 @@ pub struct OnQp {
 impl OnQp {
     /// A key presented on QP `qpn` of `pd`.
     pub const fn new(pd: Pd, qpn: u32) -> OnQp {
-        OnQp {
-            pd,
-            qpn: Some(qpn),
-        }
+        OnQp { pd, qpn: Some(qpn) }
     }
 }
 
@@ -173,7 +170,8 @@ impl MemoryWindow {
         self.lock().qpn
     }
 
-    /// rxe's `rxe_lookup_mw` checks, then the window's own range (which rxe leaves to
+    /// rxe's `rxe_lookup_mw` checks (key, PD, bound, QP of a type 2, rights), then the
+    /// window's own range (which rxe leaves to
     /// the region's: IBA 10.6.7 confines the peer to the window, so do we). Returns the
     /// region and the address in it that `va` names. Any failure is an R_Key violation.
     pub(super) fn resolve(
@@ -198,6 +196,10 @@ impl MemoryWindow {
                 found: self.pd,
             });
         }
+        let mr = match (&b.mr, b.state) {
+            (Some(mr), MwState::Valid) if b.length != 0 => Arc::clone(mr),
+            _ => return Err(MemError::MrInvalid { key }),
+        };
         if self.kind == MwType::Type2 && b.qpn != who.qpn {
             return Err(MemError::QpMismatch {
                 key,
@@ -205,10 +207,6 @@ impl MemoryWindow {
                 found: b.qpn,
             });
         }
-        let mr = match (&b.mr, b.state) {
-            (Some(mr), MwState::Valid) if b.length != 0 => Arc::clone(mr),
-            _ => return Err(MemError::MrInvalid { key }),
-        };
         if !b.access.contains(need) {
             return Err(MemError::AccessDenied {
                 key,

@@ -590,5 +590,7 @@ impl MrTable {
 mod rereg;
 pub use rereg::Rereg;
 #[cfg(test)]
+mod mw_tests;
+#[cfg(test)]
 mod tests;
 mod windows;

@@ -414,7 +414,11 @@ impl Qp {
                 // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
                 // a positive ACK (its aeth_syndrome is left at ACK), which would tell the
                 // sender its message was fine, so the NAK is ours.
-                if ctx.mem.invalidate_remote(self.on_qp(), Rkey(ieth.rkey)).is_err() {
+                if ctx
+                    .mem
+                    .invalidate_remote(self.on_qp(), Rkey(ieth.rkey))
+                    .is_err()
+                {
                     self.complete_recv(
                         ctx,
                         WcStatus::RemInvReqErr,
@@ -508,7 +512,9 @@ impl Qp {
         if len == 0 {
             return true;
         }
-        let r = ctx.mem.lookup_remote(self.on_qp(), Rkey(rkey), va, len, need);
+        let r = ctx
+            .mem
+            .lookup_remote(self.on_qp(), Rkey(rkey), va, len, need);
         if let Err(e) = &r {
             refusal::access(self.qpn, refusal::op_of(need), psn, rkey, va, len, e);
         }
@@ -554,7 +560,8 @@ impl Qp {
             ctx.mem
                 .compare_swap(self.on_qp(), Rkey(a.rkey), a.va, a.compare, a.swap_add)
         } else {
-            ctx.mem.fetch_add(self.on_qp(), Rkey(a.rkey), a.va, a.swap_add)
+            ctx.mem
+                .fetch_add(self.on_qp(), Rkey(a.rkey), a.va, a.swap_add)
         };
         ctx.stats.note_mem(&res);
         // The R_Key, PD, rights and range are checked before the alignment (rxe

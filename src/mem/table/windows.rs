@@ -103,7 +103,9 @@ impl MrTable {
         let _a = self.alloc();
         let mut b = mw.lock();
         if b.rkey != mw_rkey {
-            return Err(refuse("the window's R_Key has another key byte (stale key)"));
+            return Err(refuse(
+                "the window's R_Key has another key byte (stale key)",
+            ));
         }
         let mr = if bind.length != 0 {
             Some(
@@ -113,8 +115,13 @@ impl MrTable {
         } else {
             None
         };
-        if !Access::REMOTE.union(Access::LOCAL_WRITE).contains(bind.access) {
-            return Err(refuse("a window's rights are remote read, write and atomic"));
+        if !Access::REMOTE
+            .union(Access::LOCAL_WRITE)
+            .contains(bind.access)
+        {
+            return Err(refuse(
+                "a window's rights are remote read, write and atomic",
+            ));
         }
         if mw.kind() == MwType::Type2 && who.qpn.is_none() {
             return Err(refuse("a type 2 window is bound by a work request on a QP"));

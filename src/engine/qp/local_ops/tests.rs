@@ -26,7 +26,16 @@ fn pair() -> (Net, [RcEnd; 2]) {
         let ip = net.nodes[peer].ip;
         let psn = Psn::new(0x100);
         let p = RcParams::default();
-        connect(&mut net.nodes[me].engine, s[me].qpn, ip, s[peer].qpn, psn, psn, &p).unwrap();
+        connect(
+            &mut net.nodes[me].engine,
+            s[me].qpn,
+            ip,
+            s[peer].qpn,
+            psn,
+            psn,
+            &p,
+        )
+        .unwrap();
     }
     (net, s)
 }
@@ -74,12 +83,21 @@ fn bind_write_send_with_invalidate_then_refused() {
         .alloc_mw(s[1].pd, MwType::Type2)
         .unwrap();
     let old = mw.rkey().0;
-    let op = bind_op(old, old as u8 ^ 0x5a, s[1].lkey(), s[1].iova() + 0x100, 0x100);
+    let op = bind_op(
+        old,
+        old as u8 ^ 0x5a,
+        s[1].lkey(),
+        s[1].iova() + 0x100,
+        0x100,
+    );
     post(&mut net, 1, s[1].qpn, 7, op, &[]);
     net.run_idle(10_000).unwrap();
     let c = poll(&mut net, 1, s[1].cq);
     assert_eq!(c.len(), 1, "{c:?}");
-    assert_eq!((c[0].wr_id, c[0].status, c[0].opcode), (7, WcStatus::Success, WcOpcode::BindMw));
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode),
+        (7, WcStatus::Success, WcOpcode::BindMw)
+    );
     let rkey = mw.rkey().0;
     assert_eq!(rkey, (old & !0xff) | u32::from(old as u8 ^ 0x5a));
     assert_eq!(mw.qpn(), Some(s[1].qpn));
@@ -88,7 +106,14 @@ fn bind_write_send_with_invalidate_then_refused() {
     let write = |va| SendOp::Write {
         remote: Remote { va, rkey },
     };
-    post(&mut net, 0, s[0].qpn, 1, write(s[1].iova() + 0x1f0), &[s[0].sge(0, 16)]);
+    post(
+        &mut net,
+        0,
+        s[0].qpn,
+        1,
+        write(s[1].iova() + 0x1f0),
+        &[s[0].sge(0, 16)],
+    );
     net.run_idle(10_000).unwrap();
     let c = poll(&mut net, 0, s[0].cq);
     assert_eq!(c[0].status, WcStatus::Success);
@@ -100,20 +125,40 @@ fn bind_write_send_with_invalidate_then_refused() {
     // SEND with Invalidate of the window.
     let now = net.now;
     let sge = [s[1].sge(0x800, 64)];
-    let rwr = RecvWr { wr_id: 9, sges: &sge };
+    let rwr = RecvWr {
+        wr_id: 9,
+        sges: &sge,
+    };
     net.nodes[1].engine.post_recv(now, s[1].qpn, &rwr).unwrap();
-    post(&mut net, 0, s[0].qpn, 2, SendOp::SendWithInv { rkey }, &[s[0].sge(0, 8)]);
+    post(
+        &mut net,
+        0,
+        s[0].qpn,
+        2,
+        SendOp::SendWithInv { rkey },
+        &[s[0].sge(0, 8)],
+    );
     net.run_idle(10_000).unwrap();
     assert_eq!(poll(&mut net, 0, s[0].cq)[0].status, WcStatus::Success);
     let c = poll(&mut net, 1, s[1].cq);
-    assert_eq!((c[0].wr_id, c[0].status, c[0].opcode), (9, WcStatus::Success, WcOpcode::Recv));
+    assert_eq!(
+        (c[0].wr_id, c[0].status, c[0].opcode),
+        (9, WcStatus::Success, WcOpcode::Recv)
+    );
     assert_eq!(c[0].invalidated_rkey, Some(rkey));
     assert_eq!(mw.state(), MwState::Free);
     assert_eq!(s[1].mr.windows(), 0);
 
     // The key is dead: the WRITE is refused and no byte changes.
     s[0].mr.fill(0xcd);
-    post(&mut net, 0, s[0].qpn, 3, write(s[1].iova() + 0x100), &[s[0].sge(0, 16)]);
+    post(
+        &mut net,
+        0,
+        s[0].qpn,
+        3,
+        write(s[1].iova() + 0x100),
+        &[s[0].sge(0, 16)],
+    );
     net.run_idle(100_000).unwrap();
     let c = poll(&mut net, 0, s[0].cq);
     assert_eq!(c[0].status, WcStatus::RemAccessErr);
@@ -140,7 +185,14 @@ fn window_range_not_region_range() {
         va: s[1].iova() + 0x1f1,
         rkey: mw.rkey().0,
     };
-    post(&mut net, 0, s[0].qpn, 1, SendOp::Write { remote }, &[s[0].sge(0, 16)]);
+    post(
+        &mut net,
+        0,
+        s[0].qpn,
+        1,
+        SendOp::Write { remote },
+        &[s[0].sge(0, 16)],
+    );
     net.run_idle(100_000).unwrap();
     assert_eq!(poll(&mut net, 0, s[0].cq)[0].status, WcStatus::RemAccessErr);
     s[1].mr.with_bytes(|b| assert!(b.iter().all(|&x| x == 0)));
@@ -159,7 +211,14 @@ fn local_invalidate_and_order() {
         .unwrap();
     let old = mw.rkey().0;
     let remote = s[0].remote(0);
-    post(&mut net, 1, s[1].qpn, 1, SendOp::Write { remote }, &[s[1].sge(0, 8)]);
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        1,
+        SendOp::Write { remote },
+        &[s[1].sge(0, 8)],
+    );
     let op = bind_op(old, old as u8 ^ 2, s[1].lkey(), s[1].iova(), 4096);
     post(&mut net, 1, s[1].qpn, 2, op, &[]);
     let rkey = (old & !0xff) | u32::from(old as u8 ^ 2);
@@ -180,7 +239,14 @@ fn local_invalidate_and_order() {
         va: s[1].iova(),
         rkey,
     };
-    post(&mut net, 0, s[0].qpn, 4, SendOp::Read { remote }, &[s[0].sge(0, 8)]);
+    post(
+        &mut net,
+        0,
+        s[0].qpn,
+        4,
+        SendOp::Read { remote },
+        &[s[0].sge(0, 8)],
+    );
     net.run_idle(100_000).unwrap();
     assert_eq!(poll(&mut net, 0, s[0].cq)[0].status, WcStatus::RemAccessErr);
 }
@@ -196,12 +262,33 @@ fn refused_bind_fails_the_qp() {
         .alloc_mw(s[1].pd, MwType::Type2)
         .unwrap();
     let old = mw.rkey().0;
-    post(&mut net, 1, s[1].qpn, 1, bind_op(old, 3, s[1].lkey(), s[1].iova(), 64), &[]);
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        1,
+        bind_op(old, 3, s[1].lkey(), s[1].iova(), 64),
+        &[],
+    );
     net.run_idle(10_000).unwrap();
     let new = mw.rkey().0;
     // Bound: a second bind of a type 2 window is refused (o10-37.2.30).
-    post(&mut net, 1, s[1].qpn, 2, bind_op(new, 4, s[1].lkey(), s[1].iova(), 64), &[]);
-    post(&mut net, 1, s[1].qpn, 3, SendOp::LocalInv { rkey: new }, &[]);
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        2,
+        bind_op(new, 4, s[1].lkey(), s[1].iova(), 64),
+        &[],
+    );
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        3,
+        SendOp::LocalInv { rkey: new },
+        &[],
+    );
     net.run_idle(10_000).unwrap();
     let c = poll(&mut net, 1, s[1].cq);
     let got: Vec<_> = c.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect();
