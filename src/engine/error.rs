@@ -108,6 +108,9 @@ pub enum VerbsError {
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
     /// A memory registration problem.
+    #[error("CQ {cq} holds {held} completions: cannot resize it to {asked}")]
+    CqResize { cq: u32, asked: usize, held: usize },
+
     #[error(transparent)]
     Mem(#[from] MemError),
 }

@@ -224,6 +224,25 @@ impl Engine {
             .ok_or(VerbsError::NoSuchCq(cq))
     }
 
+    /// `ibv_resize_cq` ([`Cq::resize`]): 1 to `max_queue_depth` entries, no fewer than
+    /// the CQ holds plus `outside` (taken out by the caller, still counted as held).
+    pub fn resize_cq(&mut self, cq: u32, depth: usize, outside: usize) -> Result<(), VerbsError> {
+        if depth == 0 || depth > self.cfg.max_queue_depth {
+            return Err(VerbsError::CapTooLarge {
+                what: "cq depth",
+                asked: depth,
+                max: self.cfg.max_queue_depth,
+            });
+        }
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
+        q.resize(depth, outside)
+            .map_err(|held| VerbsError::CqResize {
+                cq,
+                asked: depth,
+                held,
+            })
+    }
+
     /// Takes up to `out.len()` completions from a CQ, oldest first.
     pub fn poll_cq(&mut self, cq: u32, out: &mut [Completion]) -> Result<usize, VerbsError> {
         let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;

@@ -41,7 +41,7 @@ impl Default for MrTableConfig {
             seed: 0x726f_6365_2d65_6d75, // "roce-emu"
             max_mrs: MW_INDEX_BASE - 1,
             // rxe's RXE_MAX_MW.
-            max_mws: 0xffff,
+            max_mws: 0x4_0000,
             max_mr_len: 1 << 30,
         }
     }

@@ -27,6 +27,7 @@
 
 mod channel;
 pub mod discover;
+mod mw;
 mod progress;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
@@ -43,6 +44,7 @@ pub use crate::engine::{
 };
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};
+pub use crate::mem::{MemoryWindow, MwBind, MwState, MwType, Rereg, Rkey};
 pub use crate::wire::Psn;
 
 use crate::backend::capture::{Capture, CaptureError};
