@@ -102,6 +102,11 @@ impl Cq {
         Ok(())
     }
 
+    /// Drops the completions of QP `qpn` (the QP was reset).
+    pub fn remove_qp(&mut self, qpn: u32) {
+        self.ring.retain(|c| c.qpn != qpn);
+    }
+
     pub fn pop(&mut self) -> Option<Completion> {
         self.ring.pop_front()
     }

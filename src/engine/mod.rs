@@ -381,7 +381,18 @@ impl Engine {
         let s = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = &mut s.qp;
         let mut ctx = ctx!(self, now, &mut s.stats);
+        let was_reset = qp.state == QpState::Reset;
         let r = qp.modify(attr, &mut ctx);
+        if !was_reset && qp.state == QpState::Reset {
+            // The QP's completions not yet polled go with its queues, as mlx4/mlx5 do
+            // (`mlx5_ib_cq_clean` on the move to RESET): a QP brought back up must not
+            // find its old flush completions first (pyverbs' rereg tests restate QPs so).
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(q) = self.cqs.get_mut(&cq) {
+                    q.remove_qp(qpn);
+                }
+            }
+        }
         self.touch(qpn);
         self.after_call(now);
         r
