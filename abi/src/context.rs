@@ -155,9 +155,9 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         ops.post_send = Some(wr::post_send);
         ops.post_recv = Some(wr::post_recv);
         ops.post_srq_recv = Some(crate::srq::post_srq_recv);
-        ops.alloc_mw = Some(crate::mr::alloc_mw);
-        ops.bind_mw = Some(crate::mr::bind_mw);
-        ops.dealloc_mw = Some(crate::mr::dealloc_mw);
+        ops.alloc_mw = Some(crate::mw::alloc_mw);
+        ops.bind_mw = Some(crate::mw::bind_mw);
+        ops.dealloc_mw = Some(crate::mw::dealloc_mw);
         ops._compat_query_port = Some(device::ibv_query_port);
         let ctx = Box::new(Ctx {
             v,

@@ -206,6 +206,7 @@ pub fn status(s: WcStatus) -> ffi::ibv_wc_status::Type {
         WcStatus::RemOpErr => t::IBV_WC_REM_OP_ERR,
         WcStatus::RetryExcErr => t::IBV_WC_RETRY_EXC_ERR,
         WcStatus::RnrRetryExcErr => t::IBV_WC_RNR_RETRY_EXC_ERR,
+        WcStatus::MwBindErr => t::IBV_WC_MW_BIND_ERR,
     }
 }
 
@@ -219,6 +220,8 @@ fn opcode(o: WcOpcode) -> ffi::ibv_wc_opcode::Type {
         WcOpcode::FetchAdd => t::IBV_WC_FETCH_ADD,
         WcOpcode::Recv => t::IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => t::IBV_WC_RECV_RDMA_WITH_IMM,
+        WcOpcode::BindMw => t::IBV_WC_BIND_MW,
+        WcOpcode::LocalInv => t::IBV_WC_LOCAL_INV,
     }
 }
 
@@ -530,9 +533,32 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
     })
 }
 
+/// `ibv_resize_cq`: room for `cqe` completions, keeping every one the CQ holds (rxe
+/// `rxe_resize_cq`). EINVAL, changing nothing, for `cqe` outside 1..=max_cqe or below
+/// the completions held, counting those the extended API has taken from the engine and
+/// not handed out yet (rxe `rxe_cq_chk_attr`). `cq->cqe` is the new size, as rxe reports.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ffi::ibv_cq, _cqe: c_int) -> c_int {
-    crate::guard::errno("ibv_resize_cq", move || libc::EOPNOTSUPP)
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ffi::ibv_cq, cqe: c_int) -> c_int {
+    crate::guard::errno("ibv_resize_cq", move || {
+        // SAFETY: a CQ we created.
+        let obj = unsafe { Cq::of(cq) };
+        if !(1..=16_384).contains(&cqe) {
+            return libc::EINVAL;
+        }
+        // The polling lock: no poll moves completions between the engine and the buffer
+        // meanwhile.
+        let p = obj.polled();
+        let r = obj
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.resize_cq(obj.id, cqe as usize, p.len));
+        if let Err(e) = r {
+            return refused("ibv_resize_cq", &e);
+        }
+        // SAFETY: our CQ's C part; the program reads `cqe` after the call returns.
+        unsafe { (*obj.c()).cqe = cqe };
+        0
+    })
 }
 
 /// `ibv_context_ops::poll_cq`.

@@ -42,6 +42,7 @@ mod ffi;
 mod fork;
 mod guard;
 mod mr;
+mod mw;
 mod pcap;
 mod qp;
 mod srq;

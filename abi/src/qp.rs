@@ -241,7 +241,9 @@ pub unsafe extern "C" fn create_qp_ex(
                 | s::IBV_QP_EX_WITH_RDMA_READ
                 | s::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | s::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-                | s::IBV_QP_EX_WITH_SEND_WITH_INV,
+                | s::IBV_QP_EX_WITH_SEND_WITH_INV
+                | s::IBV_QP_EX_WITH_BIND_MW
+                | s::IBV_QP_EX_WITH_LOCAL_INV,
         );
         let bad = a.comp_mask & !known != 0
             || a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0

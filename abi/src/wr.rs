@@ -57,7 +57,14 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
                 remote: atomic,
                 add: at.compare_add,
             },
-            // LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, FLUSH: not on this NIC yet.
+            o::IBV_WR_LOCAL_INV => SendOp::LocalInv {
+                rkey: w.__bindgen_anon_1.invalidate_rkey,
+            },
+            o::IBV_WR_BIND_MW => {
+                let b = &w.__bindgen_anon_2.bind_mw;
+                crate::mw::bind_op(b.mw, b.rkey, &b.bind_info)?
+            }
+            // TSO, ATOMIC_WRITE, FLUSH: not on this NIC yet.
             _ => return Err(libc::EOPNOTSUPP),
         })
     }
@@ -113,8 +120,13 @@ unsafe fn gather(list: &[Sge], buf: &mut [u8; MAX_INLINE], max: usize) -> Result
 unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     let op = op_of(w)?;
     let mut list = [Sge::default(); MAX_SGE];
-    // SAFETY: `w` is the program's work request, its list `num_sge` long.
-    let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }?;
+    // Local operations (BIND_MW, LOCAL_INV) carry no data: their SGE fields are not read.
+    let n = if op.is_local() {
+        0
+    } else {
+        // SAFETY: `w` is the program's work request, its list `num_sge` long.
+        unsafe { sges(w.sg_list, w.num_sge, &mut list) }?
+    };
     let mut inline = [0u8; MAX_INLINE];
     let inline_send = w.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE != 0
         && matches!(
@@ -350,7 +362,7 @@ impl SendSide {
 
     /// The lock for the length of one call: released when the guard drops (also when
     /// a panic unwinds to the ABI guard), unless this thread held it before.
-    fn lock(&self) -> Held<'_> {
+    pub(crate) fn lock(&self) -> Held<'_> {
         Held(self, self.acquire())
     }
 
@@ -372,7 +384,7 @@ impl SendSide {
 }
 
 /// See [`SendSide::lock`].
-struct Held<'a>(&'a SendSide, bool);
+pub(crate) struct Held<'a>(&'a SendSide, bool);
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
@@ -658,25 +670,34 @@ unsafe fn set_inline(q: &Qp, n: usize, list: *const ffi::ibv_data_buf) {
     });
 }
 
-// The operations this NIC lacks: the batch fails with EOPNOTSUPP at `ibv_wr_complete`
-// (a QP asking for them in `send_ops_flags` is refused at creation already).
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ffi::ibv_qp_ex,
-    _: *mut ffi::ibv_mw,
-    _: u32,
-    _: *const ffi::ibv_mw_bind_info,
+    mw: *mut ffi::ibv_mw,
+    rkey: u32,
+    info: *const ffi::ibv_mw_bind_info,
 ) {
     crate::guard::value("wr_bind_mw", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        let q = unsafe { qp_of(qp) };
+        if info.is_null() {
+            return fail(q, libc::EINVAL);
+        }
+        // SAFETY: the program's window and bind information (its region ours).
+        match unsafe { crate::mw::bind_op(mw, rkey, &*info) } {
+            Ok(op) => push(q, op),
+            Err(e) => fail(q, e),
+        }
     })
 }
-unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, _: u32) {
+unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, rkey: u32) {
     crate::guard::value("wr_local_inv", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        push(unsafe { qp_of(qp) }, SendOp::LocalInv { rkey })
     })
 }
+
+// The operations this NIC lacks: the batch fails with EOPNOTSUPP at `ibv_wr_complete`
+// (a QP asking for them in `send_ops_flags` is refused at creation already).
 unsafe extern "C" fn wr_send_tso(qp: *mut ffi::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
     crate::guard::value("wr_send_tso", move || {
         // SAFETY: see above (a QP of ours).

@@ -555,6 +555,7 @@ pub fn status_name(s: WcStatus) -> &'static str {
         WcStatus::RemOpErr => "REM_OP_ERR",
         WcStatus::RetryExcErr => "RETRY_EXC_ERR",
         WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+        WcStatus::MwBindErr => "MW_BIND_ERR",
     }
 }
 
@@ -567,5 +568,7 @@ pub fn op_name(o: WcOpcode) -> &'static str {
         WcOpcode::FetchAdd => "FETCH_ADD",
         WcOpcode::Recv => "RECV",
         WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+        WcOpcode::BindMw => "BIND_MW",
+        WcOpcode::LocalInv => "LOCAL_INV",
     }
 }

@@ -142,6 +142,9 @@ pub enum VerbsError {
     #[error("the GSI QP (QPN 1) exists already")]
     GsiExists,
     /// A memory registration problem.
+    #[error("CQ {cq} holds {held} completions: cannot resize it to {asked}")]
+    CqResize { cq: u32, asked: usize, held: usize },
+
     #[error(transparent)]
     Mem(#[from] MemError),
 }

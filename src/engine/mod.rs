@@ -239,6 +239,25 @@ impl Engine {
             .ok_or(VerbsError::NoSuchCq(cq))
     }
 
+    /// `ibv_resize_cq` ([`Cq::resize`]): 1 to `max_queue_depth` entries, no fewer than
+    /// the CQ holds plus `outside` (taken out by the caller, still counted as held).
+    pub fn resize_cq(&mut self, cq: u32, depth: usize, outside: usize) -> Result<(), VerbsError> {
+        if depth == 0 || depth > self.cfg.max_queue_depth {
+            return Err(VerbsError::CapTooLarge {
+                what: "cq depth",
+                asked: depth,
+                max: self.cfg.max_queue_depth,
+            });
+        }
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
+        q.resize(depth, outside)
+            .map_err(|held| VerbsError::CqResize {
+                cq,
+                asked: depth,
+                held,
+            })
+    }
+
     /// Takes up to `out.len()` completions from a CQ, oldest first.
     pub fn poll_cq(&mut self, cq: u32, out: &mut [Completion]) -> Result<usize, VerbsError> {
         let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
@@ -415,7 +434,18 @@ impl Engine {
         let s = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = &mut s.qp;
         let mut ctx = ctx!(self, now, &mut s.stats);
+        let was_reset = qp.state == QpState::Reset;
         let r = qp.modify(attr, &mut ctx);
+        if !was_reset && qp.state == QpState::Reset {
+            // The QP's completions not yet polled go with its queues, as mlx4/mlx5 do
+            // (`mlx5_ib_cq_clean` on the move to RESET): a QP brought back up must not
+            // find its old flush completions first (pyverbs' rereg tests restate QPs so).
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(q) = self.cqs.get_mut(&cq) {
+                    q.remove_qp(qpn);
+                }
+            }
+        }
         self.touch(qpn);
         self.after_call(now);
         r

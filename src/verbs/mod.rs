@@ -27,6 +27,7 @@
 
 mod channel;
 pub mod discover;
+mod mw;
 mod progress;
 mod srq;
 
@@ -45,6 +46,7 @@ pub use crate::engine::{
 pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};
+pub use crate::mem::{MemoryWindow, MwBind, MwState, MwType, Rereg, Rkey};
 pub use crate::wire::Psn;
 
 use crate::backend::capture::{Capture, CaptureError};

@@ -9,6 +9,7 @@
 
 pub mod attr;
 mod completer;
+mod local_ops;
 pub(crate) mod recv;
 mod requester;
 mod responder;

@@ -57,6 +57,7 @@ fn send_write_opcode(o: &SendOp, first: bool, last: bool) -> Opcode {
         (Read { .. }, _, _) => op::RC_RDMA_READ_REQUEST,
         (CompareSwap { .. }, _, _) => op::RC_COMPARE_SWAP,
         (FetchAdd { .. }, _, _) => op::RC_FETCH_ADD,
+        (BindMw { .. } | LocalInv { .. }, _, _) => unreachable!("local operations send nothing"),
     }
 }
 
@@ -134,17 +135,25 @@ impl Qp {
         if self.qp_type == super::QpType::Ud {
             return self.ud_next_request(ctx, buf);
         }
-        if self.request_stalled(ctx.cfg) {
-            return None;
-        }
-        let idx = self.req.sq_idx;
-        let w = *self.sq.get(idx)?;
-        if w.error.is_some() {
-            return None; // failed locally: waits for the WRs before it (below)
-        }
-        if self.req.offset == 0 && !self.may_start(idx, &w) {
-            return None;
-        }
+        // Local WQEs (BIND_MW, LOCAL_INV) ahead are executed on the way: they send
+        // nothing, and each is taken once (the requester moves past it or the QP fails).
+        let (idx, w) = loop {
+            if self.request_stalled(ctx.cfg) {
+                return None;
+            }
+            let idx = self.req.sq_idx;
+            let w = *self.sq.get(idx)?;
+            if w.error.is_some() {
+                return None; // failed locally: waits for the WRs before it (below)
+            }
+            if self.req.offset == 0 && !self.may_start(idx, &w) {
+                return None;
+            }
+            if !w.op.is_local() {
+                break (idx, w);
+            }
+            self.do_local_op(ctx, idx);
+        };
         let mtu = self.mtu();
         let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
         // A READ takes one PSN per response packet at once: it starts only if all of them

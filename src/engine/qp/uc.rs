@@ -41,6 +41,8 @@ pub fn refused_on_uc(op: &SendOp) -> Option<&'static str> {
         | SendOp::SendWithImm { .. }
         | SendOp::Write { .. }
         | SendOp::WriteWithImm { .. } => None,
+        // Executed locally, no packet (IBA 10.6.7.2: type 2 windows bind on UC too).
+        op if op.is_local() => None,
         _ => Some(op.name()),
     }
 }
