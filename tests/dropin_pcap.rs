@@ -72,7 +72,7 @@ fn pair(tag: &str, n: u8, port: u16, server_mtu: &str, client_mtu: &str, want: &
     let (sip, cip) = (format!("127.0.54.{n}"), format!("127.0.54.{}", n + 1));
     let p = port.to_string();
     let args = |mtu: &str, peer: Option<&str>| -> Vec<String> {
-        let mut a: Vec<String> = ["-d", "rxe0", "-g", "0", "-p", &p, "-n", "20", "-m", mtu]
+        let mut a: Vec<String> = ["-d", "rxe0", "-g", "1", "-p", &p, "-n", "20", "-m", mtu]
             .iter()
             .map(|s| s.to_string())
             .collect();

@@ -169,6 +169,8 @@ pub(crate) struct Shared {
     rx_fd: OwnedFd,
     stop: AtomicBool,
     pub(crate) events: EventQueue<Event>,
+    /// The GID table the thread follows (`Device::gids`).
+    pub(crate) gids: Option<super::gids::Watch>,
 }
 
 impl Shared {
@@ -186,6 +188,7 @@ impl Shared {
             rx_fd,
             stop: AtomicBool::new(false),
             events: EventQueue::new()?,
+            gids: None,
         })
     }
 
@@ -380,6 +383,15 @@ impl Shared {
         let mut recheck = HANDOFF;
         while !self.stop.load(Ordering::Relaxed) {
             let (w, watch_port) = self.turn(&mut seen, &mut recheck);
+            // The interface's addresses, at most every WATCH_INTERVAL (the sleep is at
+            // most MAX_SLEEP): outside the NIC lock, the engine knows nothing of GIDs.
+            if self
+                .gids
+                .as_ref()
+                .is_some_and(|g| g.due(std::time::Instant::now()))
+            {
+                self.events.push(Event::GidChange);
+            }
             if w.is_zero() {
                 continue;
             }
