@@ -35,7 +35,11 @@ fn a_gid_index_out_of_range_names_the_devices_gids() {
         .unwrap();
     assert!(!out.status.success(), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("can't read sgid of index 1024"), "{}", show(&out));
+    assert!(
+        err.contains("can't read sgid of index 1024"),
+        "{}",
+        show(&out)
+    );
     assert!(
         err.contains("rxe0: no GID at port 1 index 1024")
             && err.contains("GID[0] = fe80::200:ff:fe00:0")

@@ -454,7 +454,13 @@ pub unsafe extern "C" fn ibv_query_gid_type(
         let ctx = unsafe { Ctx::of(c) };
         match gid_at(ctx.dev, u32::from(port), index) {
             Ok(g) => {
-                unsafe { *ty = if g.is_some() { GID_TYPE_SYSFS_ROCE_V2 } else { 0 } };
+                unsafe {
+                    *ty = if g.is_some() {
+                        GID_TYPE_SYSFS_ROCE_V2
+                    } else {
+                        0
+                    }
+                };
                 0
             }
             Err(e) => {

@@ -4,8 +4,8 @@
 //! as rxe's would read. Any other path is read from the real file system.
 
 use crate::device::{self, Dev};
-use roce_emu::verbs::gids;
 use libc::{c_char, c_int};
+use roce_emu::verbs::gids;
 use std::ffi::CStr;
 
 #[no_mangle]

@@ -264,7 +264,9 @@ impl Watch {
     /// query may have refreshed it in between: the change is still reported once).
     pub fn due(&self, now: std::time::Instant) -> bool {
         let mut l = self.last.lock().unwrap();
-        if l.0.is_some_and(|at| now.saturating_duration_since(at) < WATCH_INTERVAL) {
+        if l.0
+            .is_some_and(|at| now.saturating_duration_since(at) < WATCH_INTERVAL)
+        {
             return false;
         }
         l.0 = Some(now);
@@ -298,7 +300,11 @@ mod tests {
     #[test]
     fn the_lab_interface_gives_rxes_table() {
         let mac = [0x52, 0x54, 0x00, 0x4c, 0xab, 0x01];
-        let addrs = ips(&["198.18.0.11", "2001:db8:4791::11", "fe80::5054:ff:fe4c:ab01"]);
+        let addrs = ips(&[
+            "198.18.0.11",
+            "2001:db8:4791::11",
+            "fe80::5054:ff:fe4c:ab01",
+        ]);
         let t = GidTable::new("rxe0", mac, addrs[0], Some("eth0".into()), &addrs, false);
         assert_eq!(
             strs(&t),
@@ -326,10 +332,7 @@ mod tests {
         let addrs = ips(&["fd00::2", "fe80::1234", "192.0.2.2", "192.0.2.3"]);
         let t = GidTable::new("rxe0", mac, addrs[2], None, &addrs, false);
         assert_eq!(
-            strs(&t)
-                .into_iter()
-                .map(|(_, s)| s)
-                .collect::<Vec<_>>(),
+            strs(&t).into_iter().map(|(_, s)| s).collect::<Vec<_>>(),
             [
                 "fe80::ff:fe00:1",
                 "::ffff:192.0.2.2",
