@@ -383,17 +383,17 @@ impl Shared {
         let mut recheck = HANDOFF;
         while !self.stop.load(Ordering::Relaxed) {
             let (w, watch_port) = self.turn(&mut seen, &mut recheck);
-            // The interface's addresses, at most every WATCH_INTERVAL (the sleep is at
-            // most MAX_SLEEP): outside the NIC lock, the engine knows nothing of GIDs.
+            if w.is_zero() {
+                continue;
+            }
+            // The interface's addresses, at most every WATCH_INTERVAL, before a sleep (of
+            // at most MAX_SLEEP): outside the NIC lock, as the engine knows nothing of GIDs.
             if self
                 .gids
                 .as_ref()
                 .is_some_and(|g| g.due(std::time::Instant::now()))
             {
                 self.events.push(Event::GidChange);
-            }
-            if w.is_zero() {
-                continue;
             }
             let ms = w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);
