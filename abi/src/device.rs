@@ -358,6 +358,7 @@ pub unsafe extern "C" fn ibv_query_gid(
             // An empty slot is a zero GID and success (libibverbs `ibv_query_gid`:
             // "Preserve API behavior for empty GID"); UCX queries every index.
             Ok(raw) => {
+                // SAFETY: `gid` is the program's out-parameter.
                 unsafe { (*gid).raw = raw.unwrap_or_default() };
                 0
             }
@@ -398,6 +399,7 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         let ctx = unsafe { Ctx::of(c) };
         match gid_at(ctx.dev, port, index) {
             Ok(Some(raw)) => {
+                // SAFETY: `entry` has `entry_size` >= size_of::<ibv_gid_entry> bytes.
                 unsafe { entry.write(gid_entry(ctx.dev, index, raw)) };
                 0
             }
@@ -429,6 +431,7 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         }
         for (n, &(i, ip)) in used.iter().enumerate() {
             let e = gid_entry(ctx.dev, i, gids::gid_of(ip));
+            // SAFETY: slot `n` < `max_entries` of `entry_size` bytes each.
             unsafe {
                 let slot = (entries as *mut u8).add(n * entry_size);
                 std::ptr::write_bytes(slot, 0, entry_size);
