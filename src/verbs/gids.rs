@@ -165,6 +165,15 @@ impl GidTable {
             .map(|(i, _)| i)
     }
 
+    /// The index of `gid`, if the table holds it (`ibv_find_gid_index`; what
+    /// `ibv_init_ah_from_wc` and rdma_cm look up for a received or bound address).
+    pub fn index_of(&self, gid: [u8; 16]) -> Option<u32> {
+        self.entries()
+            .into_iter()
+            .find(|&(_, a)| gid_of(a) == gid)
+            .map(|(i, _)| i)
+    }
+
     /// The source address of a QP or AH whose `sgid_index` is `index`: only the device's
     /// own address can be sent from (its port's socket is bound to it). Otherwise the
     /// error says which GIDs there are and which index to use.
@@ -321,6 +330,9 @@ mod tests {
         let e = t.source(3).unwrap_err();
         assert!(e.contains("no GID at index 3") && e.contains("GID[2] = 2001:db8:4791::11"));
         assert!(t.source(2).is_err());
+        assert_eq!(t.index_of(gid_of(addrs[1])), Some(2));
+        assert_eq!(t.index_of(gid_of("198.18.0.12".parse().unwrap())), None);
+        assert_eq!(ip_of(gid_of(addrs[0])), addrs[0]);
     }
 
     /// A link-local address that is not the MAC's EUI-64 (stable-privacy addresses) is a
