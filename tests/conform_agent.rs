@@ -89,7 +89,7 @@ impl Agent {
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("agent on {ip}: {line:?}"));
         assert!(
-            line.contains("device rxe0, roce-emu, GID index 0"),
+            line.contains("device rxe0, roce-emu, GID index 1"),
             "{line:?}"
         );
         Some(Agent {

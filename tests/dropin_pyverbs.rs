@@ -163,7 +163,7 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
     let start = Instant::now();
     let child = Command::new(python)
         .arg(&suite)
-        .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", "0"])
+        .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", "1"])
         .current_dir(&env.root)
         .env("PYTHONPATH", env.root.join("usr/lib/python3/dist-packages"))
         .env("PYTHONDONTWRITEBYTECODE", "1")

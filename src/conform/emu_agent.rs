@@ -438,6 +438,7 @@ impl<'a> State<'a> {
         let name = match self.ctx.get_async_event(t) {
             None => return Ok(ok(&[("none", String::new())])),
             Some(Event::PortError(_)) => "PORT_ERR",
+            Some(Event::GidChange) => "GID_CHANGE",
             Some(Event::Engine(e)) => match e {
                 AsyncEvent::QpFatal { .. } => "QP_FATAL",
                 AsyncEvent::QpRequestError { .. } => "QP_REQ_ERR",
