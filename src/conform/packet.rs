@@ -1,19 +1,38 @@
 //! A script's packets: the peer's built from [`Fields`], the target's checked against them.
 
-use super::script::{Fields, SyndromeSpec};
+use super::script::{Fields, QpRef, SyndromeSpec, MAX_QPS};
 use super::value::{to_hex, Mrs};
 use crate::wire::aeth::Syndrome;
 use crate::wire::opcode::Headers;
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Psn, RethRepr,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDtRepr, Psn,
+    RethRepr,
     RocePacket, RoceRepr, ICRC_LEN,
 };
 
 /// What the script's QPs are called on the wire.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Qpns {
+    /// The first QP's number (what `send` addresses by default).
     pub target: u32,
     pub peer: u32,
+    /// Every QP of the script in the order of its `qp` lines (the first is `target`).
+    pub targets: [u32; MAX_QPS],
+    pub count: usize,
+    /// The Q_Key of the first `qp` line (UD), the default for a DETH the peer sends.
+    pub qkey: u32,
+}
+
+impl Qpns {
+    /// The number a [`QpRef`] names.
+    pub fn resolve(&self, r: QpRef) -> Result<u32, String> {
+        match r {
+            QpRef::Lit(n) => Ok(n),
+            QpRef::Peer => Ok(self.peer),
+            QpRef::Target(i) if i < self.count => Ok(self.targets[i]),
+            QpRef::Target(i) => Err(format!("target{}: the script has {} qp lines", i + 1, self.count)),
+        }
+    }
 }
 
 /// The AETH credit field the peer sends: "invalid" (no end-to-end credits, IBA 9.7.7.2),
@@ -37,7 +56,11 @@ pub fn build(f: &Fields, q: Qpns, mrs: &Mrs) -> Result<Vec<u8>, String> {
         pkey: f.pkey.unwrap_or(0xffff),
         fecn: false,
         becn: false,
-        dqpn: f.qpn.unwrap_or(q.target),
+        dqpn: match (f.qpn, f.to) {
+            (Some(n), _) => n,
+            (None, Some(i)) => q.resolve(QpRef::Target(i))?,
+            (None, None) => q.target,
+        },
         ack_req: f.ackreq.unwrap_or(false),
         psn: Psn::new(f.psn.unwrap_or(0)),
     };
@@ -77,7 +100,14 @@ pub fn build(f: &Fields, q: Qpns, mrs: &Mrs) -> Result<Vec<u8>, String> {
     };
     let repr = RoceRepr {
         bth,
-        deth: None,
+        deth: has(Headers::DETH)
+            .then(|| -> Result<DethRepr, String> {
+                Ok(DethRepr {
+                    qkey: f.qkey.unwrap_or(q.qkey),
+                    src_qpn: q.resolve(f.src_qp.unwrap_or(QpRef::Peer))?,
+                })
+            })
+            .transpose()?,
         reth: has(Headers::RETH).then_some(RethRepr {
             va,
             rkey,
@@ -275,6 +305,16 @@ pub fn check(f: &Fields, got: &Got, q: Qpns, mrs: &Mrs) -> Result<(), String> {
     }
     if let Some(k) = &f.inv {
         eq("inv", Some(k.key(mrs)?), r.ieth.ok_or("inv: no IETH")?.rkey)?;
+    }
+    if f.qkey.is_some() {
+        eq("qkey", f.qkey, r.deth.ok_or("qkey: no DETH")?.qkey)?;
+    }
+    if let Some(s) = f.src_qp {
+        eq(
+            "src_qp",
+            Some(q.resolve(s)?),
+            r.deth.ok_or("src_qp: no DETH")?.src_qpn,
+        )?;
     }
     if let Some(p) = &f.payload {
         let have = got.payload();
