@@ -350,3 +350,75 @@ fn syndrome_name(s: SyndromeSpec) -> String {
         SyndromeSpec::Raw(v) => format!("syndrome byte {v:#04x}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conform::script::parse;
+
+    fn send_fields(line: &str) -> Fields {
+        let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp type=ud\n{line}\n");
+        let s = parse("t.rc", "t", &text).unwrap();
+        match &s.steps.last().unwrap().action {
+            crate::conform::script::Action::Send(f) => f.clone(),
+            a => panic!("not a send: {a:?}"),
+        }
+    }
+
+    fn qpns() -> Qpns {
+        Qpns {
+            target: 0x11,
+            peer: 0xc0_0001,
+            targets: [0x11, 0x12, 0, 0],
+            count: 2,
+            qkey: 0x1111_1111,
+        }
+    }
+
+    #[test]
+    fn a_ud_send_carries_a_deth_with_the_qps_qkey_and_the_peers_qpn() {
+        let b = build(&send_fields("send UD_SEND_ONLY psn=0 len=8"), qpns(), &Mrs::default()).unwrap();
+        let r = RocePacket::new_checked(&b[..]).unwrap();
+        let r = RoceRepr::parse(&r).unwrap();
+        assert_eq!(r.bth.dqpn, 0x11);
+        let d = r.deth.expect("a DETH");
+        assert_eq!((d.qkey, d.src_qpn), (0x1111_1111, 0xc0_0001));
+        let f = send_fields("send UD_SEND_ONLY psn=0 to=2 qkey=0x5 src_qp=target2 len=8");
+        let b = build(&f, qpns(), &Mrs::default()).unwrap();
+        let r = RoceRepr::parse(&RocePacket::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.bth.dqpn, 0x12);
+        assert_eq!(r.deth.map(|d| (d.qkey, d.src_qpn)), Some((5, 0x12)));
+    }
+
+    #[test]
+    fn a_deth_is_checked_field_by_field() {
+        // What the target would send: from target (0x11) to the peer.
+        let mut q = qpns();
+        let f = send_fields("send UD_SEND_ONLY psn=0 qpn=0xc00001 src_qp=target qkey=7 len=4");
+        let mut b = build(&f, q, &Mrs::default()).unwrap();
+        let ph = crate::wire::icrc::PseudoHeaders::new(
+            "10.0.0.1:4791".parse().unwrap(),
+            "10.0.0.2:4791".parse().unwrap(),
+            0,
+            b.len(),
+        );
+        crate::wire::icrc::fill(ph.ip(), ph.udp(), &mut b).unwrap();
+        let got = Got { bytes: b, icrc_ok: true };
+        let want = |line: &str| {
+            let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp\nexpect {line}\n");
+            let s = parse("t.rc", "t", &text).unwrap();
+            match &s.steps.last().unwrap().action {
+                crate::conform::script::Action::Expect(
+                    crate::conform::script::Expect::Packet { fields, .. },
+                ) => fields.clone(),
+                a => panic!("{a:?}"),
+            }
+        };
+        check(&want("UD_SEND_ONLY qkey=7 src_qp=target"), &got, q, &Mrs::default()).unwrap();
+        let e = check(&want("UD_SEND_ONLY qkey=8"), &got, q, &Mrs::default()).unwrap_err();
+        assert!(e.starts_with("qkey"), "{e}");
+        q.targets[0] = 0x99;
+        let e = check(&want("UD_SEND_ONLY src_qp=target"), &got, q, &Mrs::default()).unwrap_err();
+        assert!(e.starts_with("src_qp"), "{e}");
+    }
+}

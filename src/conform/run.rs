@@ -563,3 +563,38 @@ fn before(g: &Got, f: &Fields) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_grh;
+
+    /// 20 zero bytes and an IPv4 header from 10.0.0.1 to 10.0.0.2 with its checksum.
+    fn slot() -> Vec<u8> {
+        let mut h = vec![
+            0x45, 0, 0, 116, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let sum: u32 = h.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        let c = !((sum & 0xffff) + (sum >> 16)) as u16;
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut b = vec![0; 20];
+        b.extend(h);
+        b
+    }
+
+    #[test]
+    fn the_grh_slot_is_checked_byte_by_byte() {
+        let (p, t) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        check_grh(&slot(), p, t, Some(116)).unwrap();
+        let e = check_grh(&slot(), p, t, Some(117)).unwrap_err();
+        assert!(e.contains("total length"), "{e}");
+        let e = check_grh(&slot(), t, p, None).unwrap_err();
+        assert!(e.contains("source"), "{e}");
+        let mut b = slot();
+        b[30] ^= 1;
+        assert!(check_grh(&b, p, t, None).unwrap_err().contains("checksum"));
+        let mut b = slot();
+        b[3] = 1;
+        assert!(check_grh(&b, p, t, None).unwrap_err().contains("byte 3"));
+    }
+}
