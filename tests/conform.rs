@@ -205,11 +205,26 @@ fn script_errors_name_the_line_and_the_fix() {
         ("frobnicate\n", "unknown statement \"frobnicate\""),
         ("qp type=xrc\n", "type=xrc: one of rc uc ud"),
         ("srq limit=2\n", "srq needs depth="),
-        ("send UD_SEND_ONLY psn=0 to=9\n", "to=9: only on send, 1 to 4"),
-        ("send UC_SEND_EVERYTHING psn=0\n", "not a UC or UD opcode name"),
-        ("expect completion src_qp=someone\n", "a QPN (24 bits), peer, or target"),
-        ("expect counter qkey_viol=1\n", "+N, the growth since the qp line"),
-        ("expect counter rnr=+1\n", "expect counter needs one of qkey_viol="),
+        (
+            "send UD_SEND_ONLY psn=0 to=9\n",
+            "to=9: only on send, 1 to 4",
+        ),
+        (
+            "send UC_SEND_EVERYTHING psn=0\n",
+            "not a UC or UD opcode name",
+        ),
+        (
+            "expect completion src_qp=someone\n",
+            "a QPN (24 bits), peer, or target",
+        ),
+        (
+            "expect counter qkey_viol=1\n",
+            "+N, the growth since the qp line",
+        ),
+        (
+            "expect counter rnr=+1\n",
+            "expect counter needs one of qkey_viol=",
+        ),
         ("modify srq\n", "modify srq needs limit="),
         ("title \"unterminated\n", "unterminated quote"),
     ];

@@ -6,8 +6,7 @@ use crate::wire::aeth::Syndrome;
 use crate::wire::opcode::Headers;
 use crate::wire::{
     AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDtRepr, Psn,
-    RethRepr,
-    RocePacket, RoceRepr, ICRC_LEN,
+    RethRepr, RocePacket, RoceRepr, ICRC_LEN,
 };
 
 /// What the script's QPs are called on the wire.
@@ -30,7 +29,11 @@ impl Qpns {
             QpRef::Lit(n) => Ok(n),
             QpRef::Peer => Ok(self.peer),
             QpRef::Target(i) if i < self.count => Ok(self.targets[i]),
-            QpRef::Target(i) => Err(format!("target{}: the script has {} qp lines", i + 1, self.count)),
+            QpRef::Target(i) => Err(format!(
+                "target{}: the script has {} qp lines",
+                i + 1,
+                self.count
+            )),
         }
     }
 }
@@ -377,7 +380,12 @@ mod tests {
 
     #[test]
     fn a_ud_send_carries_a_deth_with_the_qps_qkey_and_the_peers_qpn() {
-        let b = build(&send_fields("send UD_SEND_ONLY psn=0 len=8"), qpns(), &Mrs::default()).unwrap();
+        let b = build(
+            &send_fields("send UD_SEND_ONLY psn=0 len=8"),
+            qpns(),
+            &Mrs::default(),
+        )
+        .unwrap();
         let r = RocePacket::new_checked(&b[..]).unwrap();
         let r = RoceRepr::parse(&r).unwrap();
         assert_eq!(r.bth.dqpn, 0x11);
@@ -403,7 +411,10 @@ mod tests {
             b.len(),
         );
         crate::wire::icrc::fill(ph.ip(), ph.udp(), &mut b).unwrap();
-        let got = Got { bytes: b, icrc_ok: true };
+        let got = Got {
+            bytes: b,
+            icrc_ok: true,
+        };
         let want = |line: &str| {
             let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp\nexpect {line}\n");
             let s = parse("t.rc", "t", &text).unwrap();
@@ -414,11 +425,23 @@ mod tests {
                 a => panic!("{a:?}"),
             }
         };
-        check(&want("UD_SEND_ONLY qkey=7 src_qp=target"), &got, q, &Mrs::default()).unwrap();
+        check(
+            &want("UD_SEND_ONLY qkey=7 src_qp=target"),
+            &got,
+            q,
+            &Mrs::default(),
+        )
+        .unwrap();
         let e = check(&want("UD_SEND_ONLY qkey=8"), &got, q, &Mrs::default()).unwrap_err();
         assert!(e.starts_with("qkey"), "{e}");
         q.targets[0] = 0x99;
-        let e = check(&want("UD_SEND_ONLY src_qp=target"), &got, q, &Mrs::default()).unwrap_err();
+        let e = check(
+            &want("UD_SEND_ONLY src_qp=target"),
+            &got,
+            q,
+            &Mrs::default(),
+        )
+        .unwrap_err();
         assert!(e.starts_with("src_qp"), "{e}");
     }
 }

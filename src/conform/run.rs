@@ -314,7 +314,9 @@ impl Run<'_> {
                     r.get("src_qp")
                         .map(|i| format!(" src_qp={i}"))
                         .unwrap_or_default(),
-                    r.get("qpn").map(|i| format!(" qpn={i}")).unwrap_or_default(),
+                    r.get("qpn")
+                        .map(|i| format!(" qpn={i}"))
+                        .unwrap_or_default(),
                     if r.get("grh").is_some() { " grh" } else { "" },
                 );
                 let want_src = src_qp
@@ -387,8 +389,9 @@ impl Run<'_> {
                 let have = hex(r.get("hex").unwrap_or("")).map_err(Stop::Error)?;
                 let peer = self.peer.local().ip();
                 let target = self.agent.ip;
-                check_grh(&have, peer, target, *ip_len)
-                    .map_err(|why| Stop::Fail(why, vec![format!("{mr}[{off}..+40]: {}", to_hex(&have))]))
+                check_grh(&have, peer, target, *ip_len).map_err(|why| {
+                    Stop::Fail(why, vec![format!("{mr}[{off}..+40]: {}", to_hex(&have))])
+                })
             }
             Expect::Counter { name, delta } => {
                 let now = self.counters()?;
@@ -522,20 +525,35 @@ fn check_grh(
         return Err(format!("read {} bytes, not 40", b.len()));
     }
     if let Some(i) = b[..20].iter().position(|x| *x != 0) {
-        return Err(format!("byte {i} of the GRH slot: expected 0 (unused with IPv4), got {:#04x}", b[i]));
+        return Err(format!(
+            "byte {i} of the GRH slot: expected 0 (unused with IPv4), got {:#04x}",
+            b[i]
+        ));
     }
     let h = &b[20..40];
     if h[0] != 0x45 {
-        return Err(format!("IPv4 version/IHL at +20: expected 0x45, got {:#04x}", h[0]));
+        return Err(format!(
+            "IPv4 version/IHL at +20: expected 0x45, got {:#04x}",
+            h[0]
+        ));
     }
     if h[9] != 17 {
-        return Err(format!("IPv4 protocol at +29: expected 17 (UDP), got {}", h[9]));
+        return Err(format!(
+            "IPv4 protocol at +29: expected 17 (UDP), got {}",
+            h[9]
+        ));
     }
     if h[12..16] != src.octets() {
-        return Err(format!("IPv4 source at +32: expected {src}, got {:?}", &h[12..16]));
+        return Err(format!(
+            "IPv4 source at +32: expected {src}, got {:?}",
+            &h[12..16]
+        ));
     }
     if h[16..20] != dst.octets() {
-        return Err(format!("IPv4 destination at +36: expected {dst}, got {:?}", &h[16..20]));
+        return Err(format!(
+            "IPv4 destination at +36: expected {dst}, got {:?}",
+            &h[16..20]
+        ));
     }
     let sum: u32 = h
         .chunks(2)
@@ -544,11 +562,16 @@ fn check_grh(
     let folded = (sum & 0xffff) + (sum >> 16);
     let folded = (folded & 0xffff) + (folded >> 16);
     if folded != 0xffff {
-        return Err(format!("IPv4 header checksum at +30 does not verify (sum {folded:#06x})"));
+        return Err(format!(
+            "IPv4 header checksum at +30 does not verify (sum {folded:#06x})"
+        ));
     }
     let total = u16::from_be_bytes([h[2], h[3]]);
     if ip_len.is_some_and(|l| l != u64::from(total)) {
-        return Err(format!("IPv4 total length at +22: expected {}, got {total}", ip_len.unwrap_or(0)));
+        return Err(format!(
+            "IPv4 total length at +22: expected {}, got {total}",
+            ip_len.unwrap_or(0)
+        ));
     }
     Ok(())
 }
@@ -573,7 +596,10 @@ mod tests {
         let mut h = vec![
             0x45, 0, 0, 116, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
         ];
-        let sum: u32 = h.chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+        let sum: u32 = h
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
         let sum = (sum & 0xffff) + (sum >> 16);
         let c = !((sum & 0xffff) + (sum >> 16)) as u16;
         h[10..12].copy_from_slice(&c.to_be_bytes());

@@ -51,9 +51,14 @@ pub enum Action {
     Mr(MrSpec),
     Qp(QpSpec),
     /// A shared receive queue (`srq depth=N limit=M`), before the QPs that use it.
-    Srq { depth: u64, limit: u64 },
+    Srq {
+        depth: u64,
+        limit: u64,
+    },
     /// `modify srq limit=M`: arms the SRQ's limit again.
-    ModifySrq { limit: u64 },
+    ModifySrq {
+        limit: u64,
+    },
     /// `post recv ... srq` posts to the shared receive queue.
     PostRecv {
         wr: u64,
@@ -61,10 +66,14 @@ pub enum Action {
         srq: bool,
     },
     PostSend(SendWrSpec),
-    Modify { state: String },
+    Modify {
+        state: String,
+    },
     Send(Fields),
     Expect(Expect),
-    Wait { ms: u64 },
+    Wait {
+        ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +149,11 @@ impl QpRef {
             return Ok(QpRef::Peer);
         }
         if let Some(n) = v.strip_prefix("target") {
-            let i = if n.is_empty() { 1 } else { n.parse().unwrap_or(0) };
+            let i = if n.is_empty() {
+                1
+            } else {
+                n.parse().unwrap_or(0)
+            };
             if (1..=MAX_QPS).contains(&i) {
                 return Ok(QpRef::Target(i - 1));
             }
@@ -412,7 +425,9 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                     "access" => a.list(k, &ACCESS[1..])?,
                     "state" => a.choice(k, &STATES[..4])?.map(str::to_string),
                     "type" => a.choice(k, QP_TYPES)?.map(str::to_string),
-                    "qkey" => a.num_as::<u32>(k, u64::from(u32::MAX))?.map(|n| n.to_string()),
+                    "qkey" => a
+                        .num_as::<u32>(k, u64::from(u32::MAX))?
+                        .map(|n| n.to_string()),
                     _ => a.num(k)?.map(|n| n.to_string()),
                 };
                 if let Some(v) = v {
@@ -422,7 +437,12 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
             if a.flag("srq") {
                 attrs.push(("srq", "1".to_string()));
             }
-            if s.steps.iter().filter(|s| matches!(s.action, Action::Qp(_))).count() >= MAX_QPS {
+            if s.steps
+                .iter()
+                .filter(|s| matches!(s.action, Action::Qp(_)))
+                .count()
+                >= MAX_QPS
+            {
                 return Err(format!("at most {MAX_QPS} qp lines"));
             }
             Some(Action::Qp(QpSpec { attrs }))
@@ -494,11 +514,9 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                 .parse()
                 .map_err(|_| "wait takes milliseconds".to_string())?,
         }),
-        o => {
-            return Err(format!(
-                "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait"
-            ))
-        }
+        o => return Err(format!(
+            "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait"
+        )),
     };
     a.finish(kw)?;
     Ok(action)
@@ -559,7 +577,8 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
                     });
                 }
             }
-            found.ok_or_else(|| format!("expect counter needs one of {}=+N", COUNTERS.join("= ")))?
+            found
+                .ok_or_else(|| format!("expect counter needs one of {}=+N", COUNTERS.join("= ")))?
         }
         "state" => Expect::State(
             a.word_in(STATES)
