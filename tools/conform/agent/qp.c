@@ -49,7 +49,9 @@ struct ibv_ah *qp_ah(void)
 	a.grh.hop_limit = 64;
 	a.port_num = 1;
 	ah = ibv_create_ah(pd, &a);
-	if (!ah)
+	if (!ah && (errno == EOPNOTSUPP || errno == ENOSYS))
+		unsupported("ibv_create_ah: %s", strerror(errno));
+	else if (!ah)
 		verbs_err("ibv_create_ah", errno);
 	return ah;
 }
@@ -290,6 +292,9 @@ int cmd_qp(void)
 		if (!nq && !e)
 			e = errno;
 	}
+	if (!nq && (e == EOPNOTSUPP || e == ENOSYS))
+		return unsupported("ibv_create_qp (type %s%s): %s", t ? t : "rc",
+				   on_srq ? ", on an SRQ" : "", strerror(e));
 	if (!nq)
 		return verbs_err("ibv_create_qp", e);
 	enum ibv_qp_state at = IBV_QPS_RESET;

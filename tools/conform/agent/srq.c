@@ -30,6 +30,8 @@ int cmd_srq(void)
 	if (dattr.max_srq_sge > 0 && dattr.max_srq_sge < MAX_SGE)
 		ia.attr.max_sge = (uint32_t)dattr.max_srq_sge;
 	srq = ibv_create_srq(pd, &ia);
+	if (!srq && (errno == EOPNOTSUPP || errno == ENOSYS))
+		return unsupported("ibv_create_srq: %s", strerror(errno));
 	if (!srq)
 		return verbs_err("ibv_create_srq", errno);
 	if (limit) {
