@@ -1,0 +1,183 @@
+//! UCX 1.13 (Debian 12's libucx0 and ucx-utils, unmodified, fetched by tools/dropin/debian.sh)
+//! on the drop-in libibverbs.so.1: `ucx_info -d` lists our device's verbs transports, and
+//! `ucx_perftest` runs between two processes on this machine over RC (`UCX_TLS=rc,self`:
+//! rc_verbs, its endpoints wired up over UD) and over UD (`UCX_TLS=ud_verbs,self`), a
+//! bandwidth and a latency test each. UCX's default configuration otherwise; the device is
+//! `rxe0` on an address of its own (ROCE_EMU_DEVICES, as the other drop-in tests), so UCX
+//! sees one device. Addresses 127.0.52.x, TCP ports 13410-13429.
+//!
+//! UCX lists a verbs device only when `/dev/infiniband/<dev_name>` is a character device
+//! the process may open (uct_ib_device_is_accessible; it never opens it): the programs run
+//! under tools/dropin/devnodes.sh, which makes those nodes in a private mount namespace
+//! (root). Without root the tests print SKIPPED (a failure under CI). A device that lacks a
+//! transport is a failure, never a skip.
+
+mod common;
+
+use common::dropin::{self, show, stdout, wait_listening, Env};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn devnodes() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools/dropin/devnodes.sh")
+}
+
+/// The environment, or `None` after a loud skip (no Debian packages, or no root for the
+/// device nodes).
+fn setup(test: &str) -> Option<&'static Env> {
+    let env = dropin::setup(test)?;
+    for b in ["ucx_info", "ucx_perftest"] {
+        // debian.sh fetched the packages: a missing program is this tree's fault.
+        assert!(
+            env.bin(b).exists(),
+            "{} missing: tools/dropin/debian.sh must fetch ucx-utils",
+            env.bin(b).display()
+        );
+    }
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip(
+            test,
+            "needs root: UCX wants /dev/infiniband/uverbsN, made by tools/dropin/devnodes.sh \
+             in a private mount namespace",
+        );
+        return None;
+    }
+    Some(env)
+}
+
+/// `program ARGS` on the drop-in with device `rxe0=ADDR`, under devnodes.sh; `tls` is
+/// UCX_TLS.
+fn ucx(env: &Env, program: &str, addr: &str, tls: Option<&str>, args: &[&str]) -> Command {
+    let mut c = Command::new(devnodes());
+    c.arg(env.bin(program))
+        .args(args)
+        .env("LD_LIBRARY_PATH", env.library_path())
+        .env("ROCE_EMU_DEVICES", format!("rxe0={addr}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(t) = tls {
+        c.env("UCX_TLS", t);
+    }
+    c
+}
+
+/// The transports `ucx_info -d` lists on memory domain `md`, each with whether its
+/// interface opened (`< failed to open interface >` follows one that did not).
+fn transports(text: &str, md: &str) -> Vec<(String, bool)> {
+    let mut out: Vec<(String, bool)> = Vec::new();
+    let mut inside = false;
+    for line in text.lines() {
+        let l = line.trim_start_matches('#').trim();
+        if let Some(name) = l.strip_prefix("Memory domain:") {
+            inside = name.trim() == md;
+        } else if !inside {
+            continue;
+        } else if let Some(tl) = l.strip_prefix("Transport:") {
+            out.push((tl.trim().to_string(), true));
+        } else if l.contains("failed to open interface") {
+            if let Some(last) = out.last_mut() {
+                last.1 = false;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn ucx_info_lists_rc_and_ud_verbs_on_the_device() {
+    let Some(env) = setup("ucx_info") else {
+        return;
+    };
+    let out = ucx(env, "ucx_info", "127.0.52.1", None, &["-v"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(stdout(&out).contains("Version 1.13"), "{}", show(&out));
+
+    let out = ucx(env, "ucx_info", "127.0.52.1", None, &["-d"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let text = stdout(&out);
+    let tls = transports(&text, "rxe0");
+    eprintln!("ucx_info -d on rxe0: {tls:?}");
+    for want in ["rc_verbs", "ud_verbs"] {
+        assert!(
+            tls.iter().any(|(t, ok)| t == want && *ok),
+            "ucx_info -d: no working {want} on rxe0 ({tls:?}):\n{}",
+            show(&out)
+        );
+    }
+    // The device as UCX sees it: port 1, an IB component.
+    assert!(text.contains("Device: rxe0:1"), "{text}");
+}
+
+/// `ucx_perftest -t TEST` between two processes with UCX_TLS=`tls`; the client's `Final:`
+/// row (iterations, latency 50th percentile / average / overall us, bandwidth average /
+/// overall MB/s, message rate).
+fn perftest(tag: &str, tls: &str, n: u8, port: u16, test: &str, size: &str, iters: &str) {
+    let Some(env) = setup(tag) else {
+        return;
+    };
+    let addr = format!("127.0.52.{n}");
+    let p = port.to_string();
+    let server = ucx(env, "ucx_perftest", &addr, Some(tls), &["-p", &p])
+        .spawn()
+        .unwrap();
+    if !wait_listening(port, Duration::from_secs(20)) {
+        let out = dropin::finish(server, Duration::from_secs(1), tag);
+        panic!("{tag}: the server never listened on {port}: {}", show(&out));
+    }
+    let client = ucx(
+        env,
+        "ucx_perftest",
+        &addr,
+        Some(tls),
+        &[
+            // The out-of-band exchange goes to the device's own address.
+            &addr, "-p", &p, "-t", test, "-s", size, "-n", iters, "-w", "100",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let c = dropin::finish(client, LIMIT, &format!("{tag} client"));
+    let s = dropin::finish(server, LIMIT, &format!("{tag} server"));
+    let both = |c: &Output, s: &Output| format!("--- server: {}\n--- client: {}", show(s), show(c));
+    assert!(
+        c.status.success() && s.status.success(),
+        "{tag}\n{}",
+        both(&c, &s)
+    );
+    let text = stdout(&c);
+    let fin = text
+        .lines()
+        .find(|l| l.starts_with("Final:"))
+        .unwrap_or_else(|| panic!("{tag}: no Final: row\n{}", both(&c, &s)));
+    let f: Vec<&str> = fin.split_whitespace().collect();
+    assert_eq!(f.get(1), Some(&iters), "{tag}: {fin}");
+    eprintln!("{tag}: {fin}");
+}
+
+#[test]
+fn ucx_perftest_rc_tag_bandwidth() {
+    perftest("ucx rc tag_bw", "rc,self", 2, 13410, "tag_bw", "65536", "2000");
+}
+
+#[test]
+fn ucx_perftest_rc_tag_latency() {
+    perftest("ucx rc tag_lat", "rc,self", 3, 13411, "tag_lat", "8", "2000");
+}
+
+#[test]
+fn ucx_perftest_ud_tag_bandwidth() {
+    perftest("ucx ud tag_bw", "ud_verbs,self", 4, 13412, "tag_bw", "65536", "500");
+}
+
+#[test]
+fn ucx_perftest_ud_tag_latency() {
+    perftest("ucx ud tag_lat", "ud_verbs,self", 5, 13413, "tag_lat", "8", "2000");
+}
