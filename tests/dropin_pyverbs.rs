@@ -261,7 +261,11 @@ fn summary_parses_unittest_output() {
          test_b (tests.test_x.T.test_b) ... skipped \"Device rxe0 doesn't have net interface\"\n",
     );
     assert_eq!(r.get("Create SRQ is not supported"), Some(&1), "{r:?}");
-    assert_eq!(r.get("Device rxe0 doesn't have net interface"), Some(&1), "{r:?}");
+    assert_eq!(
+        r.get("Device rxe0 doesn't have net interface"),
+        Some(&1),
+        "{r:?}"
+    );
     assert_eq!(t["test_x"], [1, 0, 1, 0]);
     assert_eq!(t["test_y"], [1, 1, 0, 0]);
     assert!(summary("Segmentation fault\n").is_none());

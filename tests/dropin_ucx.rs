@@ -116,10 +116,11 @@ fn ucx_info_lists_rc_and_ud_verbs_on_the_device() {
     assert!(text.contains("Device: rxe0:1"), "{text}");
 }
 
-/// `ucx_perftest -t TEST` between two processes with UCX_TLS=`tls`; the client's `Final:`
-/// row (iterations, latency 50th percentile / average / overall us, bandwidth average /
-/// overall MB/s, message rate).
-fn perftest(tag: &str, tls: &str, n: u8, port: u16, test: &str, size: &str, iters: &str) {
+/// `ucx_perftest -t TEST -s SIZE -n ITERS` between two processes with UCX_TLS=`tls`, on
+/// 127.0.52.N and TCP port 13408 + N; checks the client's `Final:` row (iterations, latency
+/// 50th percentile / average / overall us, bandwidth average / overall MB/s, message rate).
+fn perftest(tag: &str, tls: &str, n: u8, [test, size, iters]: [&str; 3]) {
+    let port = 13408 + u16::from(n);
     let Some(env) = setup(tag) else {
         return;
     };
@@ -164,20 +165,30 @@ fn perftest(tag: &str, tls: &str, n: u8, port: u16, test: &str, size: &str, iter
 
 #[test]
 fn ucx_perftest_rc_tag_bandwidth() {
-    perftest("ucx rc tag_bw", "rc,self", 2, 13410, "tag_bw", "65536", "2000");
+    perftest("ucx rc tag_bw", "rc,self", 2, ["tag_bw", "65536", "2000"]);
 }
 
 #[test]
 fn ucx_perftest_rc_tag_latency() {
-    perftest("ucx rc tag_lat", "rc,self", 3, 13411, "tag_lat", "8", "2000");
+    perftest("ucx rc tag_lat", "rc,self", 3, ["tag_lat", "8", "2000"]);
 }
 
 #[test]
 fn ucx_perftest_ud_tag_bandwidth() {
-    perftest("ucx ud tag_bw", "ud_verbs,self", 4, 13412, "tag_bw", "65536", "500");
+    perftest(
+        "ucx ud tag_bw",
+        "ud_verbs,self",
+        4,
+        ["tag_bw", "65536", "500"],
+    );
 }
 
 #[test]
 fn ucx_perftest_ud_tag_latency() {
-    perftest("ucx ud tag_lat", "ud_verbs,self", 5, 13413, "tag_lat", "8", "2000");
+    perftest(
+        "ucx ud tag_lat",
+        "ud_verbs,self",
+        5,
+        ["tag_lat", "8", "2000"],
+    );
 }
