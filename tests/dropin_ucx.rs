@@ -15,6 +15,7 @@
 mod common;
 
 use common::dropin::{self, show, stdout, wait_listening, Env};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -118,14 +119,22 @@ fn ucx_info_lists_rc_and_ud_verbs_on_the_device() {
 
 /// `ucx_perftest -t TEST -s SIZE -n ITERS` between two processes with UCX_TLS=`tls`, on
 /// 127.0.52.N and TCP port 13408 + N; checks the client's `Final:` row (iterations, latency
-/// 50th percentile / average / overall us, bandwidth average / overall MB/s, message rate).
-fn perftest(tag: &str, tls: &str, n: u8, [test, size, iters]: [&str; 3]) {
+/// 50th percentile / average / overall us, bandwidth average / overall MB/s, message rate);
+/// the opcodes of the client's packets (every frame well formed, valid ICRC).
+fn perftest(
+    tag: &str,
+    tls: &str,
+    n: u8,
+    [test, size, iters]: [&str; 3],
+) -> Option<BTreeMap<String, usize>> {
     let port = 13408 + u16::from(n);
-    let Some(env) = setup(tag) else {
-        return;
-    };
+    let env = setup(tag)?;
     let addr = format!("127.0.52.{n}");
     let p = port.to_string();
+    // The client's packets, captured by the drop-in (ROCE_EMU_PCAP: FILE.rxe0.PID.pcap).
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("ucx-{n}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
     let server = ucx(env, "ucx_perftest", &addr, Some(tls), &["-p", &p])
         .spawn()
         .unwrap();
@@ -143,6 +152,7 @@ fn perftest(tag: &str, tls: &str, n: u8, [test, size, iters]: [&str; 3]) {
             &addr, "-p", &p, "-t", test, "-s", size, "-n", iters, "-w", "100",
         ],
     )
+    .env("ROCE_EMU_PCAP", dir.join("client.pcap"))
     .spawn()
     .unwrap();
     let c = dropin::finish(client, LIMIT, &format!("{tag} client"));
@@ -161,34 +171,114 @@ fn perftest(tag: &str, tls: &str, n: u8, [test, size, iters]: [&str; 3]) {
     let f: Vec<&str> = fin.split_whitespace().collect();
     assert_eq!(f.get(1), Some(&iters), "{tag}: {fin}");
     eprintln!("{tag}: {fin}");
+    Some(opcodes(&dir))
+}
+
+/// How many packets of each opcode (`RC_SEND_FIRST`, `UD_SEND_ONLY`, ...) the captures in
+/// `dir` hold, by `roce-emu pcap`, which must find every frame well formed with a valid ICRC.
+fn opcodes(dir: &std::path::Path) -> BTreeMap<String, usize> {
+    let mut n = BTreeMap::new();
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pcap"))
+        .collect();
+    assert!(!files.is_empty(), "no capture in {}", dir.display());
+    for f in files {
+        let out = Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+            .arg("pcap")
+            .arg(&f)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "roce-emu pcap {}: {}",
+            f.display(),
+            show(&out)
+        );
+        let text = stdout(&out);
+        let summary = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            summary.contains(" 0 malformed, 0 bad ICRC"),
+            "{}: {summary}",
+            f.display()
+        );
+        for tok in text.split_whitespace() {
+            if ["RC_", "UC_", "UD_"].iter().any(|p| tok.starts_with(p)) {
+                *n.entry(tok.to_string()).or_default() += 1;
+            }
+        }
+    }
+    n
+}
+
+/// Packets in `n` whose opcode starts with `prefix`.
+fn count(n: &BTreeMap<String, usize>, prefix: &str) -> usize {
+    n.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Over RC: the endpoints were wired up over UD (ud_verbs as UCX's auxiliary transport),
+/// the data went over RC.
+fn ran_over_rc(tag: &str, r: Option<BTreeMap<String, usize>>) {
+    let Some(ops) = r else { return };
+    eprintln!("{tag}: client's packets {ops:?}");
+    assert!(count(&ops, "UD_SEND") > 0, "{tag}: no UD wire-up: {ops:?}");
+    assert!(count(&ops, "RC_") > 100, "{tag}: no RC traffic: {ops:?}");
+}
+
+/// Over UD: UD datagrams only.
+fn ran_over_ud(tag: &str, r: Option<BTreeMap<String, usize>>) {
+    let Some(ops) = r else { return };
+    eprintln!("{tag}: client's packets {ops:?}");
+    assert!(
+        count(&ops, "UD_SEND") > 100,
+        "{tag}: no UD traffic: {ops:?}"
+    );
+    assert_eq!(count(&ops, "RC_") + count(&ops, "UC_"), 0, "{tag}: {ops:?}");
 }
 
 #[test]
 fn ucx_perftest_rc_tag_bandwidth() {
-    perftest("ucx rc tag_bw", "rc,self", 2, ["tag_bw", "65536", "2000"]);
+    ran_over_rc(
+        "ucx rc tag_bw",
+        perftest("ucx rc tag_bw", "rc,self", 2, ["tag_bw", "65536", "2000"]),
+    );
 }
 
 #[test]
 fn ucx_perftest_rc_tag_latency() {
-    perftest("ucx rc tag_lat", "rc,self", 3, ["tag_lat", "8", "2000"]);
+    ran_over_rc(
+        "ucx rc tag_lat",
+        perftest("ucx rc tag_lat", "rc,self", 3, ["tag_lat", "8", "2000"]),
+    );
 }
 
 #[test]
 fn ucx_perftest_ud_tag_bandwidth() {
-    perftest(
+    ran_over_ud(
         "ucx ud tag_bw",
-        "ud_verbs,self",
-        4,
-        ["tag_bw", "65536", "500"],
+        perftest(
+            "ucx ud tag_bw",
+            "ud_verbs,self",
+            4,
+            ["tag_bw", "65536", "500"],
+        ),
     );
 }
 
 #[test]
 fn ucx_perftest_ud_tag_latency() {
-    perftest(
+    ran_over_ud(
         "ucx ud tag_lat",
-        "ud_verbs,self",
-        5,
-        ["tag_lat", "8", "2000"],
+        perftest(
+            "ucx ud tag_lat",
+            "ud_verbs,self",
+            5,
+            ["tag_lat", "8", "2000"],
+        ),
     );
 }
