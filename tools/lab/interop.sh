@@ -417,9 +417,18 @@ qpt_cmd() { # ud|uc|srq GID_INDEX SIZE ITERS: the program and its arguments
   esac
 }
 qpt_done() { grep -q " iters in .* usec/iter" "$1"; }
+# The drop-in device's GID index of its address (::ffff:198.18.0.1, RoCE v2), as
+# `ibv_devinfo -v` lists it: 0 while the device has one GID, 1 in a table like rxe's.
+dropin_gid() {
+  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN_LIBS" ROCE_EMU_DEVICES="rxe0=$LAB_HOST4" \
+    "$DEBIAN/usr/bin/ibv_devinfo" -v -d rxe0 2>/dev/null |
+    sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$LAB_HOST4, RoCE v2.*/\1/p" | head -1
+}
 dropin_qpt() { # ud|uc|srq host-server|host-client SIZE ITERS
-  local type=$1 role=$2 rc; shift 2
-  local -a host; read -ra host <<< "$(qpt_cmd "$type" 0 "$@")"
+  local type=$1 role=$2 rc gid; shift 2
+  gid=$(dropin_gid)
+  [ -n "$gid" ] || { echo "no GID ::ffff:$LAB_HOST4 on the drop-in's rxe0" > "$T/host.txt"; return 1; }
+  local -a host; read -ra host <<< "$(qpt_cmd "$type" "$gid" "$@")"
   POST=icrc_ok
   if [ "$role" = host-server ]; then
     dropin_server "$(qpt_cmd "$type" "$G4_1" "$@")" "${host[@]}"
