@@ -157,6 +157,27 @@ fn skip_reasons(log: &str) -> BTreeMap<String, usize> {
     t
 }
 
+/// The GID index of `::ffff:ADDR` (RoCE v2) on `rxe0=ADDR`, as `ibv_devinfo -v` lists it:
+/// 0 while the device has one GID, 1 in a table like rxe's (index 0 the link-local GID,
+/// which the suite's traffic tests cannot use: their peer is the IPv4 address).
+fn gid_index(env: &dropin::Env, addr: &str) -> String {
+    let out = env
+        .cmd(
+            "ibv_devinfo",
+            &format!("rxe0={addr}"),
+            &["-v", "-d", "rxe0"],
+        )
+        .output()
+        .unwrap();
+    let text = dropin::stdout(&out);
+    let want = format!(":\t\t::ffff:{addr}, RoCE v2");
+    text.lines()
+        .find(|l| l.contains(&want))
+        .and_then(|l| l.split('[').nth(1)?.split(']').next())
+        .map(|i| i.trim().to_string())
+        .unwrap_or_else(|| panic!("no GID ::ffff:{addr} on rxe0:\n{}", dropin::show(&out)))
+}
+
 #[test]
 fn rdma_core_test_suite_runs_on_the_dropin() {
     let Some(env) = dropin::setup("rdma_core_test_suite") else {
@@ -171,12 +192,13 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
     };
     let suite = env.root.join("tests/run_tests.py");
     assert!(suite.exists(), "{} missing", suite.display());
+    let gid = gid_index(env, "127.0.21.1");
     let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin_pyverbs.log");
     let log = File::create(&log_path).unwrap();
     let start = Instant::now();
     let child = Command::new(python)
         .arg(&suite)
-        .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", "0"])
+        .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", &gid])
         .current_dir(&env.root)
         .env("PYTHONPATH", env.root.join("usr/lib/python3/dist-packages"))
         .env("PYTHONDONTWRITEBYTECODE", "1")
