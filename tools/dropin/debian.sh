@@ -10,6 +10,9 @@
 # libefa,librdmacm,libibumad,libpci}.so.*, usr/include/infiniband/*.h, the pyverbs modules
 # under usr/lib/python3/dist-packages/pyverbs and rdma-core's test suite, gunzipped, under
 # tests/ (Debian ships it in /usr/share/doc/rdma-core/tests with most files compressed).
+# UCX 1.13 (libucx0, ucx-utils: ucx_info, ucx_perftest; its transports are modules that
+# libucs finds beside itself, usr/lib/x86_64-linux-gnu/ucx/libuct_ib.so.0 ...) and qperf too;
+# what they need beyond that (libnuma1, libgomp1, libstdc++6) a fresh Debian 12 has.
 # The stock libibverbs.so.1 is unpacked too, as usr/lib/.../libibverbs.so.1.stock, so it
 # can never shadow the drop-in on a library path.
 #
@@ -22,9 +25,17 @@
 set -euo pipefail
 root=${ROCE_DEBIAN_ROOT:-$HOME/.cache/roce-emu-debian12}
 PKGS="libibverbs1 libibverbs-dev ibverbs-utils ibverbs-providers perftest librdmacm1
-rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200"
+rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200
+libucx0 ucx-utils qperf"
 stamp="$root/.stamp"
-want="v2 $PKGS"
+# The cache key: this script's layout version and the exact .deb files (name_version_arch)
+# the tree was unpacked from, so a package added here, or a .deb replaced in debs/, unpacks
+# the tree again, and nothing else does.
+debs_key() { (cd "$root/debs" 2>/dev/null && ls -1 -- *.deb 2>/dev/null | sort | paste -sd' '); }
+have_all() {
+  local p
+  for p in $PKGS; do compgen -G "$root/debs/${p}_*.deb" >/dev/null || return 1; done
+}
 # Written on every run (not only after a fetch), so a tree unpacked by an older debian.sh
 # gets it too; atomically, as other runs may read it meanwhile.
 write_libpath() {
@@ -33,7 +44,9 @@ write_libpath() {
     >"$root/libpath.$$"
   mv "$root/libpath.$$" "$root/libpath"
 }
-if [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then write_libpath; echo "$root"; exit 0; fi
+if have_all && [ "$(cat "$stamp" 2>/dev/null)" = "v3 $(debs_key)" ]; then
+  write_libpath; echo "$root"; exit 0
+fi
 mkdir -p "$root/debs"
 cd "$root/debs"
 todo=()
@@ -64,6 +77,6 @@ if [ -d "$t" ]; then
   find "$root/tree.new/tests" -name '*.gz' -exec gunzip -f {} +
 fi
 rm -rf "$root/tree" && mv "$root/tree.new" "$root/tree"
-echo "$want" >"$stamp"
+echo "v3 $(debs_key)" >"$stamp"
 write_libpath
 echo "$root"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interop tests: roce-emu on the host side of the lab bridge against the real Linux rxe driver
 # in qemu guests (tools/lab/lab.sh), with rxe-to-rxe runs of the same tests for comparison.
-# The dropin-* tests run Debian 12's unmodified ibv_rc_pingpong, ib_write_bw and ib_read_bw
+# The dropin-* tests run Debian 12's unmodified ibv_rc_pingpong, ib_write_bw and ib_read_bw (and
+# ibv_ud_pingpong, ibv_uc_pingpong, ibv_srq_pingpong, each also run rxe-to-rxe)
 # on the host side through roce-emu's drop-in libibverbs.so.1 (tools/dropin/build.sh builds
 # it next to the roce-emu binary, or ROCE_EMU_DROPIN_DIR names its folder;
 # tools/dropin/debian.sh fetches the programs into its cache). The daemon-* tests run the
@@ -50,6 +51,7 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing aft
 DROPIN_TESTS="dropin-rc_pingpong-host-server dropin-rc_pingpong-host-client
 dropin-write_bw-host-server dropin-write_bw-host-client dropin-read_bw-host-server
 dropin-read_bw-host-client"
+for t in ud uc srq; do DROPIN_TESTS="$DROPIN_TESTS dropin-${t}_pingpong-host-server dropin-${t}_pingpong-host-client"; done
 for k in tap afpacket; do
   for t in rc_pingpong write_bw; do DROPIN_TESTS="$DROPIN_TESTS daemon-$k-$t-host-server daemon-$k-$t-host-client"; done
 done
@@ -403,6 +405,47 @@ dropin_perf() { # host-server|host-client TEST SIZE ITERS [MTU] (perftest ib_TES
   [ $rc = 0 ] && pt_row "$T/host.txt" "$1" "$2" && pt_row "$T/guest.txt" "$1" "$2"
 }
 
+# The other QP types, with Debian's own pingpongs on both sides: UD (one datagram per message,
+# address handles, the 40-byte GRH slot), UC (no ACKs) and an SRQ shared by 8 RC QPs. Sizes fit
+# a 1024-byte path MTU in one UD datagram (ibv_ud_pingpong refuses a size over the port's
+# active MTU; rxe on the 9000-byte bridge has 4096) and span several packets for UC and SRQ.
+# ibv_srq_pingpong prints its total over all QPs ("N iters in"): the figure is usec/iter.
+qpt_cmd() { # ud|uc|srq GID_INDEX SIZE ITERS: the program and its arguments
+  case $1 in
+    ud) echo "ibv_ud_pingpong -d rxe0 -g $2 -s $3 -n $4 -c" ;;
+    uc) echo "ibv_uc_pingpong -d rxe0 -g $2 -s $3 -m 1024 -n $4 -c" ;;
+    srq) echo "ibv_srq_pingpong -d rxe0 -g $2 -s $3 -m 1024 -q 8 -n $4 -c" ;;
+  esac
+}
+qpt_done() { grep -q " iters in .* usec/iter" "$1"; }
+# The drop-in device's GID index of its address (::ffff:198.18.0.1, RoCE v2), as
+# `ibv_devinfo -v` lists it: 0 while the device has one GID, 1 in a table like rxe's.
+dropin_gid() {
+  h env LD_LIBRARY_PATH="$DROPIN:$DEBIAN_LIBS" ROCE_EMU_DEVICES="rxe0=$LAB_HOST4" \
+    "$DEBIAN/usr/bin/ibv_devinfo" -v -d rxe0 2>/dev/null |
+    sed -n "s/.*GID\[ *\([0-9]*\)\]:[[:space:]]*::ffff:$LAB_HOST4, RoCE v2.*/\1/p" | head -1
+}
+dropin_qpt() { # ud|uc|srq host-server|host-client SIZE ITERS
+  local type=$1 role=$2 rc gid; shift 2
+  gid=$(dropin_gid)
+  [ -n "$gid" ] || { echo "no GID ::ffff:$LAB_HOST4 on the drop-in's rxe0" > "$T/host.txt"; return 1; }
+  local -a host; read -ra host <<< "$(qpt_cmd "$type" "$gid" "$@")"
+  POST=icrc_ok
+  if [ "$role" = host-server ]; then
+    dropin_server "$(qpt_cmd "$type" "$G4_1" "$@")" "${host[@]}"
+  else
+    dropin_client "$(qpt_cmd "$type" "$G4_1" "$@")" "${host[@]}"
+  fi
+  rc=$?; FIG="$(usec "$T/host.txt") us/iter (drop-in), $(usec "$T/guest.txt") us/iter (rxe)"
+  [ $rc = 0 ] && qpt_done "$T/host.txt" && qpt_done "$T/guest.txt"
+}
+qpt_rxe_rxe() { # ud|uc|srq SIZE ITERS
+  POST=icrc_ok
+  rxe_rxe "$(qpt_cmd "$1" "$G4_1" "$2" "$3")" "$(qpt_cmd "$1" "$G4_2" "$2" "$3")"
+  local rc=$?; FIG="$(usec "$T/guest2.txt") us/iter"
+  [ $rc = 0 ] && qpt_done "$T/guest1.txt" && qpt_done "$T/guest2.txt"
+}
+
 # ---- daemons: Debian's programs on the drop-in, attached to a roce-emu daemon --------------
 # `roce-emu daemon` owns a port with its own L2 on the lab bridge: a TAP it creates (a MAC of
 # its own behind it), or an AF_PACKET socket on one end of a veth pair whose other end is on
@@ -586,6 +629,15 @@ run_test "dropin-rc_pingpong-host-client" dropin_pp host-client 4096 1024 300
 for op in write read; do
   run_test "dropin-${op}_bw-host-server" dropin_perf host-server "$op" 65536 200
   run_test "dropin-${op}_bw-host-client" dropin_perf host-client "$op" 65536 200
+done
+
+# UD, UC and SRQ: Debian's pingpongs, rxe against rxe first (the commands' baseline), then the
+# drop-in in both roles.
+for t in ud:1024:200 uc:4096:200 srq:4096:50; do
+  IFS=: read -r q s n <<< "$t"
+  run_test "${q}_pingpong-rxe-rxe" qpt_rxe_rxe "$q" "$s" "$n"
+  run_test "dropin-${q}_pingpong-host-server" dropin_qpt "$q" host-server "$s" "$n"
+  run_test "dropin-${q}_pingpong-host-client" dropin_qpt "$q" host-client "$s" "$n"
 done
 
 # The same programs through a roce-emu daemon on its own L2 port on the bridge.

@@ -1,0 +1,87 @@
+//! perftest 4.5's UD and UC modes (Debian 12's unmodified binaries) on the drop-in
+//! libibverbs.so.1, server and client as two processes on one address of their own (they
+//! share its UDP port), as tests/dropin_debian.rs runs the RC modes: `ib_send_bw -c UD`,
+//! `ib_send_lat -c UD`, `ib_send_bw -c UC`, `ib_write_bw -c UC`. A device without the QP
+//! type fails them (perftest: "Couldn't create QP"), never skips. Addresses 127.0.53.x,
+//! TCP ports 18970-18979.
+
+mod common;
+
+use common::dropin::{self, pair, stdout};
+use std::time::Duration;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// `tool -c CONN ARGS` between two processes on `rxe0=127.0.53.N`; the client's result row
+/// (the server's if the client prints none), split in fields. No `-x`: perftest picks the
+/// device's RoCE v2 IPv4 GID itself (index 0 while the device has one GID, 1 in a table
+/// like rxe's, whose index 0 is the link-local GID).
+fn perftest(tool: &str, conn: &str, n: u8, port: u16, args: &[&str]) -> Option<Vec<String>> {
+    let tag = format!("{tool} -c {conn} {}", args.join(" "));
+    let env = dropin::setup(&tag)?;
+    let p = port.to_string();
+    let ip = format!("127.0.53.{n}");
+    let dev = format!("rxe0={ip}");
+    let mut a = vec!["-d", "rxe0", "-p", &p, "-c", conn];
+    a.extend_from_slice(args);
+    let mut server = env.cmd(tool, &dev, &a);
+    let mut ca = a.clone();
+    ca.push(&ip);
+    let mut client = env.cmd(tool, &dev, &ca);
+    let (s, c) = pair(&mut server, &mut client, port, LIMIT, &tag);
+    let (stext, ctext) = (stdout(&s), stdout(&c));
+    for text in [&ctext, &stext] {
+        // perftest's banner names the connection type it ran.
+        assert!(
+            text.contains(&format!("Connection type : {conn}")),
+            "{tag}: {text}"
+        );
+    }
+    let row = ctext
+        .lines()
+        .chain(stext.lines())
+        .find(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 3 && f[0].parse::<u64>().is_ok() && f[1].parse::<f64>().is_ok()
+        })
+        .unwrap_or_else(|| panic!("{tag}: no result row\n{ctext}\n{stext}"));
+    eprintln!("{tag}: {row}");
+    Some(row.split_whitespace().map(str::to_string).collect())
+}
+
+#[test]
+fn ib_send_bw_ud() {
+    // UD: one packet per message, at most the path MTU (rxe0 on lo: 4096).
+    let Some(row) = perftest("ib_send_bw", "UD", 1, 18970, &["-s", "2048", "-n", "1000"]) else {
+        return;
+    };
+    assert_eq!(row[0], "2048", "{row:?}");
+    assert_eq!(row[1], "1000", "{row:?}");
+}
+
+#[test]
+fn ib_send_lat_ud() {
+    let Some(row) = perftest("ib_send_lat", "UD", 2, 18971, &["-s", "8", "-n", "500"]) else {
+        return;
+    };
+    assert_eq!(row[0], "8", "{row:?}");
+    assert_eq!(row[1], "500", "{row:?}");
+}
+
+#[test]
+fn ib_send_bw_uc() {
+    let Some(row) = perftest("ib_send_bw", "UC", 3, 18972, &["-s", "65536", "-n", "300"]) else {
+        return;
+    };
+    assert_eq!(row[0], "65536", "{row:?}");
+    assert_eq!(row[1], "300", "{row:?}");
+}
+
+#[test]
+fn ib_write_bw_uc() {
+    let Some(row) = perftest("ib_write_bw", "UC", 4, 18973, &["-s", "65536", "-n", "300"]) else {
+        return;
+    };
+    assert_eq!(row[0], "65536", "{row:?}");
+    assert_eq!(row[1], "300", "{row:?}");
+}
