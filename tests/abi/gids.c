@@ -1,6 +1,6 @@
 /* The GID table through the C API, as rxe's (src/verbs/gids.rs) for a device on an address
- * of no interface (ROCE_EMU_DEVICES=rxe0=127.0.21.3, MAC all zeros): gid_tbl_len 1024;
- * index 0 the link-local default GID fe80::200:ff:fe00:0, index 1 ::ffff:127.0.21.3, the
+ * of no interface (ROCE_EMU_DEVICES=rxe0=127.0.21.6, MAC all zeros): gid_tbl_len 1024;
+ * index 0 the link-local default GID fe80::200:ff:fe00:0, index 1 ::ffff:127.0.21.6, the
  * rest empty. ibv_query_gid succeeds on every index (zero GIDs for empty ones, as UCX
  * needs), ibv_query_gid_ex says ENODATA for an empty one, ibv_query_gid_table lists the
  * two in use, ibv_query_gid_type and the sysfs files (gids/N, gid_attrs/types/N,
@@ -78,7 +78,7 @@ int main(void)
 		if (i == 0)
 			expect_gid(&g, "fe80::200:ff:fe00:0");
 		if (i == 1) {
-			expect_gid(&g, "::ffff:127.0.21.3");
+			expect_gid(&g, "::ffff:127.0.21.6");
 			gid = g;
 		}
 	}
@@ -92,7 +92,7 @@ int main(void)
 	CHECK(!ibv_query_gid_ex(ctx, 1, 1, &e, 0), "ibv_query_gid_ex 1");
 	CHECK(e.gid_index == 1 && e.port_num == 1 && e.gid_type == IBV_GID_TYPE_ROCE_V2,
 	      "entry 1: index %u port %u type %u", e.gid_index, e.port_num, e.gid_type);
-	expect_gid(&e.gid, "::ffff:127.0.21.3");
+	expect_gid(&e.gid, "::ffff:127.0.21.6");
 	CHECK(!ibv_query_gid_ex(ctx, 1, 0, &e, 0), "ibv_query_gid_ex 0");
 	expect_gid(&e.gid, "fe80::200:ff:fe00:0");
 	CHECK(ibv_query_gid_ex(ctx, 1, 2, &e, 0) == ENODATA, "empty slot: ENODATA");
@@ -104,7 +104,7 @@ int main(void)
 	CHECK(k == 2, "ibv_query_gid_table: %zd entries", k);
 	CHECK(t[0].gid_index == 0 && t[1].gid_index == 1 && t[1].gid_type == IBV_GID_TYPE_ROCE_V2,
 	      "table indices %u %u", t[0].gid_index, t[1].gid_index);
-	expect_gid(&t[1].gid, "::ffff:127.0.21.3");
+	expect_gid(&t[1].gid, "::ffff:127.0.21.6");
 	CHECK(ibv_query_gid_table(ctx, t, 1, 0) < 0, "a table too small for the GIDs fails");
 	printf("PASS ibv_query_gid_table\n");
 
