@@ -310,3 +310,44 @@ fn modify_takes_ucs_attributes_and_refuses_rcs() {
     e.modify_qp(now, q, &rts).unwrap();
     assert_eq!(e.qp(q).unwrap().state, QpState::Rts);
 }
+
+#[test]
+fn a_bad_lkey_fails_locally_at_either_end_and_sends_nothing_back() {
+    use roce_emu::mem::{Lkey, Sge};
+    // The sender's own key: LOC_PROT_ERR, the rest flushed, nothing on the wire (as RC).
+    let mut p = Pair::new(uc());
+    let sge = Sge {
+        lkey: Lkey(0x7777_7700),
+        ..p.end(A).sge(0, 64)
+    };
+    p.post_sges(A, 1, SendOp::Send, &[sge]);
+    p.post_sges(A, 2, SendOp::Send, &[sge]);
+    p.settle();
+    assert!(p.net.trace.as_ref().unwrap().is_empty(), "nothing sent");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.state(A), QpState::Err);
+
+    // The receiver's WQE with a bad key: it completes in error and B goes to ERR (rxe
+    // RESPST_ERR_MALFORMED_WQE, class A, for every QP type), with no NAK on UC; the
+    // sender's WR succeeded when it left.
+    let mut p = Pair::new(uc());
+    let (qpn, now) = (p.b.qpn, p.net.now);
+    let sge = Sge {
+        lkey: Lkey(p.end(B).lkey().0 ^ 0x55),
+        ..p.end(B).sge(0, 64)
+    };
+    let wr = RecvWr {
+        wr_id: 7,
+        sges: &[sge],
+    };
+    p.engine(B).post_recv(now, qpn, &wr).unwrap();
+    p.send(A, 1, SendOp::Send, 0, 64);
+    p.settle();
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::LocProtErr)]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.state(B), QpState::Err);
+    assert_eq!(p.opcodes(Some(B)), Vec::<String>::new(), "no NAK");
+}
