@@ -104,7 +104,7 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries only SEND
+    /// An operation the QP's transport does not have (IBA 9.8, UC: it carries only SEND
     /// and RDMA WRITE, with or without immediate).
     #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it (SEND and RDMA WRITE are)")]
     OpNotOnQpType {
