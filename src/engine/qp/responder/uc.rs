@@ -62,6 +62,17 @@ impl Qp {
             };
             if self.resp.drop_msg || psn != self.resp.epsn || !continues {
                 ctx.stats.inc(Counter::UcDropOutOfSeq);
+                if !self.resp.drop_msg {
+                    // Once per message lost (`ROCE_EMU_LOG=debug`): UC's only trace of it.
+                    tracing::debug!(
+                        "QP {:#x}: UC {} PSN {} dropped (expected PSN {}{}): its message                          is lost, the responder waits for the next FIRST or ONLY",
+                        self.qpn,
+                        r.bth.opcode,
+                        psn.value(),
+                        self.resp.epsn.value(),
+                        if in_msg { "" } else { ", no message in progress" },
+                    );
+                }
                 if in_msg {
                     self.uc_abandon(ctx);
                 }
@@ -75,6 +86,11 @@ impl Qp {
     /// Drops the message this packet belongs to (and the rest of it), counted in `why`.
     pub(super) fn uc_drop(&mut self, ctx: &mut Ctx<'_>, why: Counter) {
         ctx.stats.inc(why);
+        tracing::debug!(
+            "QP {:#x}: UC message dropped ({}; UC sends no NAK)",
+            self.qpn,
+            why.name()
+        );
         if !matches!(self.resp.cur, InMsg::None) {
             self.uc_abandon(ctx);
         }
