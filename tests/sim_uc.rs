@@ -351,3 +351,44 @@ fn a_bad_lkey_fails_locally_at_either_end_and_sends_nothing_back() {
     assert_eq!(p.state(B), QpState::Err);
     assert_eq!(p.opcodes(Some(B)), Vec::<String>::new(), "no NAK");
 }
+
+#[test]
+fn sqd_finishes_the_message_in_progress_then_reports_drained() {
+    let mut p = Pair::new(uc());
+    p.post_recv(B, 7, 0, 8192);
+    p.post_recv(B, 8, 8192, 64);
+    p.send(A, 1, SendOp::Send, 0, 3000);
+    // The FIRST leaves, then SQD is asked for: the message goes on to its LAST (it has
+    // started), nothing new starts, and the drain is reported once the LAST is out.
+    let first = p.transmit(A).expect("the FIRST");
+    assert_eq!(first.bth.opcode.name(), "UC_SEND_FIRST");
+    let sqd = QpAttr {
+        state: Some(QpState::Sqd),
+        sq_draining_notify: Some(true),
+        ..Default::default()
+    };
+    p.modify(A, &sqd).unwrap();
+    let qpn = p.a.qpn;
+    assert!(p.events(A).is_empty(), "not drained before its LAST");
+    p.send(A, 2, SendOp::Send, 0, 16);
+    let rest: Vec<String> = p
+        .drain(A)
+        .iter()
+        .map(|r| r.bth.opcode.name().into())
+        .collect();
+    assert_eq!(rest, ["UC_SEND_MIDDLE", "UC_SEND_LAST"]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.events(A), [AsyncEvent::SqDrained { qpn }]);
+    // Back to RTS: the second WR goes.
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        ..Default::default()
+    };
+    p.modify(A, &rts).unwrap();
+    p.settle();
+    assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::Success)]);
+    assert_eq!(
+        comps(&mut p, B),
+        [(7, WcStatus::Success, WcOpcode::Recv, 16)]
+    );
+}
