@@ -285,8 +285,6 @@ int main(void)
 	CHECK(fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0, "async O_NONBLOCK");
 	struct ibv_async_event ae;
 	CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN, "async EAGAIN");
-	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 1, .max_sge = 1}};
-	CHECK(!ibv_create_srq(pd, &sa) && errno == EOPNOTSUPP, "SRQ must be EOPNOTSUPP");
 	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "MW must be EOPNOTSUPP");
 	char *hole = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	munmap(hole, 8192);
