@@ -32,6 +32,7 @@
 // The C names are the ABI.
 #![allow(non_snake_case)]
 
+mod clock;
 mod context;
 mod cq;
 mod device;
