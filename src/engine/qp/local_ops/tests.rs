@@ -18,6 +18,7 @@ fn pair() -> (Net, [RcEnd; 2]) {
         let o = RcEndOpts {
             cq_depth: 64,
             sq_sig_all: true,
+            mr_access: Access::ALL | Access::MW_BIND,
             ..RcEndOpts::new(0x1000_0000 * (n as u64 + 1), 4096, QpCap::default())
         };
         rc_end_with(&mut net.nodes[n].engine, &o).unwrap()
