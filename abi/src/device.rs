@@ -240,9 +240,9 @@ pub unsafe extern "C" fn ibv_query_device(
     })
 }
 
-/// `verbs_context::query_device_ex`: the basic attributes and no extended capability
-/// (no ODP, TSO, RSS, timestamps, tag matching, device memory), zeroed up to the size the
-/// program knows.
+/// `verbs_context::query_device_ex`: the basic attributes, the completion timestamp clock
+/// (`clock`), and no other extended capability (no ODP, TSO, RSS, tag matching, device
+/// memory), zeroed up to the size the program knows.
 pub unsafe extern "C" fn query_device_ex(
     c: *mut ffi::ibv_context,
     input: *const ffi::ibv_query_device_ex_input,
@@ -266,6 +266,8 @@ pub unsafe extern "C" fn query_device_ex(
         ex.orig_attr = device_attr(ctx.dev);
         ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         ex.phys_port_cnt_ex = 1;
+        ex.completion_timestamp_mask = u64::MAX;
+        ex.hca_core_clock = crate::clock::CORE_CLOCK_KHZ;
         // SAFETY: copy what fits of ours into the program's (possibly older, smaller) struct.
         unsafe {
             std::ptr::copy_nonoverlapping(
