@@ -59,3 +59,13 @@ fn hardening_fork_threads_and_foreign_memory() {
     };
     assert_eq!(text.matches("PASS ").count(), 5, "{text}");
 }
+
+/// tests/abi/ud.c (address 127.0.21.3): UD QPs, address handles, the GRH slot and the
+/// reply's address handle from the completion, from C.
+#[test]
+fn ud_datagrams_and_address_handles_from_c() {
+    let Some(text) = run_c("ud", "127.0.21.3") else {
+        return;
+    };
+    assert_eq!(text.matches("PASS ").count(), 6, "{text}");
+}

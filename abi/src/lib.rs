@@ -32,6 +32,7 @@
 // The C names are the ABI.
 #![allow(non_snake_case)]
 
+mod ah;
 mod context;
 mod cq;
 mod device;
@@ -43,6 +44,7 @@ mod guard;
 mod mr;
 mod pcap;
 mod qp;
+mod srq;
 mod strings;
 mod stubs;
 mod sysfs;

@@ -5,13 +5,13 @@
 use crate::ffi;
 use crate::qp::Qp;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
 use std::cell::UnsafeCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// SGEs a work request may carry (the engine's limit; more is EINVAL).
-const MAX_SGE: usize = 8;
+pub(crate) const MAX_SGE: usize = 8;
 /// Inline bytes a work request may carry (the engine's limit).
 const MAX_INLINE: usize = 256;
 
@@ -67,7 +67,7 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
 ///
 /// # Safety
 /// `list` points to `n` SGEs (the verbs contract of `sg_list`/`num_sge`).
-unsafe fn sges(
+pub(crate) unsafe fn sges(
     list: *const ffi::ibv_sge,
     n: c_int,
     out: &mut [Sge; MAX_SGE],
@@ -138,10 +138,40 @@ unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
         local,
         flags: flags_of(w.send_flags),
     };
+    let ud = if qp.ud {
+        // SAFETY: a UD QP's work request fills `wr.ud` (the verbs contract).
+        let u = unsafe { w.wr.ud };
+        Some(ud_dest(u.ah, u.remote_qpn, u.remote_qkey)?)
+    } else {
+        None
+    };
+    post(qp, &wr, ud.as_ref(), "ibv_post_send")
+}
+
+/// Where a UD send goes: the address handle's address, the remote QPN and Q_Key.
+fn ud_dest(ah: *mut ffi::ibv_ah, remote_qpn: u32, remote_qkey: u32) -> Result<UdDest, c_int> {
+    if ah.is_null() {
+        tracing::debug!("ibv_post_send: a UD send without an address handle");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: an address handle the program created with ibv_create_ah (ours).
+    let ah = unsafe { crate::ah::Ah::of(ah) };
+    Ok(UdDest {
+        dest_ip: ah.dest_ip,
+        remote_qpn: remote_qpn & 0xff_ffff,
+        remote_qkey,
+    })
+}
+
+/// Hands one work request to the NIC (a UD one with its destination).
+fn post(qp: &Qp, wr: &SendWr<'_>, ud: Option<&UdDest>, call: &str) -> Result<(), c_int> {
     qp.ctx()
         .nic()
-        .and_then(|nic| nic.post_send(qp.qpn, &wr))
-        .map_err(|e| crate::errno::refused("ibv_post_send", &e))
+        .and_then(|nic| match ud {
+            Some(d) => nic.post_send_ud(qp.qpn, wr, d),
+            None => nic.post_send(qp.qpn, wr),
+        })
+        .map_err(|e| crate::errno::refused(call, &e))
 }
 
 /// `ibv_context_ops::post_send`.
@@ -218,21 +248,6 @@ pub unsafe extern "C" fn post_recv(
     })
 }
 
-/// `ibv_context_ops::post_srq_recv`: no SRQ can exist yet.
-pub unsafe extern "C" fn post_srq_recv(
-    _srq: *mut ffi::ibv_srq,
-    wr: *mut ffi::ibv_recv_wr,
-    bad: *mut *mut ffi::ibv_recv_wr,
-) -> c_int {
-    crate::guard::errno("post_srq_recv", move || {
-        if !bad.is_null() {
-            // SAFETY: the program's out-parameter.
-            unsafe { *bad = wr };
-        }
-        libc::EOPNOTSUPP
-    })
-}
-
 // ---- the extended post API --------------------------------------------------------------
 
 /// Where a pending work request's local data is, in the batch's shared buffers.
@@ -248,6 +263,8 @@ struct Pending {
     flags: SendFlags,
     op: SendOp,
     local: LocalRef,
+    /// UD: the destination `ibv_wr_set_ud_addr` gave.
+    ud: Option<UdDest>,
 }
 
 /// The work requests built between `ibv_wr_start` and `ibv_wr_complete`. Buffers are kept
@@ -387,6 +404,7 @@ fn push(q: &Qp, op: SendOp) {
         flags: flags_of(wr_flags),
         op,
         local: LocalRef::Sges(0..0),
+        ud: None,
     };
     q.send.with(|b| b.wrs.push(p));
 }
@@ -437,8 +455,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> c_int {
                             local,
                             flags: p.flags,
                         };
-                        if let Err(e) = q.ctx().nic().and_then(|nic| nic.post_send(q.qpn, &wr)) {
-                            rc = crate::errno::refused("ibv_wr_complete", &e);
+                        if let Err(e) = post(q, &wr, p.ud.as_ref(), "ibv_wr_complete") {
+                            rc = e;
                             break;
                         }
                     }
@@ -665,10 +683,24 @@ unsafe extern "C" fn wr_send_tso(qp: *mut ffi::ibv_qp_ex, _: *mut c_void, _: u16
         fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
     })
 }
-unsafe extern "C" fn wr_set_ud_addr(qp: *mut ffi::ibv_qp_ex, _: *mut ffi::ibv_ah, _: u32, _: u32) {
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ffi::ibv_qp_ex,
+    ah: *mut ffi::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
     crate::guard::value("wr_set_ud_addr", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        let q = unsafe { qp_of(qp) };
+        match ud_dest(ah, remote_qpn, remote_qkey) {
+            Ok(d) => {
+                q.send.with(|b| match b.wrs.last_mut() {
+                    Some(p) => p.ud = Some(d),
+                    None => b.err = libc::EINVAL,
+                });
+            }
+            Err(e) => fail(q, e),
+        }
     })
 }
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ffi::ibv_qp_ex, _: u32) {

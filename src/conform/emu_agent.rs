@@ -460,6 +460,8 @@ impl<'a> State<'a> {
                 AsyncEvent::QpAccessError { .. } => "QP_ACCESS_ERR",
                 AsyncEvent::CqError { .. } => "CQ_ERR",
                 AsyncEvent::SqDrained { .. } => "SQ_DRAINED",
+                AsyncEvent::SrqLimitReached { .. } => "SRQ_LIMIT_REACHED",
+                AsyncEvent::QpLastWqeReached { .. } => "QP_LAST_WQE_REACHED",
             },
         };
         Ok(ok(&[("event", name.into())]))

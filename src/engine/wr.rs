@@ -54,6 +54,19 @@ impl SendOp {
     pub fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
     }
+    /// The operation's name in messages.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm { .. } => "SEND with immediate",
+            SendOp::SendWithInv { .. } => "SEND with invalidate",
+            SendOp::Write { .. } => "RDMA WRITE",
+            SendOp::WriteWithImm { .. } => "RDMA WRITE with immediate",
+            SendOp::Read { .. } => "RDMA READ",
+            SendOp::CompareSwap { .. } => "atomic compare and swap",
+            SendOp::FetchAdd { .. } => "atomic fetch and add",
+        }
+    }
     /// The completion opcode this operation reports.
     pub fn wc_opcode(&self) -> WcOpcode {
         match self {
@@ -167,6 +180,15 @@ pub enum WcOpcode {
     RecvRdmaWithImm,
 }
 
+/// What a UD receive's 40-byte header slot holds (rxe `RDMA_NETWORK_IPV4`/`IPV6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkHdr {
+    /// 20 zero bytes, then the IPv4 header.
+    Ipv4,
+    /// The IPv6 header.
+    Ipv6,
+}
+
 /// A work completion (ibv_wc). `Default` is an empty slot for `poll_cq` buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Completion {
@@ -181,6 +203,11 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
     /// The peer's QP (receive completions).
     pub src_qp: u32,
+    /// UD and GSI receives: the first 40 bytes of the receive buffer hold the packet's
+    /// network header, of this kind (`IBV_WC_GRH`; the kernel's `wc->network_hdr_type`).
+    pub network_hdr: Option<NetworkHdr>,
+    /// The service level (0: RoCE carries none; rxe reports 0).
+    pub sl: u8,
 }
 
 impl Default for Completion {
@@ -194,6 +221,8 @@ impl Default for Completion {
             imm: None,
             invalidated_rkey: None,
             src_qp: 0,
+            network_hdr: None,
+            sl: 0,
         }
     }
 }

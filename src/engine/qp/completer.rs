@@ -73,7 +73,7 @@ impl Qp {
     }
 
     /// Retires the front WQE with `status`.
-    fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+    pub(super) fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
         let Some(w) = self.sq.pop_front() else {
             return;
         };

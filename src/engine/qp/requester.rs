@@ -5,7 +5,7 @@
 
 use super::timers::QpTimer;
 use super::wqe::SendWqe;
-use super::{Ctx, Qp, QpState};
+use super::{uc, Ctx, Qp, QpState, QpType};
 use crate::engine::stats::Counter;
 use crate::engine::wr::{SendOp, WcStatus};
 use crate::engine::EngineConfig;
@@ -108,8 +108,16 @@ impl Qp {
     /// waiting out an RNR NAK, the window full, or every WQE sent. The engine stops asking
     /// such a QP until then, so a QP in a long RNR wait costs nothing per packet.
     pub(crate) fn request_stalled(&self, cfg: &EngineConfig) -> bool {
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_stalled();
+        }
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
             return true;
+        }
+        if self.qp_type == QpType::Uc {
+            // No acknowledgements, so no window (rxe_requester bounds the unacknowledged
+            // PSNs for RC only).
+            return self.req.sq_idx >= self.sq.len();
         }
         // Keep the retransmission window well inside the PSN half-space. The distance is
         // taken unsigned: one READ may move the next PSN up to 2^23 past the oldest
@@ -123,6 +131,9 @@ impl Qp {
 
     /// Writes the next request packet into `buf`; returns its length.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_next_request(ctx, buf);
+        }
         if self.request_stalled(ctx.cfg) {
             return None;
         }
@@ -205,8 +216,10 @@ impl Qp {
                 let len = (w.len - off).min(mtu);
                 let first = off == 0;
                 let last = off + len == w.len;
+                let uc = self.qp_type == QpType::Uc;
                 let opcode = send_write_opcode(&w.op, first, last);
-                let ack_req = last || self.req.since_ack_req + 1 >= ctx.cfg.ack_req_every;
+                let opcode = if uc { uc::uc_opcode(opcode) } else { opcode };
+                let ack_req = !uc && (last || self.req.since_ack_req + 1 >= ctx.cfg.ack_req_every);
                 let solicited = last && w.flags.solicited;
                 let mut r = RoceRepr {
                     payload_len: len as usize,
@@ -218,7 +231,7 @@ impl Qp {
                         RoceRepr::pad_for(len as usize),
                     ))
                 };
-                let info = opcode.info().expect("table has every RC opcode");
+                let info = opcode.info().expect("table has every RC and UC opcode");
                 if info.has(crate::wire::opcode::Headers::RETH) {
                     let remote = match w.op {
                         SendOp::Write { remote } | SendOp::WriteWithImm { remote, .. } => remote,
@@ -285,6 +298,12 @@ impl Qp {
             self.req.offset = 0;
         } else {
             self.req.offset += consumed;
+        }
+        if self.qp_type == QpType::Uc {
+            if done {
+                self.uc_message_sent(ctx);
+            }
+            return Some(len);
         }
         if !self.timers.is_armed(QpTimer::Retransmit) {
             self.arm_retransmit(ctx);
