@@ -514,9 +514,11 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                 .parse()
                 .map_err(|_| "wait takes milliseconds".to_string())?,
         }),
-        o => return Err(format!(
+        o => {
+            return Err(format!(
             "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait"
-        )),
+        ))
+        }
     };
     a.finish(kw)?;
     Ok(action)
