@@ -9,7 +9,7 @@ use crate::ffi;
 use libc::{c_char, c_int, c_void};
 use roce_emu::verbs::discover::{self, PortConfig};
 use roce_emu::verbs::gids::{self, GidTable};
-use roce_emu::verbs::{Mtu, MAX_MSG};
+use roce_emu::verbs::{Counter, Mtu, MAX_MSG};
 use std::sync::{Arc, OnceLock};
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): perftest and pyverbs take rxe's defaults for it.
@@ -313,7 +313,15 @@ pub unsafe extern "C" fn query_port(
         }
         // SAFETY: a context we opened; `attr` has `len` writable bytes.
         let ctx = unsafe { Ctx::of(c) };
-        let a = port_attr(ctx.dev);
+        let mut a = port_attr(ctx.dev);
+        // PortInfo's violation counters (IBA 14.2.5.6, 16 bits, saturating as rxe's
+        // set_qkey_viol_cntr): the engine's counts of the datagrams it dropped for them.
+        if let Ok(nic) = ctx.nic() {
+            let k = nic.counters();
+            let c16 = |n: u64| n.min(0xffff) as u32;
+            a.qkey_viol_cntr = c16(k.get(Counter::QkeyViolation));
+            a.bad_pkey_cntr = c16(k.get(Counter::DropPkeyMismatch));
+        }
         unsafe {
             std::ptr::write_bytes(attr as *mut u8, 0, len);
             std::ptr::copy_nonoverlapping(
