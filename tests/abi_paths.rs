@@ -59,3 +59,26 @@ fn hardening_fork_threads_and_foreign_memory() {
     };
     assert_eq!(text.matches("PASS ").count(), 5, "{text}");
 }
+
+/// tests/abi/ud.c (address 127.0.21.3): UD QPs, address handles, the GRH slot and the
+/// reply's address handle from the completion, from C.
+#[test]
+fn ud_datagrams_and_address_handles_from_c() {
+    let Some(text) = run_c("ud", "127.0.21.3") else {
+        return;
+    };
+    assert_eq!(text.matches("PASS ").count(), 6, "{text}");
+}
+
+/// tests/abi/windows.c (address 127.0.21.4): memory windows of type 1 (ibv_bind_mw) and 2
+/// (IBV_WR_BIND_MW) let a peer WRITE and READ inside them only, SEND with Invalidate and
+/// LOCAL_INV kill a type 2 window's key, a region under a bound window is not
+/// deregistered; ibv_rereg_mr (access, translation, PD) keeps the lkey; ibv_resize_cq
+/// keeps every completion and refuses to shrink below what the CQ holds.
+#[test]
+fn memory_windows_rereg_and_resize() {
+    let Some(text) = run_c("windows", "127.0.21.4") else {
+        return;
+    };
+    assert_eq!(text.matches("PASS ").count(), 6, "{text}");
+}

@@ -148,6 +148,7 @@ fn end(d: &Daemon) -> End {
     let qpn = ctx
         .create_qp(&QpInit {
             sq_sig_all: true,
+            srq: None,
             ..QpInit::rc(pd, cq, cap)
         })
         .unwrap();

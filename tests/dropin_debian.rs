@@ -67,6 +67,38 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
     }
 }
 
+/// Debian's unmodified `ibv_ud_pingpong` (UD QPs, address handles from `-g 0`, the
+/// 40-byte GRH slot ahead of every receive), server and client on one address.
+fn ud_pingpong(tag: &str, port: u16, extra: &[&str]) {
+    let Some(env) = dropin::setup(tag) else {
+        return;
+    };
+    let p = port.to_string();
+    let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
+    args.extend_from_slice(extra);
+    let n = (100 + port - 18800) as u8;
+    let ip = format!("127.0.20.{n}");
+    let mut server = env.cmd("ibv_ud_pingpong", &dev(n), &args);
+    let mut cargs = args.clone();
+    cargs.push(&ip);
+    let mut client = env.cmd("ibv_ud_pingpong", &dev(n), &cargs);
+    let (s, c) = pair(&mut server, &mut client, port, LIMIT, tag);
+    for (who, o) in [("server", &s), ("client", &c)] {
+        let text = stdout(o);
+        assert!(text.contains("200 iters in"), "{tag} {who}: {text}");
+    }
+}
+
+#[test]
+fn ibv_ud_pingpong_default_size() {
+    ud_pingpong("ud_pingpong", 18870, &[]);
+}
+
+#[test]
+fn ibv_ud_pingpong_1_byte_with_completion_events() {
+    ud_pingpong("ud_pingpong_events", 18871, &["-s", "1", "-e"]);
+}
+
 #[test]
 fn ibv_rc_pingpong_1_byte_mtu_1024() {
     rc_pingpong("rc_pingpong_1", 18800, &["-s", "1", "-m", "1024"]);
@@ -339,4 +371,18 @@ fn unmodified_programs_attached_to_a_daemon() {
         "ib_write_bw via daemon",
     );
     assert!(stdout(&c).contains(" 65536      300"), "{}", show(&c));
+    // UD datagrams between two programs of the daemon: routed by their DestQP too.
+    let u = ["-d", "rxe0", "-g", "0", "-p", "18872", "-n", "200"];
+    let mut server = env.cmd("ibv_ud_pingpong", &dev, &u);
+    let mut cu = u.to_vec();
+    cu.push("127.0.20.200");
+    let mut client = env.cmd("ibv_ud_pingpong", &dev, &cu);
+    let (s, c) = pair(
+        &mut server,
+        &mut client,
+        18872,
+        LIMIT,
+        "ud_pingpong via daemon",
+    );
+    assert!(stdout(&c).contains("200 iters in") && stdout(&s).contains("200 iters in"));
 }

@@ -4,7 +4,8 @@
 //! close or exit says how many), every one decoded by `roce-emu pcap` with a valid ICRC.
 //! Once for a pair that closes its device, once for a pair that exits on an error
 //! completion without closing (mismatched MTUs: the capture is completed by the exit
-//! hook). Addresses 127.0.54.x, TCP ports 19120-19129.
+//! hook). And a pair of `ibv_ud_pingpong` (UD datagrams). Addresses 127.0.54.x, TCP ports
+//! 19120-19129.
 
 mod common;
 
@@ -60,8 +61,17 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// A pair with `ROCE_EMU_PCAP` into a fresh folder; the client must report `want`.
-fn pair(tag: &str, n: u8, port: u16, server_mtu: &str, client_mtu: &str, want: &str) {
+/// A pair of `program` with `ROCE_EMU_PCAP` into a fresh folder (`server_args` and
+/// `client_args` added to each side's); the client must report `want`.
+fn pair(
+    tag: &str,
+    program: &str,
+    n: u8,
+    port: u16,
+    server_args: &[&str],
+    client_args: &[&str],
+    want: &str,
+) {
     let Some(env) = dropin::setup(tag) else {
         return;
     };
@@ -71,18 +81,19 @@ fn pair(tag: &str, n: u8, port: u16, server_mtu: &str, client_mtu: &str, want: &
     let base = dir.join("pp.pcap");
     let (sip, cip) = (format!("127.0.54.{n}"), format!("127.0.54.{}", n + 1));
     let p = port.to_string();
-    let args = |mtu: &str, peer: Option<&str>| -> Vec<String> {
-        let mut a: Vec<String> = ["-d", "rxe0", "-g", "0", "-p", &p, "-n", "20", "-m", mtu]
+    let args = |extra: &[&str], peer: Option<&str>| -> Vec<String> {
+        let mut a: Vec<String> = ["-d", "rxe0", "-g", "0", "-p", &p, "-n", "20"]
             .iter()
+            .chain(extra)
             .map(|s| s.to_string())
             .collect();
         a.extend(peer.map(str::to_string));
         a
     };
-    let sargs = args(server_mtu, None);
-    let cargs = args(client_mtu, Some(&sip));
+    let sargs = args(server_args, None);
+    let cargs = args(client_args, Some(&sip));
     let server = env
-        .cmd("ibv_rc_pingpong", &format!("rxe0={sip}"), &strs(&sargs))
+        .cmd(program, &format!("rxe0={sip}"), &strs(&sargs))
         .env("ROCE_EMU_PCAP", &base)
         .spawn()
         .unwrap();
@@ -91,7 +102,7 @@ fn pair(tag: &str, n: u8, port: u16, server_mtu: &str, client_mtu: &str, want: &
         "{tag}: no server"
     );
     let client = env
-        .cmd("ibv_rc_pingpong", &format!("rxe0={cip}"), &strs(&cargs))
+        .cmd(program, &format!("rxe0={cip}"), &strs(&cargs))
         .env("ROCE_EMU_PCAP", &base)
         .spawn()
         .unwrap();
@@ -134,17 +145,41 @@ fn pair(tag: &str, n: u8, port: u16, server_mtu: &str, client_mtu: &str, want: &
 
 #[test]
 fn rc_pingpong_captures_hold_every_packet_sent_and_received() {
-    pair("pcap, closed", 1, 19120, "1024", "1024", "20 iters in");
+    pair(
+        "pcap, closed",
+        "ibv_rc_pingpong",
+        1,
+        19120,
+        &["-m", "1024"],
+        &["-m", "1024"],
+        "20 iters in",
+    );
 }
 
 #[test]
 fn rc_pingpong_captures_are_complete_when_a_program_exits_on_an_error() {
     pair(
         "pcap, exit on error",
+        "ibv_rc_pingpong",
         3,
         19121,
-        "1024",
-        "2048",
+        &["-m", "1024"],
+        &["-m", "2048"],
         "remote invalid request error (9)",
+    );
+}
+
+/// UD datagrams (DETH, no ACKs), from two addresses: every one in the captures with a
+/// valid ICRC.
+#[test]
+fn ud_pingpong_captures_hold_every_datagram_with_a_valid_icrc() {
+    pair(
+        "pcap, ud",
+        "ibv_ud_pingpong",
+        5,
+        19122,
+        &["-s", "1024"],
+        &["-s", "1024"],
+        "20 iters in",
     );
 }

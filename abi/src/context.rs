@@ -1,6 +1,6 @@
 //! Contexts: `ibv_open_device` gives a `verbs_context` (whose last field is the
 //! `ibv_context` programs hold) at the front of our `Ctx`, over one `verbs::Context`: an
-//! engine, a port, a progress thread. The ops tables are filled here; what is absent (SRQ,
+//! engine, a port, a progress thread. The ops tables are filled here; what is absent (
 //! MW, XRC, flows, DM, ...) stays NULL, and rdma-core's inline wrappers then fail with
 //! EOPNOTSUPP/ENOSYS as they do for a provider without it.
 
@@ -59,6 +59,7 @@ pub struct Ctx {
     /// Our objects by engine handle, for events that name a handle (async events).
     pub qps: Mutex<HashMap<u32, usize>>,
     pub cqs: Mutex<HashMap<u32, usize>>,
+    pub srqs: Mutex<HashMap<u32, usize>>,
 }
 
 impl Ctx {
@@ -112,6 +113,8 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         let dev: &'static Dev = unsafe { &*(dev as *const Dev) };
         watch_forks();
         let mut device = verbs::Device::new(dev.port.ip);
+        // UD sends and receives are bounded by the port's active MTU (rxe `get_mtu`).
+        device.engine.port_mtu = dev.port.mtu.bytes();
         // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
         device.daemon.clone_from(&dev.port.daemon);
         device.pcap = crate::pcap::path(&dev.port.name);
@@ -134,6 +137,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         v.query_device_ex = Some(device::query_device_ex);
         v.create_cq_ex = Some(cq::create_cq_ex);
         v.create_qp_ex = Some(qp::create_qp_ex);
+        v.create_srq_ex = Some(crate::srq::create_srq_ex);
         v.sz = std::mem::size_of::<ffi::verbs_context>();
         let c = &mut v.context;
         c.device = d;
@@ -150,10 +154,10 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         ops.req_notify_cq = Some(cq::req_notify_cq);
         ops.post_send = Some(wr::post_send);
         ops.post_recv = Some(wr::post_recv);
-        ops.post_srq_recv = Some(wr::post_srq_recv);
-        ops.alloc_mw = Some(crate::mr::alloc_mw);
-        ops.bind_mw = Some(crate::mr::bind_mw);
-        ops.dealloc_mw = Some(crate::mr::dealloc_mw);
+        ops.post_srq_recv = Some(crate::srq::post_srq_recv);
+        ops.alloc_mw = Some(crate::mw::alloc_mw);
+        ops.bind_mw = Some(crate::mw::bind_mw);
+        ops.dealloc_mw = Some(crate::mw::dealloc_mw);
         ops._compat_query_port = Some(device::ibv_query_port);
         let ctx = Box::new(Ctx {
             v,
@@ -162,6 +166,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
             dev,
             qps: Mutex::new(HashMap::new()),
             cqs: Mutex::new(HashMap::new()),
+            srqs: Mutex::new(HashMap::new()),
         });
         tracing::debug!("opened {} on {}", dev.port.name, dev.port.ip);
         let ctx = Box::leak(ctx);
@@ -224,6 +229,14 @@ fn to_ibv(ctx: &Ctx, ev: &Event) -> Option<ffi::ibv_async_event> {
         Event::Engine(AsyncEvent::SqDrained { qpn }) => {
             out.element.qp = qp(qpn)? as *mut _;
             out.event_type = t::IBV_EVENT_SQ_DRAINED;
+        }
+        Event::Engine(AsyncEvent::SrqLimitReached { srq }) => {
+            out.element.srq = *ctx.srqs.lock().unwrap().get(&srq)? as *mut _;
+            out.event_type = t::IBV_EVENT_SRQ_LIMIT_REACHED;
+        }
+        Event::Engine(AsyncEvent::QpLastWqeReached { qpn }) => {
+            out.element.qp = qp(qpn)? as *mut _;
+            out.event_type = t::IBV_EVENT_QP_LAST_WQE_REACHED;
         }
         Event::Engine(AsyncEvent::CqError { cq, .. }) => {
             out.element.cq = *ctx.cqs.lock().unwrap().get(&cq)? as *mut _;

@@ -8,7 +8,9 @@ use crate::context::{fd_nonblocking, Ctx};
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::verbs::{CompChannel, Completion, Spin, WcOpcode, WcStatus, DEFAULT_SPIN_US};
+use roce_emu::verbs::{
+    CompChannel, Completion, NetworkHdr, Spin, WcOpcode, WcStatus, DEFAULT_SPIN_US,
+};
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
@@ -204,6 +206,7 @@ pub fn status(s: WcStatus) -> ffi::ibv_wc_status::Type {
         WcStatus::RemOpErr => t::IBV_WC_REM_OP_ERR,
         WcStatus::RetryExcErr => t::IBV_WC_RETRY_EXC_ERR,
         WcStatus::RnrRetryExcErr => t::IBV_WC_RNR_RETRY_EXC_ERR,
+        WcStatus::MwBindErr => t::IBV_WC_MW_BIND_ERR,
     }
 }
 
@@ -217,6 +220,8 @@ fn opcode(o: WcOpcode) -> ffi::ibv_wc_opcode::Type {
         WcOpcode::FetchAdd => t::IBV_WC_FETCH_ADD,
         WcOpcode::Recv => t::IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => t::IBV_WC_RECV_RDMA_WITH_IMM,
+        WcOpcode::BindMw => t::IBV_WC_BIND_MW,
+        WcOpcode::LocalInv => t::IBV_WC_LOCAL_INV,
     }
 }
 
@@ -228,7 +233,25 @@ fn wc_flags(c: &Completion) -> c_uint {
     if c.invalidated_rkey.is_some() {
         f |= ffi::ibv_wc_flags::IBV_WC_WITH_INV;
     }
+    if c.network_hdr.is_some() {
+        f |= ffi::ibv_wc_flags::IBV_WC_GRH;
+    }
     f
+}
+
+/// The service level a completion reports. RoCE carries none and rxe reports 0, but
+/// UCX 1.13's UD transport reads `wc.sl` as mlx5 fills it: `uct_ud_iface_check_grh`
+/// (`src/uct/ib/ud/base/ud_iface.h`) takes `(wc.sl & 7) == 2` to mean "the GRH slot holds
+/// an IPv4 header" (mlx5's CQE L3 type) and otherwise compares the 16-byte IPv6 GID at
+/// bytes 24..40, so on rxe every IPv4 RoCEv2 datagram fails its DGID check and is dropped
+/// (fixed for other devices by UCX PR #10209, 2024). Reporting 2 for IPv4 receives makes
+/// UCX's default configuration work, and costs other programs nothing:
+/// `ibv_init_ah_from_wc` copies `sl` into the AH, where RoCE ignores it.
+fn sl(c: &Completion) -> u8 {
+    match c.network_hdr {
+        Some(NetworkHdr::Ipv4) => 2,
+        _ => c.sl,
+    }
 }
 
 fn to_wc(c: &Completion) -> ffi::ibv_wc {
@@ -247,6 +270,7 @@ fn to_wc(c: &Completion) -> ffi::ibv_wc {
     wc.qp_num = c.qpn;
     wc.src_qp = c.src_qp;
     wc.wc_flags = wc_flags(c);
+    wc.sl = sl(c);
     wc
 }
 
@@ -407,7 +431,7 @@ unsafe fn create(
     ex.read_src_qp = Some(read_src_qp);
     ex.read_wc_flags = Some(read_wc_flags);
     ex.read_slid = Some(read_zero_u32);
-    ex.read_sl = Some(read_zero_u8);
+    ex.read_sl = Some(read_sl);
     ex.read_dlid_path_bits = Some(read_zero_u8);
     let obj = Box::into_raw(Box::new(Cq {
         ex: UnsafeCell::new(ex),
@@ -509,9 +533,32 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ffi::ibv_cq) -> c_int {
     })
 }
 
+/// `ibv_resize_cq`: room for `cqe` completions, keeping every one the CQ holds (rxe
+/// `rxe_resize_cq`). EINVAL, changing nothing, for `cqe` outside 1..=max_cqe or below
+/// the completions held, counting those the extended API has taken from the engine and
+/// not handed out yet (rxe `rxe_cq_chk_attr`). `cq->cqe` is the new size, as rxe reports.
 #[no_mangle]
-pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ffi::ibv_cq, _cqe: c_int) -> c_int {
-    crate::guard::errno("ibv_resize_cq", move || libc::EOPNOTSUPP)
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ffi::ibv_cq, cqe: c_int) -> c_int {
+    crate::guard::errno("ibv_resize_cq", move || {
+        // SAFETY: a CQ we created.
+        let obj = unsafe { Cq::of(cq) };
+        if !(1..=16_384).contains(&cqe) {
+            return libc::EINVAL;
+        }
+        // The polling lock: no poll moves completions between the engine and the buffer
+        // meanwhile.
+        let p = obj.polled();
+        let r = obj
+            .ctx()
+            .nic()
+            .and_then(|nic| nic.resize_cq(obj.id, cqe as usize, p.len));
+        if let Err(e) = r {
+            return refused("ibv_resize_cq", &e);
+        }
+        // SAFETY: our CQ's C part; the program reads `cqe` after the call returns.
+        unsafe { (*obj.c()).cqe = cqe };
+        0
+    })
 }
 
 /// `ibv_context_ops::poll_cq`.
@@ -671,6 +718,12 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ffi::ibv_cq_ex) -> c_uint {
     crate::guard::value("read_wc_flags", move || {
         // SAFETY: see `cur`.
         wc_flags(&unsafe { cur(cq) })
+    })
+}
+unsafe extern "C" fn read_sl(cq: *mut ffi::ibv_cq_ex) -> u8 {
+    crate::guard::value("read_sl", move || {
+        // SAFETY: see `cur`.
+        sl(&unsafe { cur(cq) })
     })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {

@@ -19,6 +19,8 @@ const MAX_WR: c_int = 16_384;
 const MAX_SGE: c_int = 8;
 const MAX_CQ: c_int = 0x4000;
 const MAX_MR: c_int = 0x4_0000;
+/// Memory windows (rxe's RXE_MAX_MW; the table's `max_mws`).
+const MAX_MW: c_int = 0x4_0000;
 const MAX_PD: c_int = 0x7ffc;
 const MAX_RD_ATOMIC: c_int = 128;
 /// One GID per port: the address it serves.
@@ -189,18 +191,30 @@ fn device_attr(d: &Dev) -> ffi::ibv_device_attr {
     a.device_cap_flags = f::IBV_DEVICE_BAD_PKEY_CNTR
         | f::IBV_DEVICE_SYS_IMAGE_GUID
         | f::IBV_DEVICE_RC_RNR_NAK_GEN
-        | f::IBV_DEVICE_PORT_ACTIVE_EVENT;
+        | f::IBV_DEVICE_PORT_ACTIVE_EVENT
+        | f::IBV_DEVICE_SRQ_RESIZE
+        // Memory windows, type 1 and type 2B, as rxe reports them.
+        | f::IBV_DEVICE_MEM_WINDOW
+        | f::IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = MAX_SGE;
     a.max_sge_rd = MAX_SGE;
     a.max_cq = MAX_CQ;
     a.max_cqe = MAX_WR;
     a.max_mr = MAX_MR;
+    a.max_mw = MAX_MW;
     a.max_pd = MAX_PD;
+    // Shared receive queues (srq.rs): rxe's limits are 0x40000 SRQs of 0x4000 WRs of 27
+    // SGEs; ours are the engine's queue depth and the drop-in's SGE list.
+    a.max_srq = MAX_CQ;
+    a.max_srq_wr = MAX_WR;
+    a.max_srq_sge = MAX_SGE;
     a.max_qp_rd_atom = MAX_RD_ATOMIC;
     a.max_res_rd_atom = MAX_RD_ATOMIC * MAX_QP / 64;
     a.max_qp_init_rd_atom = MAX_RD_ATOMIC;
     a.atomic_cap = ffi::ibv_atomic_cap::IBV_ATOMIC_HCA;
     a.max_pkeys = 1;
+    // Address handles are plain memory here; rxe's limit (RXE_MAX_AH).
+    a.max_ah = (1 << 15) - 1;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = 1;
     a

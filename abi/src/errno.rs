@@ -24,8 +24,12 @@ pub fn of(e: &Error) -> i32 {
 fn of_verbs(e: &VerbsError) -> i32 {
     match e {
         // rxe's post_send on a full queue (`queue_full` in rxe_post_send_kernel/user).
-        VerbsError::QueueFull { .. } | VerbsError::NoFreeQpn | VerbsError::NoFreeCq => libc::ENOMEM,
-        VerbsError::CqInUse { .. } => libc::EBUSY,
+        VerbsError::QueueFull { .. }
+        | VerbsError::NoFreeQpn
+        | VerbsError::NoFreeCq
+        | VerbsError::NoFreeSrq
+        | VerbsError::SrqFull { .. } => libc::ENOMEM,
+        VerbsError::CqInUse { .. } | VerbsError::SrqInUse { .. } => libc::EBUSY,
         VerbsError::UnsupportedQpType(_) => libc::EOPNOTSUPP,
         VerbsError::Mem(m) => of_mem(m),
         _ => libc::EINVAL,

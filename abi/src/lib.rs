@@ -32,6 +32,7 @@
 // The C names are the ABI.
 #![allow(non_snake_case)]
 
+mod ah;
 mod context;
 mod cq;
 mod device;
@@ -41,8 +42,10 @@ mod ffi;
 mod fork;
 mod guard;
 mod mr;
+mod mw;
 mod pcap;
 mod qp;
+mod srq;
 mod strings;
 mod stubs;
 mod sysfs;

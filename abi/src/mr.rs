@@ -6,7 +6,7 @@ use crate::context::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::verbs::{Access, Backing, MemoryRegion, Pd};
+use roce_emu::verbs::{Access, Backing, MemoryRegion, Pd, Rereg};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
@@ -84,10 +84,11 @@ fn access_of(access: c_uint) -> Result<Access, c_int> {
     let known = f::IBV_ACCESS_LOCAL_WRITE
         | f::IBV_ACCESS_REMOTE_WRITE
         | f::IBV_ACCESS_REMOTE_READ
-        | f::IBV_ACCESS_REMOTE_ATOMIC;
+        | f::IBV_ACCESS_REMOTE_ATOMIC
+        | f::IBV_ACCESS_MW_BIND;
     // IBV_ACCESS_OPTIONAL_RANGE (bits 20..29, verbs.h); relaxed ordering is one.
     let optional = 0x3ff0_0000;
-    let ignored = f::IBV_ACCESS_MW_BIND | f::IBV_ACCESS_HUGETLB | optional;
+    let ignored = f::IBV_ACCESS_HUGETLB | optional;
     let rest = access & !(known | ignored | f::IBV_ACCESS_ZERO_BASED);
     if rest & f::IBV_ACCESS_ON_DEMAND != 0 {
         return Err(libc::EOPNOTSUPP);
@@ -278,20 +279,96 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ffi::ibv_mr) -> c_int {
     })
 }
 
-/// `ibv_rereg_mr`: not supported yet (rdma-core's `IBV_REREG_MR_ERR_INPUT` family is for
-/// bad input; a device without rereg says EOPNOTSUPP, which pyverbs turns into a skip).
+/// `ibv_rereg_mr`: CHANGE_PD, CHANGE_ACCESS and CHANGE_TRANSLATION (new memory at `addr`,
+/// its own address as the iova), keeping the L_Key; the R_Key is the L_Key's value with a
+/// remote right, else 0 (`mr->lkey`/`mr->rkey` are updated, as `ibv_cmd_rereg_mr` does
+/// from the kernel's answer). rxe itself does PD and access only (EOPNOTSUPP for a new
+/// translation); real HCAs do all three. Errors as libibverbs and the kernel give them:
+/// bad flags, or a translation without address or length, are IBV_REREG_MR_ERR_INPUT
+/// (EINVAL); flags 0, bad rights, an unusable new range (EFAULT) or a region with memory
+/// windows bound (EINVAL, as rxe's dereg) are IBV_REREG_MR_ERR_CMD.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_rereg_mr(
-    _mr: *mut ffi::ibv_mr,
-    _flags: c_int,
-    _pd: *mut ffi::ibv_pd,
-    _addr: *mut c_void,
-    _length: usize,
-    _access: c_int,
+    mr: *mut ffi::ibv_mr,
+    flags: c_int,
+    pd: *mut ffi::ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
 ) -> c_int {
+    use ffi::ibv_rereg_mr_err_code as code;
+    use ffi::ibv_rereg_mr_flags as f;
     crate::guard::errno("ibv_rereg_mr", move || {
-        set_errno(libc::EOPNOTSUPP);
-        libc::EOPNOTSUPP
+        let input = |e| {
+            set_errno(e);
+            code::IBV_REREG_MR_ERR_INPUT
+        };
+        let cmd = |e| {
+            set_errno(e);
+            code::IBV_REREG_MR_ERR_CMD
+        };
+        let flags = flags as c_uint;
+        if mr.is_null() || flags & !f::IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+            return input(libc::EINVAL);
+        }
+        let translate = flags & f::IBV_REREG_MR_CHANGE_TRANSLATION != 0;
+        if translate && (length == 0 || addr.is_null()) {
+            return input(libc::EINVAL);
+        }
+        if flags == 0 {
+            return cmd(libc::EINVAL); // the kernel's ib_uverbs_rereg_mr
+        }
+        // SAFETY: a region we registered (the verbs contract), not used concurrently by
+        // the program while it re-registers it.
+        let obj = unsafe { &mut *(mr as *mut MrObj) };
+        let ctx = unsafe { Ctx::of(obj.mr.context) };
+        let mut r = Rereg::default();
+        let mut new_pd = obj.mr.pd;
+        if flags & f::IBV_REREG_MR_CHANGE_PD != 0 {
+            if pd.is_null() {
+                return cmd(libc::EINVAL);
+            }
+            // SAFETY: a PD of ours (the verbs contract).
+            r.pd = Some(unsafe { PdObj::of(pd) }.id);
+            new_pd = pd;
+        }
+        let acc = if flags & f::IBV_REREG_MR_CHANGE_ACCESS != 0 {
+            match access_of(access as c_uint) {
+                Ok(a) => {
+                    r.access = Some(a);
+                    a
+                }
+                Err(e) => return cmd(e),
+            }
+        } else {
+            obj.region.access()
+        };
+        if translate {
+            let write =
+                acc.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
+            if !usable(addr as usize, length, write) {
+                return cmd(libc::EFAULT);
+            }
+            // SAFETY: as in `reg`: the program's memory, mapped until it deregisters it.
+            match unsafe { Backing::foreign(addr as *mut u8, length) } {
+                Ok(b) => r.translation = Some((addr as u64, b)),
+                Err(e) => return cmd(refused("ibv_rereg_mr", &e.into())),
+            }
+        }
+        match ctx.nic().and_then(|nic| nic.rereg_mr(obj.region.lkey(), r)) {
+            Ok(region) => {
+                obj.mr.pd = new_pd;
+                if translate {
+                    obj.mr.addr = addr;
+                    obj.mr.length = length;
+                }
+                obj.mr.lkey = region.lkey().0;
+                obj.mr.rkey = region.rkey().0;
+                obj.region = region;
+                0
+            }
+            Err(e) => cmd(refused("ibv_rereg_mr", &e)),
+        }
     })
 }
 
@@ -308,29 +385,6 @@ pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
         set_errno(libc::EOPNOTSUPP);
         null_mut()
     })
-}
-
-// Memory windows: not yet (type 1 and 2 MWs come with their own issue).
-pub unsafe extern "C" fn alloc_mw(
-    _pd: *mut ffi::ibv_pd,
-    _ty: ffi::ibv_mw_type::Type,
-) -> *mut ffi::ibv_mw {
-    crate::guard::null("alloc_mw", move || {
-        set_errno(libc::EOPNOTSUPP);
-        null_mut()
-    })
-}
-
-pub unsafe extern "C" fn bind_mw(
-    _qp: *mut ffi::ibv_qp,
-    _mw: *mut ffi::ibv_mw,
-    _bind: *mut ffi::ibv_mw_bind,
-) -> c_int {
-    crate::guard::errno("bind_mw", move || libc::EOPNOTSUPP)
-}
-
-pub unsafe extern "C" fn dealloc_mw(_mw: *mut ffi::ibv_mw) -> c_int {
-    crate::guard::errno("dealloc_mw", move || libc::EOPNOTSUPP)
 }
 
 #[cfg(test)]

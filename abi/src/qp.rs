@@ -1,6 +1,7 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
 //! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
-//! any QP. RC only so far: UC, UD, XRC, raw packet and SRQs are EOPNOTSUPP.
+//! any QP. RC, UC and UD, each on its own receive queue or an SRQ (srq.rs): XRC and raw
+//! packet are EOPNOTSUPP.
 
 use crate::context::Ctx;
 use crate::cq::Cq;
@@ -37,6 +38,8 @@ pub struct Qp {
     pub qpn: u32,
     pub max_inline: usize,
     pub max_send_sge: usize,
+    /// A UD QP: each send names its destination (`wr.ud`).
+    pub ud: bool,
     /// The send queue's lock and what `ibv_wr_*` calls built since `ibv_wr_start`.
     pub send: SendSide,
 }
@@ -100,7 +103,7 @@ fn state_to(s: QpState) -> ffi::ibv_qp_state::Type {
     }
 }
 
-/// Creates an RC QP on context `c` from `a` (its caps are updated to those granted).
+/// Creates an RC or UC QP on context `c` from `a` (its caps are updated to those granted).
 ///
 /// # Safety
 /// `c` is a context we opened; `pd` and the CQs in `a` are ours.
@@ -111,16 +114,15 @@ unsafe fn create(
 ) -> Result<*mut ffi::ibv_qp, c_int> {
     // SAFETY: a context we opened.
     let ctx = unsafe { Ctx::of(c) };
-    if a.qp_type != ffi::ibv_qp_type::IBV_QPT_RC {
-        tracing::debug!(
-            "ibv_create_qp: QP type {} is not supported yet (RC only)",
-            a.qp_type
-        );
-        return Err(libc::EOPNOTSUPP);
-    }
-    if !a.srq.is_null() {
-        return Err(libc::EOPNOTSUPP);
-    }
+    let qp_type = match a.qp_type {
+        ffi::ibv_qp_type::IBV_QPT_RC => QpType::Rc,
+        ffi::ibv_qp_type::IBV_QPT_UC => QpType::Uc,
+        ffi::ibv_qp_type::IBV_QPT_UD => QpType::Ud,
+        t => {
+            tracing::debug!("ibv_create_qp: QP type {t} is not supported (RC, UC, UD)");
+            return Err(libc::EOPNOTSUPP);
+        }
+    };
     if pd.is_null() || a.send_cq.is_null() || a.recv_cq.is_null() {
         return Err(libc::EINVAL);
     }
@@ -142,12 +144,14 @@ unsafe fn create(
         max_inline_data: inline as usize,
     };
     let init = QpInit {
-        qp_type: QpType::Rc,
+        qp_type,
         pd: pd_obj.id,
         send_cq: scq.id,
         recv_cq: rcq.id,
         cap,
         sq_sig_all: a.sq_sig_all != 0,
+        // SAFETY: an SRQ we created (the program's `init_attr.srq`), or NULL.
+        srq: (!a.srq.is_null()).then(|| unsafe { crate::srq::Srq::of(a.srq) }.id),
     };
     let qpn = ctx
         .nic()
@@ -162,6 +166,7 @@ unsafe fn create(
     b.pd = pd;
     b.send_cq = a.send_cq;
     b.recv_cq = a.recv_cq;
+    b.srq = a.srq;
     b.handle = qpn;
     b.qp_num = qpn;
     b.state = ffi::ibv_qp_state::IBV_QPS_RESET;
@@ -172,6 +177,7 @@ unsafe fn create(
         qpn,
         max_inline: inline as usize,
         max_send_sge: a.cap.max_send_sge as usize,
+        ud: qp_type == QpType::Ud,
         send: SendSide::default(),
     }));
     ctx.qps.lock().unwrap().insert(qpn, obj as usize);
@@ -235,7 +241,9 @@ pub unsafe extern "C" fn create_qp_ex(
                 | s::IBV_QP_EX_WITH_RDMA_READ
                 | s::IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | s::IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-                | s::IBV_QP_EX_WITH_SEND_WITH_INV,
+                | s::IBV_QP_EX_WITH_SEND_WITH_INV
+                | s::IBV_QP_EX_WITH_BIND_MW
+                | s::IBV_QP_EX_WITH_LOCAL_INV,
         );
         let bad = a.comp_mask & !known != 0
             || a.comp_mask & m::IBV_QP_INIT_ATTR_PD == 0
@@ -291,7 +299,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
 
 /// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
 /// address); the source GID index must be one of ours and of the same IP family.
-fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
+pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
     if ah.is_global == 0 {
         return Err("RoCE needs a GRH (ah_attr.is_global = 1 and the peer's GID)");
     }
@@ -315,13 +323,10 @@ fn attr_of(ctx: &Ctx, a: &ffi::ibv_qp_attr, mask: c_int) -> Result<QpAttr, &'sta
     use ffi::ibv_qp_attr_mask as m;
     let mask = mask as u32;
     let has = |bit: u32| mask & bit != 0;
-    let unsupported = m::IBV_QP_ALT_PATH
-        | m::IBV_QP_PATH_MIG_STATE
-        | m::IBV_QP_CAP
-        | m::IBV_QP_RATE_LIMIT
-        | m::IBV_QP_QKEY;
+    let unsupported =
+        m::IBV_QP_ALT_PATH | m::IBV_QP_PATH_MIG_STATE | m::IBV_QP_CAP | m::IBV_QP_RATE_LIMIT;
     if has(unsupported) {
-        return Err("alternate paths, migration, resizing, rate limits and Q_Keys do not apply");
+        return Err("alternate paths, migration, resizing and rate limits do not apply");
     }
     let mut q = QpAttr::default();
     if has(m::IBV_QP_STATE) {
@@ -370,6 +375,9 @@ fn attr_of(ctx: &Ctx, a: &ffi::ibv_qp_attr, mask: c_int) -> Result<QpAttr, &'sta
     if has(m::IBV_QP_DEST_QPN) {
         q.dest_qpn = Some(a.dest_qp_num);
     }
+    if has(m::IBV_QP_QKEY) {
+        q.qkey = Some(a.qkey);
+    }
     if has(m::IBV_QP_EN_SQD_ASYNC_NOTIFY) {
         q.sq_draining_notify = Some(a.en_sqd_async_notify != 0);
     }
@@ -387,6 +395,17 @@ pub unsafe extern "C" fn ibv_modify_qp(
         let obj = unsafe { Qp::of(qp) };
         let a = unsafe { &*attr };
         let ctx = obj.ctx();
+        // Q_Keys with the MSB set are privileged (IBA 10.2.4; the kernel's
+        // `modify_qp` refuses them to user space with EPERM since Linux 6.4, unless the
+        // netlink privileged_qkey mode is on).
+        if mask as u32 & ffi::ibv_qp_attr_mask::IBV_QP_QKEY != 0 && a.qkey & 0x8000_0000 != 0 {
+            tracing::debug!(
+                "ibv_modify_qp {:#x}: Q_Key {:#x} is privileged",
+                obj.qpn,
+                a.qkey
+            );
+            return libc::EPERM;
+        }
         let q = match attr_of(ctx, a, mask) {
             Ok(q) => q,
             Err(why) => {
@@ -449,6 +468,7 @@ pub unsafe extern "C" fn ibv_query_qp(
             };
         }
         a.pkey_index = at.pkey_index;
+        a.qkey = at.qkey;
         a.en_sqd_async_notify = at.sq_draining_notify as u8;
         a.sq_draining = (info.state == QpState::Sqd) as u8;
         a.max_rd_atomic = at.max_rd_atomic;

@@ -37,23 +37,15 @@ macro_rules! nothing {
     )*};
 }
 
-// Public verbs of features not built yet: SRQ, UD address handles, multicast, import of
+// Public verbs of features not built yet: multicast, import of
 // objects from another process, ECE, L2 resolution.
 fail_null!(
-    ibv_create_srq,
-    ibv_create_ah,
-    ibv_create_ah_from_wc,
     ibv_import_device,
     ibv_import_pd,
     ibv_import_mr,
     ibv_import_dm,
 );
 fail_int!(
-    ibv_destroy_srq,
-    ibv_modify_srq,
-    ibv_query_srq,
-    ibv_destroy_ah,
-    ibv_init_ah_from_wc,
     ibv_attach_mcast,
     ibv_detach_mcast,
     ibv_query_ece,

@@ -5,13 +5,13 @@
 use crate::ffi;
 use crate::qp::Qp;
 use libc::{c_int, c_uint, c_void};
-use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
 use std::cell::UnsafeCell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// SGEs a work request may carry (the engine's limit; more is EINVAL).
-const MAX_SGE: usize = 8;
+pub(crate) const MAX_SGE: usize = 8;
 /// Inline bytes a work request may carry (the engine's limit).
 const MAX_INLINE: usize = 256;
 
@@ -57,7 +57,14 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
                 remote: atomic,
                 add: at.compare_add,
             },
-            // LOCAL_INV, BIND_MW, TSO, ATOMIC_WRITE, FLUSH: not on this NIC yet.
+            o::IBV_WR_LOCAL_INV => SendOp::LocalInv {
+                rkey: w.__bindgen_anon_1.invalidate_rkey,
+            },
+            o::IBV_WR_BIND_MW => {
+                let b = &w.__bindgen_anon_2.bind_mw;
+                crate::mw::bind_op(b.mw, b.rkey, &b.bind_info)?
+            }
+            // TSO, ATOMIC_WRITE, FLUSH: not on this NIC yet.
             _ => return Err(libc::EOPNOTSUPP),
         })
     }
@@ -67,7 +74,7 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
 ///
 /// # Safety
 /// `list` points to `n` SGEs (the verbs contract of `sg_list`/`num_sge`).
-unsafe fn sges(
+pub(crate) unsafe fn sges(
     list: *const ffi::ibv_sge,
     n: c_int,
     out: &mut [Sge; MAX_SGE],
@@ -113,8 +120,13 @@ unsafe fn gather(list: &[Sge], buf: &mut [u8; MAX_INLINE], max: usize) -> Result
 unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
     let op = op_of(w)?;
     let mut list = [Sge::default(); MAX_SGE];
-    // SAFETY: `w` is the program's work request, its list `num_sge` long.
-    let n = unsafe { sges(w.sg_list, w.num_sge, &mut list) }?;
+    // Local operations (BIND_MW, LOCAL_INV) carry no data: their SGE fields are not read.
+    let n = if op.is_local() {
+        0
+    } else {
+        // SAFETY: `w` is the program's work request, its list `num_sge` long.
+        unsafe { sges(w.sg_list, w.num_sge, &mut list) }?
+    };
     let mut inline = [0u8; MAX_INLINE];
     let inline_send = w.send_flags & ffi::ibv_send_flags::IBV_SEND_INLINE != 0
         && matches!(
@@ -138,10 +150,40 @@ unsafe fn post_one(qp: &Qp, w: &ffi::ibv_send_wr) -> Result<(), c_int> {
         local,
         flags: flags_of(w.send_flags),
     };
+    let ud = if qp.ud {
+        // SAFETY: a UD QP's work request fills `wr.ud` (the verbs contract).
+        let u = unsafe { w.wr.ud };
+        Some(ud_dest(u.ah, u.remote_qpn, u.remote_qkey)?)
+    } else {
+        None
+    };
+    post(qp, &wr, ud.as_ref(), "ibv_post_send")
+}
+
+/// Where a UD send goes: the address handle's address, the remote QPN and Q_Key.
+fn ud_dest(ah: *mut ffi::ibv_ah, remote_qpn: u32, remote_qkey: u32) -> Result<UdDest, c_int> {
+    if ah.is_null() {
+        tracing::debug!("ibv_post_send: a UD send without an address handle");
+        return Err(libc::EINVAL);
+    }
+    // SAFETY: an address handle the program created with ibv_create_ah (ours).
+    let ah = unsafe { crate::ah::Ah::of(ah) };
+    Ok(UdDest {
+        dest_ip: ah.dest_ip,
+        remote_qpn: remote_qpn & 0xff_ffff,
+        remote_qkey,
+    })
+}
+
+/// Hands one work request to the NIC (a UD one with its destination).
+fn post(qp: &Qp, wr: &SendWr<'_>, ud: Option<&UdDest>, call: &str) -> Result<(), c_int> {
     qp.ctx()
         .nic()
-        .and_then(|nic| nic.post_send(qp.qpn, &wr))
-        .map_err(|e| crate::errno::refused("ibv_post_send", &e))
+        .and_then(|nic| match ud {
+            Some(d) => nic.post_send_ud(qp.qpn, wr, d),
+            None => nic.post_send(qp.qpn, wr),
+        })
+        .map_err(|e| crate::errno::refused(call, &e))
 }
 
 /// `ibv_context_ops::post_send`.
@@ -218,21 +260,6 @@ pub unsafe extern "C" fn post_recv(
     })
 }
 
-/// `ibv_context_ops::post_srq_recv`: no SRQ can exist yet.
-pub unsafe extern "C" fn post_srq_recv(
-    _srq: *mut ffi::ibv_srq,
-    wr: *mut ffi::ibv_recv_wr,
-    bad: *mut *mut ffi::ibv_recv_wr,
-) -> c_int {
-    crate::guard::errno("post_srq_recv", move || {
-        if !bad.is_null() {
-            // SAFETY: the program's out-parameter.
-            unsafe { *bad = wr };
-        }
-        libc::EOPNOTSUPP
-    })
-}
-
 // ---- the extended post API --------------------------------------------------------------
 
 /// Where a pending work request's local data is, in the batch's shared buffers.
@@ -248,6 +275,8 @@ struct Pending {
     flags: SendFlags,
     op: SendOp,
     local: LocalRef,
+    /// UD: the destination `ibv_wr_set_ud_addr` gave.
+    ud: Option<UdDest>,
 }
 
 /// The work requests built between `ibv_wr_start` and `ibv_wr_complete`. Buffers are kept
@@ -333,7 +362,7 @@ impl SendSide {
 
     /// The lock for the length of one call: released when the guard drops (also when
     /// a panic unwinds to the ABI guard), unless this thread held it before.
-    fn lock(&self) -> Held<'_> {
+    pub(crate) fn lock(&self) -> Held<'_> {
         Held(self, self.acquire())
     }
 
@@ -355,7 +384,7 @@ impl SendSide {
 }
 
 /// See [`SendSide::lock`].
-struct Held<'a>(&'a SendSide, bool);
+pub(crate) struct Held<'a>(&'a SendSide, bool);
 
 impl Drop for Held<'_> {
     fn drop(&mut self) {
@@ -387,6 +416,7 @@ fn push(q: &Qp, op: SendOp) {
         flags: flags_of(wr_flags),
         op,
         local: LocalRef::Sges(0..0),
+        ud: None,
     };
     q.send.with(|b| b.wrs.push(p));
 }
@@ -437,8 +467,8 @@ unsafe extern "C" fn wr_complete(qp: *mut ffi::ibv_qp_ex) -> c_int {
                             local,
                             flags: p.flags,
                         };
-                        if let Err(e) = q.ctx().nic().and_then(|nic| nic.post_send(q.qpn, &wr)) {
-                            rc = crate::errno::refused("ibv_wr_complete", &e);
+                        if let Err(e) = post(q, &wr, p.ud.as_ref(), "ibv_wr_complete") {
+                            rc = e;
                             break;
                         }
                     }
@@ -640,35 +670,58 @@ unsafe fn set_inline(q: &Qp, n: usize, list: *const ffi::ibv_data_buf) {
     });
 }
 
-// The operations this NIC lacks: the batch fails with EOPNOTSUPP at `ibv_wr_complete`
-// (a QP asking for them in `send_ops_flags` is refused at creation already).
 unsafe extern "C" fn wr_bind_mw(
     qp: *mut ffi::ibv_qp_ex,
-    _: *mut ffi::ibv_mw,
-    _: u32,
-    _: *const ffi::ibv_mw_bind_info,
+    mw: *mut ffi::ibv_mw,
+    rkey: u32,
+    info: *const ffi::ibv_mw_bind_info,
 ) {
     crate::guard::value("wr_bind_mw", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        let q = unsafe { qp_of(qp) };
+        if info.is_null() {
+            return fail(q, libc::EINVAL);
+        }
+        // SAFETY: the program's window and bind information (its region ours).
+        match unsafe { crate::mw::bind_op(mw, rkey, &*info) } {
+            Ok(op) => push(q, op),
+            Err(e) => fail(q, e),
+        }
     })
 }
-unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, _: u32) {
+unsafe extern "C" fn wr_local_inv(qp: *mut ffi::ibv_qp_ex, rkey: u32) {
     crate::guard::value("wr_local_inv", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        push(unsafe { qp_of(qp) }, SendOp::LocalInv { rkey })
     })
 }
+
+// The operations this NIC lacks: the batch fails with EOPNOTSUPP at `ibv_wr_complete`
+// (a QP asking for them in `send_ops_flags` is refused at creation already).
 unsafe extern "C" fn wr_send_tso(qp: *mut ffi::ibv_qp_ex, _: *mut c_void, _: u16, _: u16) {
     crate::guard::value("wr_send_tso", move || {
         // SAFETY: see above (a QP of ours).
         fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
     })
 }
-unsafe extern "C" fn wr_set_ud_addr(qp: *mut ffi::ibv_qp_ex, _: *mut ffi::ibv_ah, _: u32, _: u32) {
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ffi::ibv_qp_ex,
+    ah: *mut ffi::ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
     crate::guard::value("wr_set_ud_addr", move || {
         // SAFETY: see above (a QP of ours).
-        fail(unsafe { qp_of(qp) }, libc::EOPNOTSUPP)
+        let q = unsafe { qp_of(qp) };
+        match ud_dest(ah, remote_qpn, remote_qkey) {
+            Ok(d) => {
+                q.send.with(|b| match b.wrs.last_mut() {
+                    Some(p) => p.ud = Some(d),
+                    None => b.err = libc::EINVAL,
+                });
+            }
+            Err(e) => fail(q, e),
+        }
     })
 }
 unsafe extern "C" fn wr_set_xrc_srqn(qp: *mut ffi::ibv_qp_ex, _: u32) {

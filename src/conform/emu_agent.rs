@@ -444,6 +444,8 @@ impl<'a> State<'a> {
                 AsyncEvent::QpAccessError { .. } => "QP_ACCESS_ERR",
                 AsyncEvent::CqError { .. } => "CQ_ERR",
                 AsyncEvent::SqDrained { .. } => "SQ_DRAINED",
+                AsyncEvent::SrqLimitReached { .. } => "SRQ_LIMIT_REACHED",
+                AsyncEvent::QpLastWqeReached { .. } => "QP_LAST_WQE_REACHED",
             },
         };
         Ok(ok(&[("event", name.into())]))
@@ -553,6 +555,7 @@ pub fn status_name(s: WcStatus) -> &'static str {
         WcStatus::RemOpErr => "REM_OP_ERR",
         WcStatus::RetryExcErr => "RETRY_EXC_ERR",
         WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
+        WcStatus::MwBindErr => "MW_BIND_ERR",
     }
 }
 
@@ -565,5 +568,7 @@ pub fn op_name(o: WcOpcode) -> &'static str {
         WcOpcode::FetchAdd => "FETCH_ADD",
         WcOpcode::Recv => "RECV",
         WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
+        WcOpcode::BindMw => "BIND_MW",
+        WcOpcode::LocalInv => "LOCAL_INV",
     }
 }

@@ -122,3 +122,24 @@ pub(super) fn flush_all(clients: &mut [Client]) {
         }
     }
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::time::Duration;
+
+    /// A datagram for QP1 (the GSI QP: connection management) finds no program: block 0
+    /// is never leased. It is counted (`no_owner`), never handed to anyone. A daemon-side
+    /// QP1 is the connection manager's to add.
+    #[test]
+    fn dest_qp_1_is_a_counted_drop() {
+        let leases = Leases::new(Duration::ZERO);
+        let mut k = PortCounters::default();
+        // BTH of a UD SEND only (0x64) to DestQP 1.
+        let mut bth = [0u8; 12];
+        bth[0] = 0x64;
+        bth[7] = 1;
+        assert_eq!(owner_of(&[], &leases, &mut k, &bth), None);
+        assert_eq!((k.rcvd_pkts, k.no_owner), (1, 1));
+    }
+}

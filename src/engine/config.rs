@@ -44,6 +44,10 @@ pub struct EngineConfig {
     /// bound to a port the kernel picked, and the ICRC covers the port, so the engine must
     /// know it.
     pub udp_src_port: Option<u16>,
+    /// The port's active MTU in bytes (`ibv_port_attr::active_mtu`: 256 to 4096): UD and
+    /// GSI QPs send and accept messages up to it (rxe `get_mtu`: RC/UC use the path MTU,
+    /// UD/GSI `port.mtu_cap`).
+    pub port_mtu: u32,
 }
 
 impl EngineConfig {
@@ -62,6 +66,7 @@ impl EngineConfig {
             qpn_lo: 2,
             qpn_hi: crate::wire::bth::QPN_MASK,
             udp_src_port: None,
+            port_mtu: 4096,
         }
     }
 }

@@ -84,7 +84,59 @@ impl Cq {
         fires
     }
 
+    /// `ibv_resize_cq`: room for `depth` completions from now on, keeping every one it
+    /// holds, in order (rxe `rxe_cq_resize_queue` copies them over). Refused, changing
+    /// nothing, below the number held (rxe `rxe_cq_chk_attr`: EINVAL); `Err` is that
+    /// number.
+    ///
+    /// `outside` completions the caller took out and still counts as held (the C ABI's
+    /// extended polling buffer) must fit as well.
+    pub fn resize(&mut self, depth: usize, outside: usize) -> Result<(), usize> {
+        let held = self.ring.len() + outside;
+        if depth < held {
+            return Err(held);
+        }
+        self.depth = depth;
+        self.ring.shrink_to(depth);
+        self.ring.reserve(depth.saturating_sub(self.ring.len()));
+        Ok(())
+    }
+
+    /// Drops the completions of QP `qpn` (the QP was reset).
+    pub fn remove_qp(&mut self, qpn: u32) {
+        self.ring.retain(|c| c.qpn != qpn);
+    }
+
     pub fn pop(&mut self) -> Option<Completion> {
         self.ring.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(wr_id: u64) -> Completion {
+        Completion {
+            wr_id,
+            ..Completion::default()
+        }
+    }
+
+    #[test]
+    fn resize_keeps_what_it_holds() {
+        let mut q = Cq::new(2);
+        assert!(q.push(c(1)) && q.push(c(2)));
+        assert_eq!(q.resize(1, 0), Err(2), "below what it holds");
+        assert_eq!(q.depth(), 2);
+        assert_eq!(q.resize(3, 2), Err(4), "two more held outside");
+        q.resize(4, 0).unwrap();
+        assert!(q.push(c(3)) && q.push(c(4)));
+        assert!(!q.push(c(5)), "full at 4");
+        let mut q = Cq::new(4);
+        assert!(q.push(c(1)) && q.push(c(2)));
+        q.resize(2, 0).unwrap();
+        assert!(!q.push(c(3)), "full at the new depth");
+        assert_eq!((q.pop().unwrap().wr_id, q.pop().unwrap().wr_id), (1, 2));
     }
 }

@@ -104,10 +104,47 @@ pub enum VerbsError {
         asked: usize,
         max: usize,
     },
-    /// Only RC is implemented so far.
+    /// No SRQ with this handle.
+    #[error("no SRQ {0}")]
+    NoSuchSrq(u32),
+    /// Every SRQ handle is in use.
+    #[error("no free SRQ handle: every one is in use")]
+    NoFreeSrq,
+    /// The SRQ is still used by a QP (destroy the QPs first).
+    #[error("SRQ {srq} is in use by QP {qpn:#x}")]
+    SrqInUse { srq: u32, qpn: u32 },
+    /// The SRQ holds `depth` WQEs already.
+    #[error("SRQ {srq} is full ({depth} work requests outstanding)")]
+    SrqFull { srq: u32, depth: usize },
+    /// A receive WR posted to a QP that takes its receives from an SRQ.
+    #[error("QP {qpn:#x} receives from SRQ {srq}: post receive WRs with post_srq_recv")]
+    QpOnSrq { qpn: u32, srq: u32 },
+    /// A QP type not implemented.
     #[error("QP type {0} is not supported yet")]
     UnsupportedQpType(&'static str),
+    /// A send on a UD QP names no destination (`post_send_ud` gives the address handle,
+    /// the remote QPN and Q_Key).
+    #[error("QP {qpn:#x} is UD: a send needs a destination (address, remote QPN, Q_Key)")]
+    UdNeedsDest { qpn: u32 },
+    /// A UD destination given for a send on a connected QP (its peer is fixed).
+    #[error("QP {qpn:#x} is connected: a send takes no UD destination")]
+    NotUd { qpn: u32 },
+    /// An operation the QP's transport does not have (IBA 9.8.1: UC carries SEND and
+    /// RDMA WRITE, with or without immediate; UD SEND and SEND with immediate only;
+    /// ibv_post_send's EINVAL).
+    #[error("QP {qpn:#x} is {qp_type}: {op} is not available on it")]
+    OpNotOnQpType {
+        qpn: u32,
+        op: &'static str,
+        qp_type: &'static str,
+    },
+    /// QPN 1 (the GSI QP) exists already.
+    #[error("the GSI QP (QPN 1) exists already")]
+    GsiExists,
     /// A memory registration problem.
+    #[error("CQ {cq} holds {held} completions: cannot resize it to {asked}")]
+    CqResize { cq: u32, asked: usize, held: usize },
+
     #[error(transparent)]
     Mem(#[from] MemError),
 }

@@ -43,4 +43,11 @@ pub enum AsyncEvent {
     CqError { cq: u32, lost: u64 },
     /// The QP reached SQD with the send queue drained (if asked for).
     SqDrained { qpn: u32 },
+    /// An SRQ's armed limit was crossed: fewer than `srq_limit` WQEs are left after a QP
+    /// took one. One-shot: the limit is 0 again until re-armed (rxe `get_srq_wqe`;
+    /// IBV_EVENT_SRQ_LIMIT_REACHED).
+    SrqLimitReached { srq: u32 },
+    /// A QP on an SRQ went to ERR and will take no more WQEs from it (IBA o11-5.2.5; rxe
+    /// `flush_recv_queue`): the program may now destroy it without losing a receive.
+    QpLastWqeReached { qpn: u32 },
 }

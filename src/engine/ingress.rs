@@ -8,9 +8,9 @@ impl Engine {
     /// parse (lengths, opcode, pad), TVer, QP lookup, transport, state, P_Key, source,
     /// then requests to the responder and responses to the completer.
     pub fn handle_datagram(&mut self, now: Instant, d: Datagram<'_>) {
-        if !self.check_icrc(&d) {
+        let Some(ipv4_id) = self.check_icrc(&d) else {
             return;
-        }
+        };
         let pkt = match RocePacket::new_checked(d.data) {
             Ok(p) => p,
             Err(crate::wire::WireError::UnknownOpcode(_)) => {
@@ -65,7 +65,16 @@ impl Engine {
         let payload = pkt.payload();
         let mut ctx = ctx!(self, now, stats);
         ctx.solicited = repr.bth.solicited;
-        if is_req {
+        if qp.qp_type == QpType::Ud {
+            // Datagrams: Q_Key, receive WQE, the network header slot (`qp/ud.rs`).
+            let net = qp::ud::NetHdr {
+                src: d.src.ip(),
+                dst: d.dst.ip(),
+                ipv4_id: ipv4_id.unwrap_or(0),
+                udp_payload: d.data.len(),
+            };
+            qp.ud_on_request(&mut ctx, &repr, payload, &net);
+        } else if is_req {
             qp.on_request(&mut ctx, &repr, payload);
         } else {
             qp.on_response(&mut ctx, &repr, payload);
@@ -122,20 +131,22 @@ impl Engine {
         self.after_call(now);
     }
 
-    /// Whether the datagram's ICRC is acceptable (checked, or uncheckable and accepted).
-    fn check_icrc(&mut self, d: &Datagram<'_>) -> bool {
+    /// Whether the datagram's ICRC is acceptable (checked, or uncheckable and accepted):
+    /// `Some` with its IPv4 identification as received or solved (`None` for IPv6, or
+    /// when fuzzing), `None` to drop it.
+    fn check_icrc(&mut self, d: &Datagram<'_>) -> Option<Option<u16>> {
         if d.data.len() < ICRC_LEN {
             self.stats.inc(Counter::DropMalformed);
-            return false;
+            return None;
         }
         if cfg!(fuzzing) {
-            return true;
+            return Some(d.ipv4_id);
         }
         let verdict = match (d.src, d.ipv4_id) {
             (SocketAddr::V4(_), None) => {
                 if !self.cfg.accept_unverified_icrc {
                     self.stats.inc(Counter::DropBadIcrc);
-                    return false;
+                    return None;
                 }
                 // The ID is the one covered field a UDP socket cannot see: solve for it.
                 let ph = PseudoHeaders::new(d.src, d.dst, 0, d.data.len());
@@ -143,18 +154,18 @@ impl Engine {
                 if r.is_ok() {
                     self.stats.inc(Counter::IcrcIdSolved);
                 }
-                r.map(|_| ())
+                r.map(Some)
             }
             (_, id) => {
                 let ph = PseudoHeaders::new(d.src, d.dst, id.unwrap_or(0), d.data.len());
-                icrc::verify(ph.ip(), ph.udp(), d.data)
+                icrc::verify(ph.ip(), ph.udp(), d.data).map(|()| id)
             }
         };
         match verdict {
-            Ok(()) => true,
+            Ok(id) => Some(id),
             Err(_) => {
                 self.stats.inc(Counter::DropBadIcrc);
-                false
+                None
             }
         }
     }

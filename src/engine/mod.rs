@@ -23,6 +23,7 @@ pub mod error;
 pub mod event;
 mod ids;
 pub mod qp;
+pub mod srq;
 pub mod state;
 pub mod stats;
 #[cfg(test)]
@@ -33,13 +34,17 @@ pub mod wr;
 pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
+pub use qp::ud::{UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use qp::{AddressVector, Mtu, QpAttr, QpCap, QpInit, QpState, QpType};
 pub use qp::{
     DEFAULT_MIN_RNR_TIMER, DEFAULT_PKEY, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
+pub use srq::{SrqAttr, SrqInit};
 pub use stats::{Counter, Counters};
 pub use time::{Instant, MAX_ACK_TIMEOUT, MAX_RNR_TIMER};
-pub use wr::{Completion, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus};
+pub use wr::{
+    Completion, Local, NetworkHdr, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
 
 use crate::mem::MrTable;
 use crate::wire::icrc::{self, PseudoHeaders};
@@ -81,6 +86,9 @@ pub struct Engine {
     mem: Arc<MrTable>,
     qps: FxHashMap<u32, Slot>,
     cqs: FxHashMap<u32, Cq>,
+    /// Shared receive queues (`srq.rs`), by handle.
+    srqs: FxHashMap<u32, srq::Srq>,
+    srq_ids: Ids,
     /// The QPs using each CQ (send or receive side), by QPN: an overrun moves them to ERR
     /// in QPN order.
     cq_qps: FxHashMap<u32, BTreeSet<u32>>,
@@ -119,6 +127,7 @@ macro_rules! ctx {
             mem: &$self.mem,
             stats: $stats,
             cqs: &mut $self.cqs,
+            srqs: &mut $self.srqs,
             events: &mut $self.events,
             overrun: &mut $self.overrun,
             notified: &mut $self.notified_now,
@@ -146,6 +155,12 @@ impl Engine {
             qps: FxHashMap::default(),
             cqs: FxHashMap::default(),
             cq_qps: FxHashMap::default(),
+            srqs: FxHashMap::default(),
+            srq_ids: Ids {
+                next: 1,
+                lo: 1,
+                hi: u32::MAX,
+            },
             qpns: Ids {
                 next: first,
                 lo,
@@ -224,6 +239,25 @@ impl Engine {
             .ok_or(VerbsError::NoSuchCq(cq))
     }
 
+    /// `ibv_resize_cq` ([`Cq::resize`]): 1 to `max_queue_depth` entries, no fewer than
+    /// the CQ holds plus `outside` (taken out by the caller, still counted as held).
+    pub fn resize_cq(&mut self, cq: u32, depth: usize, outside: usize) -> Result<(), VerbsError> {
+        if depth == 0 || depth > self.cfg.max_queue_depth {
+            return Err(VerbsError::CapTooLarge {
+                what: "cq depth",
+                asked: depth,
+                max: self.cfg.max_queue_depth,
+            });
+        }
+        let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
+        q.resize(depth, outside)
+            .map_err(|held| VerbsError::CqResize {
+                cq,
+                asked: depth,
+                held,
+            })
+    }
+
     /// Takes up to `out.len()` completions from a CQ, oldest first.
     pub fn poll_cq(&mut self, cq: u32, out: &mut [Completion]) -> Result<usize, VerbsError> {
         let q = self.cqs.get_mut(&cq).ok_or(VerbsError::NoSuchCq(cq))?;
@@ -260,15 +294,39 @@ impl Engine {
     }
 
     pub fn create_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
-        if init.qp_type != QpType::Rc {
-            return Err(VerbsError::UnsupportedQpType(match init.qp_type {
-                QpType::Uc => "UC",
-                _ => "UD",
-            }));
+        self.create_qp_numbered(init, None)
+    }
+
+    /// Creates QP1, the General Services Interface QP (IBA 13.4.5): a UD QP numbered 1
+    /// whose datagrams carry the GSI Q_Key ([`GSI_QKEY`]), for management datagrams
+    /// (the connection manager's). `init.qp_type` must be UD.
+    pub fn create_gsi_qp(&mut self, init: &QpInit) -> Result<u32, VerbsError> {
+        if init.qp_type != QpType::Ud {
+            return Err(VerbsError::UnsupportedQpType("GSI other than UD"));
         }
+        if self.qps.contains_key(&GSI_QPN) {
+            return Err(VerbsError::GsiExists);
+        }
+        self.create_qp_numbered(init, Some(GSI_QPN))
+    }
+
+    fn create_qp_numbered(&mut self, init: &QpInit, qpn: Option<u32>) -> Result<u32, VerbsError> {
+        // A QP on an SRQ has no receive queue: its receive capacities are ignored, as
+        // the kernel ignores them (`ib_create_qp` with `srq`: rxe sizes no RQ).
+        let mut init = *init;
+        if init.srq.is_some() {
+            init.cap.max_recv_wr = 0;
+            init.cap.max_recv_sge = 0;
+        }
+        let init = &init;
         for cq in [init.send_cq, init.recv_cq] {
             if !self.cqs.contains_key(&cq) {
                 return Err(VerbsError::NoSuchCq(cq));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !self.srqs.contains_key(&srq) {
+                return Err(VerbsError::NoSuchSrq(srq));
             }
         }
         let c = &init.cap;
@@ -298,11 +356,21 @@ impl Engine {
         }
         self.mem.check_pd(init.pd)?;
         let qps = &self.qps;
-        let qpn = self
-            .qpns
-            .alloc(qps.len(), |n| qps.contains_key(&n))
-            .ok_or(VerbsError::NoFreeQpn)?;
+        let qpn = match qpn {
+            Some(n) => n,
+            None => self
+                .qpns
+                .alloc(qps.len(), |n| qps.contains_key(&n))
+                .ok_or(VerbsError::NoFreeQpn)?,
+        };
         let mut qp = Qp::new(qpn, init);
+        if init.qp_type == QpType::Ud {
+            // rxe picks a UD QP's port once, from its QPN (`rxe_qp_init_req`).
+            qp.src_port = qp::ud::ud_sport(qpn);
+            if qp.is_gsi() {
+                qp.attrs.qkey = GSI_QKEY;
+            }
+        }
         if let Some(port) = self.cfg.udp_src_port {
             qp.src_port = port;
         }
@@ -316,13 +384,17 @@ impl Engine {
         for cq in [init.send_cq, init.recv_cq] {
             self.cq_qps.entry(cq).or_default().insert(qpn);
         }
+        if let Some(srq) = init.srq.and_then(|n| self.srqs.get_mut(&n)) {
+            srq.qps.insert(qpn);
+        }
         Ok(qpn)
     }
 
     /// Destroys a QP at once, whatever its state: it leaves the round robin and its timers
     /// with it, and its QPN may be handed out again.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        let s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        let mut s = self.qps.remove(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
+        s.qp.leave_srq(&mut self.srqs);
         // The NIC's totals keep what it counted.
         self.stats.merge(&s.stats);
         if s.ready {
@@ -362,7 +434,18 @@ impl Engine {
         let s = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = &mut s.qp;
         let mut ctx = ctx!(self, now, &mut s.stats);
+        let was_reset = qp.state == QpState::Reset;
         let r = qp.modify(attr, &mut ctx);
+        if !was_reset && qp.state == QpState::Reset {
+            // The QP's completions not yet polled go with its queues, as mlx4/mlx5 do
+            // (`mlx5_ib_cq_clean` on the move to RESET): a QP brought back up must not
+            // find its old flush completions first (pyverbs' rereg tests restate QPs so).
+            for cq in [qp.send_cq, qp.recv_cq] {
+                if let Some(q) = self.cqs.get_mut(&cq) {
+                    q.remove_qp(qpn);
+                }
+            }
+        }
         self.touch(qpn);
         self.after_call(now);
         r
@@ -370,14 +453,60 @@ impl Engine {
 
     /// `ibv_post_send`. In ERR the WR is accepted and flushed at once (IBA 10.3.1).
     pub fn post_send(&mut self, now: Instant, qpn: u32, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        self.post_send_to(now, qpn, wr, None)
+    }
+
+    /// `ibv_post_send` on a UD QP: the WR's datagram goes to `dest` (`wr.ud`: the address
+    /// handle, remote QPN and Q_Key). SEND and SEND with immediate only.
+    pub fn post_send_ud(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr<'_>,
+        dest: &UdDest,
+    ) -> Result<(), VerbsError> {
+        self.post_send_to(now, qpn, wr, Some(*dest))
+    }
+
+    fn post_send_to(
+        &mut self,
+        now: Instant,
+        qpn: u32,
+        wr: &SendWr<'_>,
+        ud: Option<UdDest>,
+    ) -> Result<(), VerbsError> {
         let slot = self.qps.get_mut(&qpn).ok_or(VerbsError::NoSuchQp(qpn))?;
         let qp = &mut slot.qp;
+        match (qp.qp_type == QpType::Ud, ud.is_some()) {
+            (true, false) => return Err(VerbsError::UdNeedsDest { qpn }),
+            (false, true) => return Err(VerbsError::NotUd { qpn }),
+            (true, true) if !matches!(wr.op, SendOp::Send | SendOp::SendWithImm { .. }) => {
+                return Err(VerbsError::OpNotOnQpType {
+                    qpn,
+                    qp_type: "UD",
+                    op: wr.op.name(),
+                });
+            }
+            _ => {}
+        }
         if !matches!(qp.state, QpState::Rts | QpState::Sqd | QpState::Err) {
             return Err(VerbsError::InvalidState {
                 qpn,
                 state: qp.state,
                 op: "post a send WR (RTS, SQD or ERR needed)",
             });
+        }
+        // An operation UC lacks (READ, atomics, SEND with invalidate) is refused here,
+        // so the program learns at once; rxe accepts it and its requester then finds no
+        // UC opcode for it (`next_opcode_uc` -> -EINVAL, status LOC_QP_OP_ERR).
+        if qp.qp_type == QpType::Uc {
+            if let Some(op) = qp::uc::refused_on_uc(&wr.op) {
+                return Err(VerbsError::OpNotOnQpType {
+                    qpn,
+                    op,
+                    qp_type: "UC",
+                });
+            }
         }
         // max_rd_atomic = 0 allows no READ/atomic outstanding, so one could never be
         // issued: rxe's `check_init_depth` would leave it at the head of the SQ forever,
@@ -451,6 +580,7 @@ impl Engine {
             last_psn: Default::default(),
             read_done: 0,
             error: None,
+            ud,
         };
         qp.sq.push_back(wqe);
         if qp.state == QpState::Err {
@@ -474,6 +604,11 @@ impl Engine {
                 state: qp.state,
                 op: "post a receive WR (INIT or later needed)",
             });
+        }
+        if let Some(srq) = qp.srq {
+            // rxe: a QP on an SRQ has no receive queue (the provider's `rq.queue` is NULL
+            // and `rxe_post_recv` fails with EINVAL; the kernel's too).
+            return Err(VerbsError::QpOnSrq { qpn, srq });
         }
         if qp.rq.len() >= qp.cap.max_recv_wr {
             return Err(VerbsError::QueueFull {
@@ -606,9 +741,13 @@ impl Engine {
         let (qpn, len) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
         let s = self.qps.get_mut(&qpn)?;
-        let av = s.qp.attrs.av?;
+        // A datagram goes where its WR said; a connected QP's packets to its peer.
+        let dest_ip = match s.qp.ud_tx_dst.take() {
+            Some(ip) => ip,
+            None => s.qp.attrs.av?.dest_ip,
+        };
         let src = SocketAddr::new(self.cfg.local_ip, s.qp.src_port);
-        let dst = SocketAddr::new(av.dest_ip, ROCE_UDP_PORT);
+        let dst = SocketAddr::new(dest_ip, ROCE_UDP_PORT);
         let ph = PseudoHeaders::new(src, dst, self.cfg.tx_ipv4_id, len);
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);

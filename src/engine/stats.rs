@@ -80,12 +80,35 @@ counters! {
     DropUnexpectedResponse => "drop_unexpected_response",
     /// Dropped: a duplicate READ or atomic request older than the replay ring.
     DropReplayMissing => "drop_replay_missing",
+    /// UC packets dropped by the responder for a PSN gap or an opcode out of sequence (a
+    /// MIDDLE or LAST with no message in progress), and every later packet of a message
+    /// already being dropped, until the next FIRST or ONLY (IBA 9.8.3; rxe `check_psn`,
+    /// `check_op_seq` UC branches, `drop_msg`).
+    UcDropOutOfSeq => "uc_drop_out_of_seq",
+    /// UC messages dropped for want of a receive WQE (UC has no RNR NAK; rxe
+    /// RESPST_ERR_RNR, class D).
+    UcDropNoRecvWqe => "uc_drop_no_recv_wqe",
+    /// UC messages dropped for what RC would NAK: QP rights, R_Key, range, length (rxe
+    /// RESPST_ERR_RKEY_VIOLATION / RESPST_ERR_LENGTH on UC without SRQ: drop the message).
+    UcDropInvalid => "uc_drop_invalid",
+    /// UC messages the responder had begun (some data placed) and gave up: their end was
+    /// lost or refused. Nothing completes for them; a SEND's receive WQE is used again.
+    UcMsgAbandoned => "uc_msg_abandoned",
     /// Completions that did not fit in their CQ (reported as a CQ error).
     CqOverrun => "cq_overrun",
     /// Accesses to registered memory that faulted: the program unmapped or protected it
     /// after registering it (`MemError::Fault`). Each failed as an access error (a NAK
     /// to the peer, or a local protection error), the program unharmed.
     MemFaults => "mem_faults",
+    /// Dropped: a UD or GSI packet whose DETH Q_Key is not the QP's (rxe counts these in
+    /// the port's `qkey_viol_cntr`, `rxe_recv.c check_keys`; IBA 10.2.4).
+    QkeyViolation => "qkey_viol_cntr",
+    /// Dropped: a UD or GSI packet arrived with no receive WQE posted (UD has no RNR:
+    /// rxe's class D drop, `RESPST_ERR_RNR` for a non-RC QP).
+    UdDropNoRecvWqe => "ud_drop_no_recv_wqe",
+    /// UD sends longer than the port MTU, completed successfully without a packet
+    /// (IBA C10-93.1.1; rxe_req.c "fake a successful UD send").
+    UdSendTooLong => "ud_send_too_long",
 }
 
 /// A set of counters.

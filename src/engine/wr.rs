@@ -42,6 +42,20 @@ pub enum SendOp {
         remote: Remote,
         add: u64,
     },
+    /// Bind the memory window whose R_Key is `mw_rkey` (IBA 10.6.7; type 1 through
+    /// `ibv_bind_mw`, type 2 as IBV_WR_BIND_MW), its new R_Key becoming `new_rkey` (only
+    /// the key byte is taken, as rxe). Executed by the requester in send-queue order,
+    /// no packet (rxe `rxe_do_local_ops`).
+    BindMw {
+        mw_rkey: u32,
+        new_rkey: u32,
+        bind: crate::mem::MwBind,
+    },
+    /// Local Invalidate (IBV_WR_LOCAL_INV) of the type 2 window `rkey` names; local, no
+    /// packet.
+    LocalInv {
+        rkey: u32,
+    },
 }
 
 impl SendOp {
@@ -51,8 +65,27 @@ impl SendOp {
             SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }
         )
     }
+    /// Executed by the requester alone, without a packet (BIND_MW, LOCAL_INV).
+    pub fn is_local(&self) -> bool {
+        matches!(self, SendOp::BindMw { .. } | SendOp::LocalInv { .. })
+    }
     pub fn is_atomic(&self) -> bool {
         matches!(self, SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. })
+    }
+    /// The operation's name in messages.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send => "SEND",
+            SendOp::SendWithImm { .. } => "SEND with immediate",
+            SendOp::SendWithInv { .. } => "SEND with invalidate",
+            SendOp::Write { .. } => "RDMA WRITE",
+            SendOp::WriteWithImm { .. } => "RDMA WRITE with immediate",
+            SendOp::Read { .. } => "RDMA READ",
+            SendOp::CompareSwap { .. } => "atomic compare and swap",
+            SendOp::FetchAdd { .. } => "atomic fetch and add",
+            SendOp::BindMw { .. } => "BIND_MW",
+            SendOp::LocalInv { .. } => "LOCAL_INV",
+        }
     }
     /// The completion opcode this operation reports.
     pub fn wc_opcode(&self) -> WcOpcode {
@@ -64,6 +97,8 @@ impl SendOp {
             SendOp::Read { .. } => WcOpcode::RdmaRead,
             SendOp::CompareSwap { .. } => WcOpcode::CompSwap,
             SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::BindMw { .. } => WcOpcode::BindMw,
+            SendOp::LocalInv { .. } => WcOpcode::LocalInv,
         }
     }
 }
@@ -128,6 +163,8 @@ pub enum WcStatus {
     RetryExcErr,
     /// The RNR retry counter ran out.
     RnrRetryExcErr,
+    /// A memory window bind was refused (IBV_WC_MW_BIND_ERR).
+    MwBindErr,
 }
 
 impl WcStatus {
@@ -145,6 +182,7 @@ impl WcStatus {
             WcStatus::RemOpErr => "remote operation error",
             WcStatus::RetryExcErr => "transport retry counter exceeded",
             WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::MwBindErr => "memory management operation error",
         }
     }
 }
@@ -165,6 +203,19 @@ pub enum WcOpcode {
     FetchAdd,
     Recv,
     RecvRdmaWithImm,
+    /// A BIND_MW work request (IBV_WC_BIND_MW).
+    BindMw,
+    /// A LOCAL_INV work request (IBV_WC_LOCAL_INV).
+    LocalInv,
+}
+
+/// What a UD receive's 40-byte header slot holds (rxe `RDMA_NETWORK_IPV4`/`IPV6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetworkHdr {
+    /// 20 zero bytes, then the IPv4 header.
+    Ipv4,
+    /// The IPv6 header.
+    Ipv6,
 }
 
 /// A work completion (ibv_wc). `Default` is an empty slot for `poll_cq` buffers.
@@ -181,6 +232,11 @@ pub struct Completion {
     pub invalidated_rkey: Option<u32>,
     /// The peer's QP (receive completions).
     pub src_qp: u32,
+    /// UD and GSI receives: the first 40 bytes of the receive buffer hold the packet's
+    /// network header, of this kind (`IBV_WC_GRH`; the kernel's `wc->network_hdr_type`).
+    pub network_hdr: Option<NetworkHdr>,
+    /// The service level (0: RoCE carries none; rxe reports 0).
+    pub sl: u8,
 }
 
 impl Default for Completion {
@@ -194,6 +250,8 @@ impl Default for Completion {
             imm: None,
             invalidated_rkey: None,
             src_qp: 0,
+            network_hdr: None,
+            sl: 0,
         }
     }
 }

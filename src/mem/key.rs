@@ -17,6 +17,15 @@ use core::fmt;
 pub const KEY_BITS: u32 = 8;
 /// Largest index a key can carry (24 bits).
 pub const MAX_INDEX: u32 = (1 << (32 - KEY_BITS)) - 1;
+/// Indices above this one name memory windows, at and below it memory regions: a key
+/// says by its index alone which table it is in (rxe splits its index space the same
+/// way, `rkey_is_mw`).
+pub const MW_INDEX_BASE: u32 = 1 << 23;
+
+/// Whether `raw`, a key's 32 bits, names a memory window's index.
+pub const fn is_window_key(raw: u32) -> bool {
+    raw >> KEY_BITS > MW_INDEX_BASE
+}
 
 macro_rules! key_type {
     ($(#[$doc:meta])* $name:ident, $label:literal) => {

@@ -28,14 +28,16 @@
 pub mod backing;
 pub mod key;
 pub mod mr;
+pub mod mw;
 pub mod sge;
 pub mod table;
 
 pub use backing::{faults_caught, AtomicOp, Backing};
 pub use key::{Key, KeyGen, Lkey, Rkey};
 pub use mr::{range_within, MemoryRegion, MrState};
+pub use mw::{MemoryWindow, MwBind, MwState, MwType, OnQp};
 pub use sge::{copy_in, copy_out, gather, scatter, total_len, Sge, SgeCursor};
-pub use table::{MrTable, MrTableConfig};
+pub use table::{MrTable, MrTableConfig, Rereg};
 
 use core::fmt;
 use core::ops::{BitAnd, BitOr, BitOrAssign};
@@ -89,14 +91,20 @@ impl Access {
     pub const REMOTE_READ: Access = Access(4);
     /// `IBV_ACCESS_REMOTE_ATOMIC`: compare-and-swap and fetch-and-add from the peer.
     pub const REMOTE_ATOMIC: Access = Access(8);
+    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region (IBA 10.6.7,
+    /// C10-73). Grants no access by itself.
+    pub const MW_BIND: Access = Access(16);
     /// Every flag this module knows.
-    pub const ALL: Access = Access(0xf);
+    pub const ALL: Access = Access(0x1f);
+    /// The rights a peer can use (an R_Key is issued only with one of them).
+    pub const REMOTE: Access = Access(2 | 4 | 8);
 
-    const NAMES: [(Access, &'static str); 4] = [
+    const NAMES: [(Access, &'static str); 5] = [
         (Access::LOCAL_WRITE, "LOCAL_WRITE"),
         (Access::REMOTE_WRITE, "REMOTE_WRITE"),
         (Access::REMOTE_READ, "REMOTE_READ"),
         (Access::REMOTE_ATOMIC, "REMOTE_ATOMIC"),
+        (Access::MW_BIND, "MW_BIND"),
     ];
 
     /// No rights beyond local read.
@@ -110,7 +118,7 @@ impl Access {
     }
 
     /// Flags from `IBV_ACCESS_*` bits; `None` if any bit is one this module does not
-    /// implement (memory windows, zero-based, on-demand paging, ...), so that an
+    /// implement (zero-based, on-demand paging, ...), so that an
     /// unsupported request is refused rather than silently narrowed.
     pub const fn from_bits(bits: u32) -> Option<Access> {
         if bits & !Access::ALL.0 == 0 {
@@ -208,8 +216,8 @@ pub enum MemError {
     /// The protection domain was never allocated or has been deallocated.
     #[error("no such protection domain: {pd}")]
     NoSuchPd { pd: Pd },
-    /// `dealloc_pd` while memory regions are still registered in the PD.
-    #[error("{pd} still has {mrs} memory region(s) registered")]
+    /// `dealloc_pd` while memory regions or windows are still allocated in the PD.
+    #[error("{pd} still has {mrs} memory region(s) or window(s) allocated")]
     PdInUse { pd: Pd, mrs: usize },
     /// REMOTE_WRITE or REMOTE_ATOMIC requested without LOCAL_WRITE (ibv_reg_mr: EINVAL).
     #[error("access {access} needs LOCAL_WRITE")]
@@ -241,14 +249,35 @@ pub enum MemError {
     /// The region belongs to another protection domain.
     #[error("{key} belongs to {found}, not {asked}")]
     PdMismatch { key: Key, asked: Pd, found: Pd },
-    /// The region was invalidated (SEND with Invalidate or Local Invalidate).
-    #[error("{key} names an invalidated memory region")]
+    /// The region was invalidated (SEND with Invalidate or Local Invalidate), or the
+    /// window is not bound (free, invalidated, deallocated, or bound with length 0).
+    #[error("{key} names an invalidated region or an unbound window")]
     MrInvalid { key: Key },
-    /// A peer's SEND with Invalidate named a region registered with Register Memory
-    /// Region: only memory windows and fast-registered regions may be invalidated
-    /// remotely (IBA 10.6.7.2), and roce-emu has neither yet.
-    #[error("{key} names a registered region, which a peer may not invalidate")]
+    /// SEND with Invalidate or LOCAL_INV named a region registered with Register Memory
+    /// Region or a type 1 window: only type 2 windows and fast-registered regions may
+    /// be invalidated that way (IBA 10.6.7.2.5, o10-37.2.26), and roce-emu has no
+    /// fast registration.
+    #[error("{key} names a registered region or a type 1 window, which cannot be invalidated")]
     NotInvalidatable { key: Key },
+    /// A type 2 window's R_Key arrived on another QP than the one it is bound to (type
+    /// 2B windows belong to their QP, IBA 10.6.7.2).
+    #[error("{key} is bound to QP {found:?}, not QP {asked:?}")]
+    QpMismatch {
+        key: Key,
+        asked: Option<u32>,
+        found: Option<u32>,
+    },
+    /// A memory window bind was refused (the IBA rule broken is in the message): the
+    /// work request completes with IBV_WC_MW_BIND_ERR.
+    #[error("bind of window {rkey} refused: {why}")]
+    BindRefused { rkey: Rkey, why: &'static str },
+    /// `dereg_mr` or `rereg_mr` of a region memory windows are bound to (IBA
+    /// 10.6.7.2.6; rxe refuses with EINVAL).
+    #[error("{lkey} has {windows} memory window(s) bound")]
+    MrHasWindows { lkey: Lkey, windows: u32 },
+    /// `rereg_mr` asked for nothing, or for something invalid.
+    #[error("rereg_mr: {why}")]
+    BadRereg { why: &'static str },
     /// The region lacks an access right the operation needs.
     #[error("{key} grants {have}, the operation needs {need}")]
     AccessDenied {
@@ -292,6 +321,7 @@ impl MemError {
             MemError::NoSuchMr { key }
             | MemError::PdMismatch { key, .. }
             | MemError::MrInvalid { key }
+            | MemError::QpMismatch { key, .. }
             | MemError::AccessDenied { key, .. }
             | MemError::OutOfRange { key, .. }
             | MemError::Fault { key, .. } => Some(key),
@@ -311,10 +341,11 @@ mod tests {
         assert_eq!(Access::REMOTE_WRITE.bits(), 2);
         assert_eq!(Access::REMOTE_READ.bits(), 4);
         assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
-        assert_eq!(Access::from_bits(0xf), Some(Access::ALL));
-        // IBV_ACCESS_MW_BIND (16) and anything above is not implemented: refused.
-        assert_eq!(Access::from_bits(16), None);
-        assert_eq!(Access::from_bits(1 | 32), None);
+        assert_eq!(Access::MW_BIND.bits(), 16);
+        assert_eq!(Access::from_bits(0x1f), Some(Access::ALL));
+        // IBV_ACCESS_ZERO_BASED (32) and anything above is not implemented: refused.
+        assert_eq!(Access::from_bits(32), None);
+        assert_eq!(Access::from_bits(1 | 64), None);
     }
 
     #[test]
@@ -336,7 +367,7 @@ mod tests {
 
     #[test]
     fn remote_write_and_atomic_need_local_write() {
-        for bits in 0..16 {
+        for bits in 0..32 {
             let a = Access::from_bits(bits).unwrap();
             let needs_lw = a.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC);
             assert_eq!(

@@ -14,7 +14,8 @@ use super::key::{Key, Lkey, Rkey};
 use super::{Access, MemError, Pd};
 use core::fmt;
 use core::ops::Range;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// Whether a region's keys work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -58,7 +59,11 @@ pub struct MemoryRegion {
     rkey: Rkey,
     /// `MrState` as a byte, so invalidation needs no lock.
     state: AtomicU8,
-    bytes: Backing,
+    /// Memory windows bound to the region: while any is, it cannot be deregistered
+    /// (IBA 10.6.7.2.6; rxe `num_mw`).
+    windows: AtomicU32,
+    /// Shared with the region a re-registration without new translation replaced.
+    bytes: Arc<Backing>,
 }
 
 const STATE_VALID: u8 = 0;
@@ -83,8 +88,49 @@ impl MemoryRegion {
             lkey,
             rkey,
             state: AtomicU8::new(STATE_VALID),
-            bytes,
+            windows: AtomicU32::new(0),
+            bytes: Arc::new(bytes),
         }
+    }
+
+    /// The same region (same lkey, same state) with another PD, rights, rkey or bytes
+    /// (`ibv_rereg_mr`); without new bytes, the old ones are shared, not copied.
+    pub(super) fn rereg(
+        &self,
+        pd: Pd,
+        iova: u64,
+        access: Access,
+        rkey: Rkey,
+        bytes: Option<Backing>,
+    ) -> MemoryRegion {
+        let bytes = bytes.map_or_else(|| Arc::clone(&self.bytes), Arc::new);
+        let mr = MemoryRegion {
+            pd,
+            iova,
+            length: bytes.len() as u64,
+            access,
+            lkey: self.lkey,
+            rkey,
+            state: AtomicU8::new(STATE_VALID),
+            windows: AtomicU32::new(0),
+            bytes,
+        };
+        mr.state
+            .store(self.state.load(Ordering::Acquire), Ordering::Release);
+        mr
+    }
+
+    /// Memory windows bound to the region now.
+    pub fn windows(&self) -> u32 {
+        self.windows.load(Ordering::Acquire)
+    }
+
+    pub(super) fn window_bound(&self) {
+        self.windows.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub(super) fn window_unbound(&self) {
+        self.windows.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The protection domain the region was registered in.

@@ -10,8 +10,9 @@
 //! shard; no path holds a shard while taking the mutex or another shard.
 
 use super::backing::{AtomicOp, Backing};
-use super::key::{Key, KeyGen, Lkey, Rkey, MAX_INDEX};
+use super::key::{is_window_key, Key, KeyGen, Lkey, Rkey, MAX_INDEX, MW_INDEX_BASE};
 use super::mr::MemoryRegion;
+use super::mw::{MemoryWindow, OnQp};
 use super::{Access, MemError, Pd};
 use dashmap::DashMap;
 use rustc_hash::FxBuildHasher;
@@ -23,9 +24,12 @@ pub struct MrTableConfig {
     /// Seed of the key-byte generator: the same seed and the same sequence of calls give
     /// the same keys.
     pub seed: u64,
-    /// MR indices are `1..=max_mrs` (at most [`MAX_INDEX`], the 24 bits a key carries).
-    /// Index 0 is never used, so an all-zero key names nothing.
+    /// MR indices are `1..=max_mrs` (below [`MW_INDEX_BASE`]: the upper half of the 24
+    /// bits a key carries names windows). Index 0 is never used, so an all-zero key
+    /// names nothing.
     pub max_mrs: u32,
+    /// Memory windows: indices `MW_INDEX_BASE + 1..=MW_INDEX_BASE + max_mws`.
+    pub max_mws: u32,
     /// Largest region in bytes. Registration allocates (and zeroes) the bytes, the way
     /// `ibv_reg_mr` pins pages, so this bounds what one call can take.
     pub max_mr_len: u64,
@@ -35,7 +39,9 @@ impl Default for MrTableConfig {
     fn default() -> Self {
         MrTableConfig {
             seed: 0x726f_6365_2d65_6d75, // "roce-emu"
-            max_mrs: MAX_INDEX,
+            max_mrs: MW_INDEX_BASE - 1,
+            // rxe's RXE_MAX_MW.
+            max_mws: 0x4_0000,
             max_mr_len: 1 << 30,
         }
     }
@@ -53,6 +59,9 @@ struct Alloc {
     /// The key byte each index had last (grown on demand, at most `max_mrs + 1` bytes),
     /// so that a reused index always gets a different one.
     last_key: Vec<u8>,
+    /// The same two for windows (their index less [`MW_INDEX_BASE`]).
+    next_mw: u32,
+    mw_last_key: Vec<u8>,
 }
 
 /// Protection domains and memory regions of one NIC.
@@ -62,7 +71,9 @@ pub struct MrTable {
     /// Keyed by L_Key/R_Key. FxHash: the keys are ours (a packet can look one up, never
     /// insert one), and SipHash was a tenth of a ping-pong's user time across the NIC's maps.
     mrs: DashMap<u32, Arc<MemoryRegion>, FxBuildHasher>,
-    /// PD -> number of MRs registered in it.
+    /// Memory windows, keyed by index (above [`MW_INDEX_BASE`]).
+    mws: DashMap<u32, Arc<MemoryWindow>, FxBuildHasher>,
+    /// PD -> number of MRs and MWs allocated in it.
     pds: DashMap<u32, usize, FxBuildHasher>,
     alloc: Mutex<Alloc>,
 }
@@ -79,21 +90,26 @@ impl MrTable {
         MrTable::with_config(MrTableConfig::default())
     }
 
-    /// A table with these limits; `max_mrs` is clamped to `1..=MAX_INDEX`.
+    /// A table with these limits; `max_mrs` is clamped to `1..MW_INDEX_BASE`, `max_mws`
+    /// to `1..=MAX_INDEX - MW_INDEX_BASE`.
     pub fn with_config(cfg: MrTableConfig) -> MrTable {
         let cfg = MrTableConfig {
-            max_mrs: cfg.max_mrs.clamp(1, MAX_INDEX),
+            max_mrs: cfg.max_mrs.clamp(1, MW_INDEX_BASE - 1),
+            max_mws: cfg.max_mws.clamp(1, MAX_INDEX - MW_INDEX_BASE),
             ..cfg
         };
         MrTable {
             cfg,
             mrs: DashMap::with_hasher(FxBuildHasher),
+            mws: DashMap::with_hasher(FxBuildHasher),
             pds: DashMap::with_hasher(FxBuildHasher),
             alloc: Mutex::new(Alloc {
                 next_pd: 1,
                 next_index: 1,
                 keys: KeyGen::new(cfg.seed),
                 last_key: Vec::new(),
+                next_mw: 1,
+                mw_last_key: Vec::new(),
             }),
         }
     }
@@ -133,8 +149,8 @@ impl MrTable {
         }
     }
 
-    /// Frees a protection domain (`ibv_dealloc_pd`). Refused while regions are
-    /// registered in it, as ibverbs returns `EBUSY`: the regions would otherwise belong
+    /// Frees a protection domain (`ibv_dealloc_pd`). Refused while regions or windows
+    /// are allocated in it, as ibverbs returns `EBUSY`: the regions would otherwise belong
     /// to a PD whose handle could be handed out again.
     pub fn dealloc_pd(&self, pd: Pd) -> Result<(), MemError> {
         if self.pds.remove_if(&pd.0, |_, n| *n == 0).is_some() {
@@ -303,9 +319,21 @@ impl MrTable {
     /// Deregisters the region `lkey` names (`ibv_dereg_mr`). Operations that already
     /// looked it up finish on their `Arc`; every later lookup fails with
     /// [`MemError::NoSuchMr`].
+    ///
+    /// Refused while memory windows are bound to it ([`MemError::MrHasWindows`]: IBA
+    /// 10.6.7.2.6, rxe's `rxe_dereg_mr` says EINVAL); binds take the same lock, so none
+    /// can slip in between the check and the removal.
     pub fn dereg_mr(&self, lkey: Lkey) -> Result<(), MemError> {
         let removed = {
             let _a = self.alloc();
+            if let Some(mr) = self.get(Key::Local(lkey)).filter(|m| m.lkey() == lkey) {
+                if mr.windows() > 0 {
+                    return Err(MemError::MrHasWindows {
+                        lkey,
+                        windows: mr.windows(),
+                    });
+                }
+            }
             self.mrs
                 .remove_if(&lkey.index(), |_, mr| mr.lkey() == lkey)
                 .map(|(_, mr)| mr)
@@ -370,6 +398,32 @@ impl MrTable {
     /// exists, key byte matches, PD matches, region valid, access rights, range. The
     /// order decides which error a request with several faults reports; identity comes
     /// first so that nothing about a region is revealed to a caller that cannot name it.
+    ///
+    /// An R_Key in the window range goes to the window instead
+    /// ([`MemoryWindow::resolve`]: key, PD, QP for type 2, bound, rights, the window's
+    /// range), then to the region it is bound to; the address in that region is returned
+    /// with it (a zero-based window's addresses start at 0).
+    fn lookup_at(
+        &self,
+        who: OnQp,
+        key: Key,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<(Arc<MemoryRegion>, u64), MemError> {
+        if let Key::Remote(r) = key {
+            if is_window_key(r.0) {
+                let mw = self.window(r.index()).ok_or(MemError::NoSuchMr { key })?;
+                let (mr, at) = mw.resolve(who, key, va, len, need)?;
+                // The region's own range too (a bound window lies inside it; this keeps
+                // "never a byte outside a registered region" independent of that).
+                mr.check_range_for(key, at, len)?;
+                return Ok((mr, at));
+            }
+        }
+        Ok((self.lookup(who.pd, key, va, len, need)?, va))
+    }
+
     fn lookup(
         &self,
         pd: Pd,
@@ -410,16 +464,20 @@ impl MrTable {
 
     /// Validates a remote access of `[va, va + len)` through `rkey` arriving on a QP of
     /// `pd`; `need` is REMOTE_WRITE, REMOTE_READ or REMOTE_ATOMIC. A failure is an
-    /// R_Key violation the responder answers with a Remote Access Error NAK.
+    /// R_Key violation the responder answers with a Remote Access Error NAK. `who` is the
+    /// PD, or the PD and QP ([`OnQp`]: a type 2 window answers only its own QP). For a
+    /// window's key, the region it is bound to.
     pub fn lookup_remote(
         &self,
-        pd: Pd,
+        who: impl Into<OnQp>,
         rkey: Rkey,
         va: u64,
         len: u64,
         need: Access,
     ) -> Result<Arc<MemoryRegion>, MemError> {
-        self.lookup(pd, Key::Remote(rkey), va, len, need)
+        Ok(self
+            .lookup_at(who.into(), Key::Remote(rkey), va, len, need)?
+            .0)
     }
 
     /// Invalidates the region `rkey` names, for SEND with Invalidate (the IETH key) and
@@ -447,25 +505,46 @@ impl MrTable {
     /// every such request is refused: an unknown key as any unusable R_Key, a region with
     /// [`MemError::NotInvalidatable`]; the region stays valid. rxe refuses the same
     /// (`rxe_invalidate_mr`: a user region is not IB_MR_TYPE_MEM_REG).
-    pub fn invalidate_remote(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
+    ///
+    /// A type 2 window bound on the QP `who` names is invalidated
+    /// ([`invalidate_mw`](Self::invalidate_mw)), as rxe's `invalidate_rkey` does.
+    pub fn invalidate_remote(&self, who: impl Into<OnQp>, rkey: Rkey) -> Result<(), MemError> {
+        let who = who.into();
+        if is_window_key(rkey.0) {
+            return self.invalidate_mw(who, rkey);
+        }
         let key = Key::Remote(rkey);
-        self.find(pd, key)?;
+        self.find(who.pd, key)?;
         Err(MemError::NotInvalidatable { key })
     }
 
     /// RDMA WRITE: stores `data` at `va` after [`lookup_remote`](Self::lookup_remote)
     /// with REMOTE_WRITE. All or nothing: a refused write changes no byte.
-    pub fn write_remote(&self, pd: Pd, rkey: Rkey, va: u64, data: &[u8]) -> Result<(), MemError> {
+    pub fn write_remote(
+        &self,
+        who: impl Into<OnQp>,
+        rkey: Rkey,
+        va: u64,
+        data: &[u8],
+    ) -> Result<(), MemError> {
         let key = Key::Remote(rkey);
-        self.lookup(pd, key, va, data.len() as u64, Access::REMOTE_WRITE)?
-            .write_for(key, va, data)
+        let len = data.len() as u64;
+        let (mr, at) = self.lookup_at(who.into(), key, va, len, Access::REMOTE_WRITE)?;
+        mr.write_for(key, at, data)
     }
 
     /// RDMA READ: copies the bytes at `va` into `out` after a lookup with REMOTE_READ.
-    pub fn read_remote(&self, pd: Pd, rkey: Rkey, va: u64, out: &mut [u8]) -> Result<(), MemError> {
+    pub fn read_remote(
+        &self,
+        who: impl Into<OnQp>,
+        rkey: Rkey,
+        va: u64,
+        out: &mut [u8],
+    ) -> Result<(), MemError> {
         let key = Key::Remote(rkey);
-        self.lookup(pd, key, va, out.len() as u64, Access::REMOTE_READ)?
-            .read_for(key, va, out)
+        let len = out.len() as u64;
+        let (mr, at) = self.lookup_at(who.into(), key, va, len, Access::REMOTE_READ)?;
+        mr.read_for(key, at, out)
     }
 
     /// ATOMIC compare-and-swap on the 8 bytes at `va`: if the u64 there equals
@@ -481,26 +560,37 @@ impl MrTable {
     /// is not 8-aligned where the va is refuses it as misaligned).
     pub fn compare_swap(
         &self,
-        pd: Pd,
+        who: impl Into<OnQp>,
         rkey: Rkey,
         va: u64,
         compare: u64,
         swap: u64,
     ) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
-        self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, AtomicOp::CompareSwap { compare, swap })
+        let (mr, at) = self.lookup_at(who.into(), key, va, 8, Access::REMOTE_ATOMIC)?;
+        mr.atomic_for(key, at, AtomicOp::CompareSwap { compare, swap })
     }
 
     /// ATOMIC fetch-and-add on the 8 bytes at `va` (wrapping, like the hardware):
     /// returns the original value. Same checks and byte order as
     /// [`compare_swap`](Self::compare_swap).
-    pub fn fetch_add(&self, pd: Pd, rkey: Rkey, va: u64, add: u64) -> Result<u64, MemError> {
+    pub fn fetch_add(
+        &self,
+        who: impl Into<OnQp>,
+        rkey: Rkey,
+        va: u64,
+        add: u64,
+    ) -> Result<u64, MemError> {
         let key = Key::Remote(rkey);
-        self.lookup(pd, key, va, 8, Access::REMOTE_ATOMIC)?
-            .atomic_for(key, va, AtomicOp::FetchAdd(add))
+        let (mr, at) = self.lookup_at(who.into(), key, va, 8, Access::REMOTE_ATOMIC)?;
+        mr.atomic_for(key, at, AtomicOp::FetchAdd(add))
     }
 }
 
+mod rereg;
+pub use rereg::Rereg;
+#[cfg(test)]
+mod mw_tests;
 #[cfg(test)]
 mod tests;
+mod windows;

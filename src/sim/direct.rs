@@ -6,7 +6,10 @@
 use crate::engine::qp::{
     DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
-use crate::engine::{Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, Remote, VerbsError};
+use crate::engine::{
+    AddressVector, Datagram, Engine, Instant, Mtu, QpAttr, QpCap, QpInit, QpState, QpType, Remote,
+    VerbsError,
+};
 use crate::mem::{Access, Lkey, MemoryRegion, Pd, Rkey, Sge};
 use crate::wire::{Psn, ROCE_UDP_PORT};
 use std::net::SocketAddr;
@@ -62,6 +65,8 @@ pub struct RcEndOpts {
     pub cq_depth: usize,
     /// Every send WR completes, signaled or not.
     pub sq_sig_all: bool,
+    /// RC, or UC ([`uc_connect`] brings it up).
+    pub qp_type: QpType,
 }
 
 impl RcEndOpts {
@@ -74,6 +79,7 @@ impl RcEndOpts {
             cap,
             cq_depth: (cap.max_send_wr + cap.max_recv_wr).max(1),
             sq_sig_all: false,
+            qp_type: QpType::Rc,
         }
     }
 }
@@ -119,6 +125,8 @@ pub fn rc_end_with(e: &mut Engine, o: &RcEndOpts) -> Result<RcEnd, VerbsError> {
     let cq = e.create_cq(o.cq_depth)?;
     let qpn = e.create_qp(&QpInit {
         sq_sig_all: o.sq_sig_all,
+        qp_type: o.qp_type,
+        srq: None,
         ..QpInit::rc(pd, cq, o.cap)
     })?;
     Ok(RcEnd { pd, cq, qpn, mr })
@@ -153,6 +161,36 @@ pub fn connect(
         qpn,
         &QpAttr::rts(my_psn, p.timeout, p.retry_cnt, p.rnr_retry, p.max_rd_atomic),
     )
+}
+
+/// A UC QP's RESET -> INIT -> RTR -> RTS toward a peer QP, at engine time zero, with
+/// exactly the attributes UC takes (ibv_uc_pingpong's masks): the path, the peer's QPN and
+/// both PSNs; no timers, retries or READ/atomic resources.
+pub fn uc_connect(
+    e: &mut Engine,
+    qpn: u32,
+    peer: std::net::IpAddr,
+    peer_qpn: u32,
+    (my_psn, peer_psn): (Psn, Psn),
+    mtu: Mtu,
+    access: Access,
+) -> Result<(), VerbsError> {
+    e.modify_qp(Instant::ZERO, qpn, &QpAttr::init(access))?;
+    let rtr = QpAttr {
+        state: Some(QpState::Rtr),
+        av: Some(AddressVector { dest_ip: peer }),
+        path_mtu: Some(mtu),
+        dest_qpn: Some(peer_qpn),
+        rq_psn: Some(peer_psn),
+        ..Default::default()
+    };
+    e.modify_qp(Instant::ZERO, qpn, &rtr)?;
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        sq_psn: Some(my_psn),
+        ..Default::default()
+    };
+    e.modify_qp(Instant::ZERO, qpn, &rts)
 }
 
 /// Two engines back to back.

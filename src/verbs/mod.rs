@@ -27,7 +27,9 @@
 
 mod channel;
 pub mod discover;
+mod mw;
 mod progress;
+mod srq;
 
 pub use crate::backend::udp::{link_mtu, wait_readable};
 pub use crate::backend::BackendError;
@@ -38,11 +40,13 @@ pub use crate::engine::qp::attr::{AddressVector, Attrs};
 pub use crate::engine::VerbsError;
 pub use crate::engine::{
     AsyncEvent, Completion, Counter, Counters, Local, Mtu, QpAttr, QpCap, QpInit, QpState, QpType,
-    RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode, WcStatus, DEFAULT_MIN_RNR_TIMER,
-    DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
+    RecvWr, Remote, SendFlags, SendOp, SendWr, SrqAttr, SrqInit, WcOpcode, WcStatus,
+    DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
+pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};
+pub use crate::mem::{MemoryWindow, MwBind, MwState, MwType, Rereg, Rkey};
 pub use crate::wire::Psn;
 
 use crate::backend::capture::{Capture, CaptureError};
@@ -430,6 +434,15 @@ impl Context {
         Ok(qpn)
     }
 
+    /// Creates QP1, the GSI QP (a UD QP numbered 1, Q_Key [`GSI_QKEY`]), for management
+    /// datagrams. Not reachable from the C ABI: user space cannot create one on Linux.
+    pub fn create_gsi_qp(&self, init: &QpInit) -> Result<u32, Error> {
+        let mut nic = self.shared.lock();
+        let qpn = nic.driver.engine.create_gsi_qp(init)?;
+        nic.driver.backend.mark_used();
+        Ok(qpn)
+    }
+
     /// `ibv_destroy_qp`. What the QP still owes its peer (the ACK of the last message it
     /// received, held back while the program polled) leaves first.
     pub fn destroy_qp(&self, qpn: u32) -> Result<(), Error> {
@@ -471,6 +484,15 @@ impl Context {
         let mut nic = self.shared.lock();
         let now = nic.driver.recent_now();
         nic.driver.engine.post_send(now, qpn, wr)?;
+        nic.after_post(&self.shared)
+    }
+
+    /// `ibv_post_send` on a UD QP: the datagram goes to `dest` (the address handle's
+    /// address, the remote QPN and Q_Key of `ibv_send_wr.wr.ud`).
+    pub fn post_send_ud(&self, qpn: u32, wr: &SendWr<'_>, dest: &UdDest) -> Result<(), Error> {
+        let mut nic = self.shared.lock();
+        let now = nic.driver.recent_now();
+        nic.driver.engine.post_send_ud(now, qpn, wr, dest)?;
         nic.after_post(&self.shared)
     }
 

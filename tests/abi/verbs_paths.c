@@ -276,8 +276,8 @@ int main(void)
 	      "atomics: %lu %lu %lu", *(unsigned long *)(b_buf + 50000),
 	      *(unsigned long *)(b_buf + 50008), (unsigned long)*counter);
 	ibv_wr_start(bx);
-	ibv_wr_local_inv(bx, 1);
-	CHECK(ibv_wr_complete(bx) == EOPNOTSUPP, "local_inv must be EOPNOTSUPP");
+	ibv_wr_atomic_write(bx, a_mr->rkey, (uintptr_t)counter, counter);
+	CHECK(ibv_wr_complete(bx) == EOPNOTSUPP, "atomic_write must be EOPNOTSUPP");
 	printf("PASS ibv_wr_* (write, read, atomics, send_imm inline)\n");
 
 	/* ---- async fd non-blocking; unsupported features fail cleanly ---- */
@@ -285,12 +285,11 @@ int main(void)
 	CHECK(fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) == 0, "async O_NONBLOCK");
 	struct ibv_async_event ae;
 	CHECK(ibv_get_async_event(ctx, &ae) == -1 && errno == EAGAIN, "async EAGAIN");
-	struct ibv_qp_init_attr ud = {.send_cq = a_cq, .recv_cq = a_cq, .qp_type = IBV_QPT_UD,
-				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
-	CHECK(!ibv_create_qp(pd, &ud) && errno == EOPNOTSUPP, "UD must be EOPNOTSUPP");
-	struct ibv_srq_init_attr sa = {.attr = {.max_wr = 1, .max_sge = 1}};
-	CHECK(!ibv_create_srq(pd, &sa) && errno == EOPNOTSUPP, "SRQ must be EOPNOTSUPP");
-	CHECK(!ibv_alloc_mw(pd, IBV_MW_TYPE_1) && errno == EOPNOTSUPP, "MW must be EOPNOTSUPP");
+	struct ibv_srq_init_attr_ex sx = {.attr = {.max_wr = 1, .max_sge = 1}, .pd = pd,
+					  .comp_mask = IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE,
+					  .srq_type = IBV_SRQT_XRC};
+	CHECK(!ibv_create_srq_ex(ctx, &sx) && errno == EOPNOTSUPP, "XRC SRQ must be EOPNOTSUPP");
+	CHECK(!ibv_alloc_mw(pd, 3) && errno == EINVAL, "MW type 3 must be EINVAL");
 	char *hole = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	munmap(hole, 8192);
 	CHECK(!ibv_reg_mr(pd, hole, 8192, ACCESS) && errno == EFAULT, "unmapped memory must be EFAULT");

@@ -9,6 +9,8 @@ pub mod netns;
 pub mod nic;
 pub mod proc;
 pub mod rc;
+pub mod srq;
+pub mod ud;
 pub mod wire_gen;
 
 use std::path::PathBuf;

@@ -93,6 +93,7 @@ impl Nic {
             .ctx
             .create_qp(&QpInit {
                 sq_sig_all: true,
+                srq: None,
                 ..QpInit::rc(self.pd, self.cq, cap)
             })
             .unwrap();

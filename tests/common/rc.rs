@@ -31,6 +31,9 @@ pub struct Opts {
     pub retry7_forever: bool,
     /// The QP's remote access flags, if not those of `access` (tests/sim_rc.rs).
     pub qp_access: Option<Access>,
+    /// RC, or UC (tests/sim_uc.rs, tests/props_uc.rs): then only `mtu`, the PSNs, the
+    /// depths and the rights apply.
+    pub qp_type: QpType,
 }
 
 impl Default for Opts {
@@ -52,6 +55,7 @@ impl Default for Opts {
                 .union(Access::REMOTE_ATOMIC),
             retry7_forever: false,
             qp_access: None,
+            qp_type: QpType::Rc,
         }
     }
 }
@@ -74,6 +78,7 @@ fn end(net: &mut Net, node: usize, o: &Opts) -> RcEnd {
     let eo = RcEndOpts {
         mr_access: o.access.union(Access::LOCAL_WRITE),
         cq_depth: o.cq_depth,
+        qp_type: o.qp_type,
         ..RcEndOpts::new(0x1000_0000 * (node as u64 + 1), BUF, cap)
     };
     rc_end_with(&mut net.nodes[node].engine, &eo).unwrap()
@@ -96,6 +101,11 @@ fn connect(net: &mut Net, me: usize, peer: usize, q: (u32, u32), o: &Opts, psns:
     let peer_ip = net.nodes[peer].ip;
     let (my_psn, peer_psn) = (Psn::new(psns.0), Psn::new(psns.1));
     let e = &mut net.nodes[me].engine;
+    if o.qp_type == QpType::Uc {
+        let (psns, access) = ((my_psn, peer_psn), p.access);
+        direct::uc_connect(e, q.0, peer_ip, q.1, psns, o.mtu, access).unwrap();
+        return;
+    }
     direct::connect(e, q.0, peer_ip, q.1, my_psn, peer_psn, &p).unwrap();
 }
 

@@ -233,6 +233,8 @@ qp_attributes! {
     /// RNR retries, 0..=7; 7 means retry forever (IBA 9.7.5.2.8).
     rnr_retry: u8 => RnrRetry("IBV_QP_RNR_RETRY"), kept u8 = 0,
         check |v, _cfg| at_most(v, RNR_RETRY_INFINITE, "3-bit count 0..=7 (7 = infinite)");
+    /// UD and GSI: the Q_Key received datagrams must carry (IBA 10.2.4).
+    qkey: u32 => Qkey("IBV_QP_QKEY"), kept u32 = 0;
     /// Raise `SqDrained` when SQD is reached with the send queue empty.
     sq_draining_notify: bool => EnSqdAsyncNotify("IBV_QP_EN_SQD_ASYNC_NOTIFY"),
         kept bool = false;

@@ -72,8 +72,21 @@ impl Qp {
         self.sq.front().is_some_and(|w| w.started)
     }
 
-    /// Retires the front WQE with `status`.
-    fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+    /// Retires the front WQE with `status`, then the local WQEs (BIND_MW, LOCAL_INV)
+    /// already executed behind it, which were waiting only for it.
+    pub(crate) fn complete_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
+        self.retire_front(ctx, status);
+        while self.local_done_at_front() {
+            self.retire_front(ctx, WcStatus::Success);
+        }
+        // A WQE that failed locally while those before it were in flight is next: it
+        // completes with its error now and the QP goes to ERR (see `next_request`).
+        if self.sq.front().is_some_and(|w| w.error.is_some()) {
+            self.enter_error(ctx, true);
+        }
+    }
+
+    fn retire_front(&mut self, ctx: &mut Ctx<'_>, status: WcStatus) {
         let Some(w) = self.sq.pop_front() else {
             return;
         };
@@ -89,11 +102,6 @@ impl Qp {
         if w.flags.signaled || status != WcStatus::Success {
             let c = self.completion(w.wr_id, status, w.op.wc_opcode(), w.len);
             ctx.complete(self.send_cq, c);
-        }
-        // A WQE that failed locally while those before it were in flight is next: it
-        // completes with its error now and the QP goes to ERR (see `next_request`).
-        if self.sq.front().is_some_and(|w| w.error.is_some()) {
-            self.enter_error(ctx, true);
         }
     }
 

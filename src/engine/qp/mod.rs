@@ -9,9 +9,13 @@
 
 pub mod attr;
 mod completer;
+mod local_ops;
+pub(crate) mod recv;
 mod requester;
 mod responder;
 pub mod timers;
+pub mod uc;
+pub mod ud;
 pub mod wqe;
 
 pub use attr::{
@@ -73,6 +77,9 @@ pub struct QpInit {
     pub cap: QpCap,
     /// Every send WR generates a completion, whatever its `signaled` flag.
     pub sq_sig_all: bool,
+    /// The shared receive queue the QP takes its receive WQEs from (`ibv_qp_init_attr.srq`);
+    /// the QP then has no receive queue of its own.
+    pub srq: Option<u32>,
 }
 
 impl QpInit {
@@ -86,6 +93,7 @@ impl QpInit {
             recv_cq: cq,
             cap,
             sq_sig_all: false,
+            srq: None,
         }
     }
 }
@@ -97,6 +105,8 @@ pub(crate) struct Ctx<'a> {
     pub mem: &'a MrTable,
     pub stats: &'a mut Counters,
     pub cqs: &'a mut FxHashMap<u32, Cq>,
+    /// The SRQs a QP may take its receive WQEs from (`recv.rs`).
+    pub srqs: &'a mut FxHashMap<u32, recv::Srq>,
     pub events: &'a mut VecDeque<AsyncEvent>,
     /// CQs that overran during this call; the engine moves their QPs to ERR afterwards.
     pub overrun: &'a mut Vec<u32>,
@@ -140,16 +150,23 @@ pub struct Qp {
     pub recv_cq: u32,
     pub cap: QpCap,
     pub sq_sig_all: bool,
+    /// The SRQ the QP receives from (no `rq` then).
+    pub srq: Option<u32>,
     pub state: QpState,
     pub attrs: Attrs,
     /// UDP source port of every packet this QP sends (fixed per QP, as rxe does).
     pub src_port: u16,
     pub(crate) sq: VecDeque<SendWqe>,
     pub(crate) rq: VecDeque<RecvWqe>,
+    /// On an SRQ: the WQE taken for the message being received (`recv.rs`).
+    pub(crate) srq_wqe: Option<RecvWqe>,
     pub(crate) req: requester::Requester,
     pub(crate) comp: completer::Completer,
     pub(crate) resp: responder::Responder,
     pub(crate) timers: TimerTable,
+    /// UD: the destination of the packet `next_request` just wrote (`poll_transmit`
+    /// addresses it there; a connected QP's peer is `attrs.av`).
+    pub(crate) ud_tx_dst: Option<std::net::IpAddr>,
 }
 
 impl Qp {
@@ -162,15 +179,18 @@ impl Qp {
             recv_cq: init.recv_cq,
             cap: init.cap,
             sq_sig_all: init.sq_sig_all,
+            srq: init.srq,
             state: QpState::Reset,
             attrs: Attrs::default(),
             src_port: udp_sport(qpn, 0),
             sq: VecDeque::with_capacity(init.cap.max_send_wr),
             rq: VecDeque::with_capacity(init.cap.max_recv_wr),
+            srq_wqe: None,
             req: requester::Requester::default(),
             comp: completer::Completer::default(),
             resp: responder::Responder::default(),
             timers: TimerTable::default(),
+            ud_tx_dst: None,
         }
     }
 
@@ -179,8 +199,13 @@ impl Qp {
         let from = self.state;
         let to = a.state.unwrap_or(from);
         let qpn = self.qpn;
+        let rules = match self.qp_type {
+            QpType::Ud => ud::ud_rules,
+            QpType::Uc => uc::uc_rules,
+            _ => attr::rc_rules,
+        };
         let (required, optional) =
-            attr::rc_rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
+            rules(from, to).ok_or(VerbsError::InvalidTransition { qpn, from, to })?;
         for &r in required {
             if !a.given().any(|g| g == r) {
                 return Err(VerbsError::MissingAttr {
@@ -227,7 +252,10 @@ impl Qp {
         }
 
         match to {
-            QpState::Reset => self.reset(),
+            QpState::Reset => {
+                self.give_back_srq_wqe(ctx.srqs);
+                self.reset()
+            }
             QpState::Err if from != QpState::Err => self.enter_error(ctx, false),
             QpState::Sqd if from == QpState::Rts => {
                 self.state = QpState::Sqd;
@@ -271,6 +299,7 @@ impl Qp {
             ctx.events.push_back(AsyncEvent::QpFatal { qpn: self.qpn });
         }
         self.flush(ctx);
+        self.last_wqe_reached(ctx);
     }
 
     /// A completion of this QP (immediate and invalidated key added by the caller).
@@ -290,6 +319,8 @@ impl Qp {
             imm: None,
             invalidated_rkey: None,
             src_qp: self.attrs.dest_qpn,
+            network_hdr: None,
+            sl: 0,
         }
     }
 
@@ -310,10 +341,7 @@ impl Qp {
         self.req.offset = 0;
         self.comp.outstanding_rd_atomic = 0;
         self.resp.drop_current_message();
-        while let Some(w) = self.rq.pop_front() {
-            let c = self.completion(w.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, 0);
-            ctx.complete(self.recv_cq, c);
-        }
+        self.flush_recv(ctx);
     }
 
     /// In SQD with nothing in flight: raise `SqDrained` if asked for. Drained means every

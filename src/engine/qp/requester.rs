@@ -5,7 +5,7 @@
 
 use super::timers::QpTimer;
 use super::wqe::SendWqe;
-use super::{Ctx, Qp, QpState};
+use super::{uc, Ctx, Qp, QpState, QpType};
 use crate::engine::stats::Counter;
 use crate::engine::wr::{SendOp, WcStatus};
 use crate::engine::EngineConfig;
@@ -57,6 +57,7 @@ fn send_write_opcode(o: &SendOp, first: bool, last: bool) -> Opcode {
         (Read { .. }, _, _) => op::RC_RDMA_READ_REQUEST,
         (CompareSwap { .. }, _, _) => op::RC_COMPARE_SWAP,
         (FetchAdd { .. }, _, _) => op::RC_FETCH_ADD,
+        (BindMw { .. } | LocalInv { .. }, _, _) => unreachable!("local operations send nothing"),
     }
 }
 
@@ -108,8 +109,16 @@ impl Qp {
     /// waiting out an RNR NAK, the window full, or every WQE sent. The engine stops asking
     /// such a QP until then, so a QP in a long RNR wait costs nothing per packet.
     pub(crate) fn request_stalled(&self, cfg: &EngineConfig) -> bool {
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_stalled();
+        }
         if !self.sends() || self.timers.is_armed(QpTimer::RnrWait) {
             return true;
+        }
+        if self.qp_type == QpType::Uc {
+            // No acknowledgements, so no window (rxe_requester bounds the unacknowledged
+            // PSNs for RC only).
+            return self.req.sq_idx >= self.sq.len();
         }
         // Keep the retransmission window well inside the PSN half-space. The distance is
         // taken unsigned: one READ may move the next PSN up to 2^23 past the oldest
@@ -123,17 +132,28 @@ impl Qp {
 
     /// Writes the next request packet into `buf`; returns its length.
     pub(crate) fn next_request(&mut self, ctx: &mut Ctx<'_>, buf: &mut [u8]) -> Option<usize> {
-        if self.request_stalled(ctx.cfg) {
-            return None;
+        if self.qp_type == super::QpType::Ud {
+            return self.ud_next_request(ctx, buf);
         }
-        let idx = self.req.sq_idx;
-        let w = *self.sq.get(idx)?;
-        if w.error.is_some() {
-            return None; // failed locally: waits for the WRs before it (below)
-        }
-        if self.req.offset == 0 && !self.may_start(idx, &w) {
-            return None;
-        }
+        // Local WQEs (BIND_MW, LOCAL_INV) ahead are executed on the way: they send
+        // nothing, and each is taken once (the requester moves past it or the QP fails).
+        let (idx, w) = loop {
+            if self.request_stalled(ctx.cfg) {
+                return None;
+            }
+            let idx = self.req.sq_idx;
+            let w = *self.sq.get(idx)?;
+            if w.error.is_some() {
+                return None; // failed locally: waits for the WRs before it (below)
+            }
+            if self.req.offset == 0 && !self.may_start(idx, &w) {
+                return None;
+            }
+            if !w.op.is_local() {
+                break (idx, w);
+            }
+            self.do_local_op(ctx, idx);
+        };
         let mtu = self.mtu();
         let dist = self.req.psn.value().wrapping_sub(self.comp.psn.value()) & Psn::MASK;
         // A READ takes one PSN per response packet at once: it starts only if all of them
@@ -205,8 +225,10 @@ impl Qp {
                 let len = (w.len - off).min(mtu);
                 let first = off == 0;
                 let last = off + len == w.len;
+                let uc = self.qp_type == QpType::Uc;
                 let opcode = send_write_opcode(&w.op, first, last);
-                let ack_req = last || self.req.since_ack_req + 1 >= ctx.cfg.ack_req_every;
+                let opcode = if uc { uc::uc_opcode(opcode) } else { opcode };
+                let ack_req = !uc && (last || self.req.since_ack_req + 1 >= ctx.cfg.ack_req_every);
                 let solicited = last && w.flags.solicited;
                 let mut r = RoceRepr {
                     payload_len: len as usize,
@@ -218,7 +240,7 @@ impl Qp {
                         RoceRepr::pad_for(len as usize),
                     ))
                 };
-                let info = opcode.info().expect("table has every RC opcode");
+                let info = opcode.info().expect("table has every RC and UC opcode");
                 if info.has(crate::wire::opcode::Headers::RETH) {
                     let remote = match w.op {
                         SendOp::Write { remote } | SendOp::WriteWithImm { remote, .. } => remote,
@@ -285,6 +307,12 @@ impl Qp {
             self.req.offset = 0;
         } else {
             self.req.offset += consumed;
+        }
+        if self.qp_type == QpType::Uc {
+            if done {
+                self.uc_message_sent(ctx);
+            }
+            return Some(len);
         }
         if !self.timers.is_armed(QpTimer::Retransmit) {
             self.arm_retransmit(ctx);

@@ -11,7 +11,7 @@
 //! are remembered in a replay ring of max_dest_rd_atomic entries so that a duplicate is
 //! answered again, never executed again (IBA 9.7.5.1.2: atomics exactly once).
 
-use super::{Ctx, Qp};
+use super::{Ctx, Qp, QpType};
 use crate::engine::event::AsyncEvent;
 use crate::engine::stats::Counter;
 use crate::engine::wr::{Completion, WcOpcode, WcStatus};
@@ -23,7 +23,9 @@ use crate::wire::{
 };
 use std::collections::VecDeque;
 
+mod duplicate;
 mod refusal;
+mod uc;
 
 /// MSNs are 24 bits.
 const MSN_MASK: u32 = 0x00ff_ffff;
@@ -94,6 +96,8 @@ pub struct Responder {
     pub msn: u32,
     /// A sequence NAK went out for the current gap (one per gap).
     nak_sent: bool,
+    /// UC: the message in progress is being dropped, until the next FIRST or ONLY.
+    drop_msg: bool,
     cur: InMsg,
     queue: VecDeque<Response>,
     replay: Vec<Option<Replay>>,
@@ -234,8 +238,11 @@ enum Fail {
 impl Qp {
     /// Handles a request packet with its payload.
     pub(crate) fn on_request(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, payload: &[u8]) {
-        let psn = r.bth.psn;
         let info = r.bth.opcode.info().expect("parsed");
+        if self.qp_type == QpType::Uc {
+            return self.on_uc_request(ctx, r, info, payload);
+        }
+        let psn = r.bth.psn;
         let d = psn.diff(self.resp.epsn);
         if d > 0 {
             return self.out_of_sequence(ctx);
@@ -256,6 +263,18 @@ impl Qp {
         if !seq_ok {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
+        self.check_and_execute(ctx, r, info, payload)
+    }
+
+    /// A request in sequence: rights, resources, length, receive WQE, then execute.
+    fn check_and_execute(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        r: &RoceRepr,
+        info: &OpcodeInfo,
+        payload: &[u8],
+    ) {
+        let psn = r.bth.psn;
         // The QP must allow the operation (IBA 10.2.4: QP access rights).
         let need = if info.is(Flags::WRITE) {
             Some(Access::REMOTE_WRITE)
@@ -300,10 +319,14 @@ impl Qp {
         {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
-        // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK).
+        // A packet that consumes a receive WQE needs one (IBA 9.7.5.2.8: RNR NAK): from
+        // the QP's RQ or, on an SRQ, taken from it now (`recv.rs`; rxe `check_resource`).
         let needs_wqe = info.is(Flags::RWR)
             && (info.is(Flags::START) || info.is(Flags::IMM) && info.is(Flags::WRITE));
-        if needs_wqe && self.rq.is_empty() {
+        if needs_wqe && self.recv_wqe(ctx).is_none() {
+            if self.qp_type == QpType::Uc {
+                return self.uc_drop(ctx, Counter::UcDropNoRecvWqe);
+            }
             ctx.stats.inc(Counter::SendRnrErr);
             let (m, t) = (self.resp.msn, self.attrs.min_rnr_timer);
             self.resp.push_nak(psn, m, Syndrome::RnrNak { timer: t });
@@ -354,7 +377,7 @@ impl Qp {
     /// After a SEND or WRITE packet: next PSN, and an ACK if asked for.
     fn accept_packet(&mut self, ctx: &mut Ctx<'_>, bth: &BthRepr) {
         self.resp.epsn = bth.psn.add(1);
-        if bth.ack_req {
+        if bth.ack_req && self.qp_type == QpType::Rc {
             let m = self.resp.msn;
             self.resp.push_ack(bth.psn, m, ctx.stats);
         }
@@ -371,11 +394,16 @@ impl Qp {
             InMsg::Send { offset } => offset,
             _ => 0,
         };
-        let wqe = *self.rq.front().expect("checked: a receive WQE is posted");
+        let wqe = self
+            .current_recv_wqe()
+            .expect("checked: a receive WQE is posted");
         let end = u64::from(offset) + payload.len() as u64;
         if end > u64::from(wqe.len) {
             // The message does not fit the receive buffers (local length error at
-            // the receiver, Invalid Request NAK to the sender).
+            // the receiver, Invalid Request NAK to the sender; UC drops it, below).
+            if self.qp_type == QpType::Uc {
+                return self.uc_drop(ctx, Counter::UcDropInvalid);
+            }
             self.complete_recv(ctx, WcStatus::LocLenErr, WcOpcode::Recv, offset, None, None);
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
@@ -404,16 +432,21 @@ impl Qp {
         if info.is(Flags::END) {
             let mut inv = None;
             if let Some(ieth) = r.ieth {
-                // SEND with invalidate (IBA 10.6.7.2): the named R_Key would stop working,
-                // but only a memory window or a fast-registered region may be invalidated
-                // by the peer, and roce-emu has neither: any key (unknown, other PD, a
-                // registered region) is an R_Key violation (`MrTable::invalidate_remote`):
-                // NAK Remote Access Error and the QP goes to ERR. rxe fails the same way
+                // SEND with invalidate (IBA 10.6.7.2.5): the named R_Key stops working.
+                // Only a type 2 window bound on this QP may be invalidated by the peer
+                // (roce-emu has no fast-registered regions); any other key (unknown,
+                // other PD or QP, a registered region, a type 1 window) is an R_Key
+                // violation (`MrTable::invalidate_remote`): NAK Remote Access Error and
+                // the QP goes to ERR. rxe fails the same way
                 // (`invalidate_rkey` -> RESPST_ERR_INVALIDATE_RKEY, "Class J") and
                 // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
                 // a positive ACK (its aeth_syndrome is left at ACK), which would tell the
                 // sender its message was fine, so the NAK is ours.
-                if ctx.mem.invalidate_remote(self.pd, Rkey(ieth.rkey)).is_err() {
+                if ctx
+                    .mem
+                    .invalidate_remote(self.on_qp(), Rkey(ieth.rkey))
+                    .is_err()
+                {
                     self.complete_recv(
                         ctx,
                         WcStatus::RemInvReqErr,
@@ -469,7 +502,7 @@ impl Qp {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         if !payload.is_empty() {
-            let r = ctx.mem.write_remote(self.pd, Rkey(rkey), va, payload);
+            let r = ctx.mem.write_remote(self.on_qp(), Rkey(rkey), va, payload);
             ctx.stats.note_mem(&r);
             if let Err(e) = r {
                 let len = payload.len() as u64;
@@ -507,7 +540,9 @@ impl Qp {
         if len == 0 {
             return true;
         }
-        let r = ctx.mem.lookup_remote(self.pd, Rkey(rkey), va, len, need);
+        let r = ctx
+            .mem
+            .lookup_remote(self.on_qp(), Rkey(rkey), va, len, need);
         if let Err(e) = &r {
             refusal::access(self.qpn, refusal::op_of(need), psn, rkey, va, len, e);
         }
@@ -551,9 +586,10 @@ impl Qp {
         };
         let res = if r.bth.opcode == op::RC_COMPARE_SWAP {
             ctx.mem
-                .compare_swap(self.pd, Rkey(a.rkey), a.va, a.compare, a.swap_add)
+                .compare_swap(self.on_qp(), Rkey(a.rkey), a.va, a.compare, a.swap_add)
         } else {
-            ctx.mem.fetch_add(self.pd, Rkey(a.rkey), a.va, a.swap_add)
+            ctx.mem
+                .fetch_add(self.on_qp(), Rkey(a.rkey), a.va, a.swap_add)
         };
         ctx.stats.note_mem(&res);
         // The R_Key, PD, rights and range are checked before the alignment (rxe
@@ -580,71 +616,8 @@ impl Qp {
         self.resp.epsn = psn.add(1);
     }
 
-    /// A request whose PSN was already seen (IBA 9.7.5.1.2): SEND and WRITE are ACKed
-    /// again (nothing is redone); READ is answered again from the replay ring; an atomic
-    /// returns its recorded result and is never executed twice.
-    fn on_duplicate(&mut self, ctx: &mut Ctx<'_>, r: &RoceRepr, info: &OpcodeInfo) {
-        let psn = r.bth.psn;
-        if info.is(Flags::SEND) || info.is(Flags::WRITE) {
-            let (e, m) = (self.resp.epsn.sub(1), self.resp.msn);
-            self.resp.push_ack(e, m, ctx.stats);
-            return;
-        }
-        let msn = self.resp.msn;
-        if info.is(Flags::READ) {
-            let Some(reth) = r.reth else { return };
-            let found = self.resp.newest_first().find_map(|(slot, e)| match e {
-                Some(Replay::Read {
-                    first,
-                    last,
-                    va,
-                    rkey,
-                    len,
-                }) if psn.diff(*first) >= 0 && psn.diff(*last) <= 0 => {
-                    Some((slot, *va, *rkey, *len))
-                }
-                _ => None,
-            });
-            let Some((slot, va, rkey, len)) = found else {
-                ctx.stats.inc(Counter::DropReplayMissing);
-                return;
-            };
-            // The retried READ may ask for the tail only; it must stay inside the original.
-            let inside = reth.rkey == rkey
-                && reth.va >= va
-                && u64::from(reth.dma_len) <= u64::from(len) - (reth.va - va).min(u64::from(len));
-            if !inside {
-                ctx.stats.inc(Counter::DropReplayMissing);
-                return;
-            }
-            self.resp
-                .queue
-                .retain(|q| !matches!(q, Response::Read { slot: s, .. } if *s == slot));
-            self.resp.queue.push_back(Response::Read {
-                slot,
-                psn,
-                va: reth.va,
-                rkey,
-                left: reth.dma_len,
-                first: true,
-                msn,
-            });
-            return;
-        }
-        let orig = self.resp.newest_first().find_map(|(_, e)| match e {
-            Some(Replay::Atomic { psn: p, orig }) if *p == psn => Some(*orig),
-            _ => None,
-        });
-        match orig {
-            Some(orig) => self
-                .resp
-                .queue
-                .push_back(Response::Atomic { psn, msn, orig }),
-            None => ctx.stats.inc(Counter::DropReplayMissing),
-        }
-    }
-
-    /// A receive completion for the WQE at the front of the RQ.
+    /// A receive completion for the WQE of the message (the RQ's head, or the one taken
+    /// from the SRQ).
     fn complete_recv(
         &mut self,
         ctx: &mut Ctx<'_>,
@@ -654,7 +627,9 @@ impl Qp {
         imm: Option<u32>,
         invalidated_rkey: Option<u32>,
     ) {
-        let Some(w) = self.rq.pop_front() else { return };
+        let Some(w) = self.consume_recv_wqe() else {
+            return;
+        };
         let c = Completion {
             imm,
             invalidated_rkey,
@@ -665,6 +640,9 @@ impl Qp {
 
     /// NAK the request and move the QP to ERR (the NAK still goes out).
     fn responder_fail(&mut self, ctx: &mut Ctx<'_>, psn: Psn, why: Fail) {
+        if self.qp_type == QpType::Uc {
+            return self.uc_fail(ctx, why);
+        }
         let (code, ev) = match why {
             Fail::InvalidRequest => (
                 NakCode::InvalidRequest,
@@ -750,7 +728,7 @@ impl Qp {
                 let n = r
                     .emit_with(buf, |dst| {
                         if !dst.is_empty() {
-                            read = ctx.mem.read_remote(self.pd, Rkey(rkey), va, dst);
+                            read = ctx.mem.read_remote(self.on_qp(), Rkey(rkey), va, dst);
                         }
                     })
                     .ok()?;

@@ -88,6 +88,8 @@ pub struct SendWqe {
     /// An error found before the WQE could complete normally (local protection): it
     /// completes with this status when the QP flushes.
     pub error: Option<WcStatus>,
+    /// UD: where the datagram goes (`None` for connected QPs).
+    pub ud: Option<super::ud::UdDest>,
 }
 
 impl SendWqe {
