@@ -116,7 +116,7 @@ int main(void)
 	char buf[64];
 	const char *dir = list[0]->ibdev_path;
 	CHECK(ibv_read_sysfs_file(dir, "ports/1/gids/1", buf, sizeof buf) > 0 &&
-		      !strcmp(buf, "0000:0000:0000:0000:0000:ffff:7f00:1503"),
+		      !strcmp(buf, "0000:0000:0000:0000:0000:ffff:7f00:1506"),
 	      "gids/1: %s", buf);
 	CHECK(ibv_read_sysfs_file(dir, "ports/1/gids/0", buf, sizeof buf) > 0 &&
 		      !strcmp(buf, "fe80:0000:0000:0000:0200:00ff:fe00:0000"),
