@@ -322,6 +322,7 @@ pub unsafe extern "C" fn query_port(
             a.qkey_viol_cntr = c16(k.get(Counter::QkeyViolation));
             a.bad_pkey_cntr = c16(k.get(Counter::DropPkeyMismatch));
         }
+        // SAFETY: `attr` has `len` writable bytes (the caller's `ibv_port_attr`).
         unsafe {
             std::ptr::write_bytes(attr as *mut u8, 0, len);
             std::ptr::copy_nonoverlapping(
