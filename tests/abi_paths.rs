@@ -82,3 +82,14 @@ fn memory_windows_rereg_and_resize() {
     };
     assert_eq!(text.matches("PASS ").count(), 6, "{text}");
 }
+
+/// tests/abi/gids.c (address 127.0.21.6, on no interface): the GID table as rxe's through
+/// ibv_query_port/gid/gid_ex/gid_table/gid_type and the sysfs files; sgid_index 1 (the
+/// device's address) connects, 0 (the link-local default GID) and an empty slot are EINVAL.
+#[test]
+fn the_gid_table_through_the_c_api_and_sysfs() {
+    let Some(text) = run_c("gids", "127.0.21.6") else {
+        return;
+    };
+    assert_eq!(text.matches("PASS ").count(), 6, "{text}");
+}

@@ -126,6 +126,40 @@ fn silence_and_missing_completions_are_checked() {
     }
 }
 
+/// `expect nothing` fails on a packet and on a completion; `expect no_event` on an event.
+#[test]
+fn nothing_and_no_event_are_checked() {
+    let mut t = target(9);
+    // An ACK comes (a packet), and a completion.
+    let s = script(&format!(
+        "{HEAD}mr buf len=64 access=local_write\nqp peer_psn=0\npost recv wr=1 sge=buf:0:64\n\
+         send SEND_ONLY psn=0 ackreq len=4\nexpect nothing within=200\n"
+    ));
+    match t.play(&s, 0, 1.0) {
+        Outcome::Fail { why, .. } => assert!(why.contains("a packet arrived"), "{why}"),
+        o => panic!("expected a failure, got {o:?}"),
+    }
+    // Only a completion (the ACK taken first).
+    let s = script(&format!(
+        "{HEAD}mr buf len=64 access=local_write\nqp peer_psn=0\npost recv wr=1 sge=buf:0:64\n\
+         send SEND_ONLY psn=0 ackreq len=4\nexpect ACKNOWLEDGE psn=0\nexpect nothing within=200\n"
+    ));
+    match t.play(&s, 1, 1.0) {
+        Outcome::Fail { why, .. } => assert!(why.contains("a completion arrived"), "{why}"),
+        o => panic!("expected a failure, got {o:?}"),
+    }
+    // An R_Key violation raises QP_ACCESS_ERR on roce-emu (spec/events/).
+    let s = script(&format!(
+        "{HEAD}mr buf len=64 access=local_write,remote_write\nqp peer_psn=0x30\n\
+         send RDMA_WRITE_ONLY psn=0x30 ackreq va=buf rkey=0xdead0001 len=8\n\
+         expect ACKNOWLEDGE psn=0x30 syndrome=nak:rae\nexpect no_event within=500\n"
+    ));
+    match t.play(&s, 2, 1.0) {
+        Outcome::Fail { why, .. } => assert!(why.contains("QP_ACCESS_ERR"), "{why}"),
+        o => panic!("expected a failure, got {o:?}"),
+    }
+}
+
 #[test]
 fn a_bad_icrc_is_dropped_then_the_good_packet_is_taken() {
     let s = script(&format!(
@@ -169,6 +203,29 @@ fn script_errors_name_the_line_and_the_fix() {
             "fill= and data= together",
         ),
         ("frobnicate\n", "unknown statement \"frobnicate\""),
+        ("qp type=xrc\n", "type=xrc: one of rc uc ud"),
+        ("srq limit=2\n", "srq needs depth="),
+        (
+            "send UD_SEND_ONLY psn=0 to=9\n",
+            "to=9: only on send, 1 to 4",
+        ),
+        (
+            "send UC_SEND_EVERYTHING psn=0\n",
+            "not a UC or UD opcode name",
+        ),
+        (
+            "expect completion src_qp=someone\n",
+            "a QPN (24 bits), peer, or target",
+        ),
+        (
+            "expect counter qkey_viol=1\n",
+            "+N, the growth since the qp line",
+        ),
+        (
+            "expect counter rnr=+1\n",
+            "expect counter needs one of qkey_viol=",
+        ),
+        ("modify srq\n", "modify srq needs limit="),
         ("title \"unterminated\n", "unterminated quote"),
     ];
     for (line, want) in cases {

@@ -89,7 +89,7 @@ impl Agent {
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("agent on {ip}: {line:?}"));
         assert!(
-            line.contains("device rxe0, roce-emu, GID index 0"),
+            line.contains("device rxe0, roce-emu, GID index 1"),
             "{line:?}"
         );
         Some(Agent {
@@ -407,8 +407,17 @@ fn the_agent_answers_bad_requests_with_err() {
         c.q("qp peer_qpn=5 peer_ip=::1").starts_with("unsupported "),
         "IPv6 peer"
     );
+    c.err("qp type=xrc", "bad type=xrc");
+    c.err("qp srq=1", "needs an srq first");
+    c.err("modify_srq limit=1", "no srq");
+    c.err("post_srq_recv wr=1", "no srq");
+    c.err("srq max_wr=0", "max_wr must be at least 1");
+    // Up to four QPs on one CQ (several QPs on one SRQ); the first is the one acted on.
     c.ok("qp state=INIT rq=4 sq=4");
-    c.err("qp state=INIT", "a qp exists");
+    for _ in 0..3 {
+        c.ok("qp state=INIT rq=4 sq=4");
+    }
+    c.err("qp state=INIT", "4 qps exist");
     // Nothing to complete.
     assert_eq!(c.q("poll ms=0"), "ok none");
     assert_eq!(c.q("poll ms=20"), "ok none");

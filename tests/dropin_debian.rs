@@ -35,7 +35,10 @@ fn ibv_devices_and_devinfo_show_the_device_as_rxe_does() {
         "vendor_id:\t\t\t0xffffff",
         "PORT_ACTIVE (4)",
         "link_layer:\t\tEthernet",
-        "GID[  0]:\t\t::ffff:127.0.20.1, RoCE v2",
+        // rxe's table (src/verbs/gids.rs): the link-local default GID of the MAC (lo's,
+        // all zeros), then the device's address: `-g 1` as on rxe.
+        "GID[  0]:\t\tfe80::200:ff:fe00:0, RoCE v2",
+        "GID[  1]:\t\t::ffff:127.0.20.1, RoCE v2",
         "atomic_cap:\t\t\tATOMIC_HCA (1)",
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
@@ -47,7 +50,7 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
         return;
     };
     let p = port.to_string();
-    let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
+    let mut args = vec!["-d", "rxe0", "-g", "1", "-p", &p, "-n", "200"];
     args.extend_from_slice(extra);
     // Both on one address of their own: the server opens first and holds UDP port 4791,
     // the client shares it (src/backend/shared), as two programs on a machine do. One
@@ -67,14 +70,14 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
     }
 }
 
-/// Debian's unmodified `ibv_ud_pingpong` (UD QPs, address handles from `-g 0`, the
+/// Debian's unmodified `ibv_ud_pingpong` (UD QPs, address handles from `-g 1`, the
 /// 40-byte GRH slot ahead of every receive), server and client on one address.
 fn ud_pingpong(tag: &str, port: u16, extra: &[&str]) {
     let Some(env) = dropin::setup(tag) else {
         return;
     };
     let p = port.to_string();
-    let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
+    let mut args = vec!["-d", "rxe0", "-g", "1", "-p", &p, "-n", "200"];
     args.extend_from_slice(extra);
     let n = (100 + port - 18800) as u8;
     let ip = format!("127.0.20.{n}");
@@ -285,13 +288,13 @@ fn zero_set_up_two_programs_on_one_machine_reach_each_other() {
         "{}",
         show(&devinfo)
     );
-    let server = run(&["-g", "0", "-n", "100"]).spawn().unwrap();
+    let server = run(&["-g", "1", "-n", "100"]).spawn().unwrap();
     // ibv_rc_pingpong's default TCP port, in the namespace's table (the server's view).
     assert!(
         dropin::wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
         "the server never listened"
     );
-    let client = run(&["-g", "0", "-n", "100", "127.0.0.1"]).spawn().unwrap();
+    let client = run(&["-g", "1", "-n", "100", "127.0.0.1"]).spawn().unwrap();
     let c = dropin::finish(client, LIMIT, "zero set-up client");
     let s = dropin::finish(server, LIMIT, "zero set-up server");
     assert!(
@@ -339,12 +342,12 @@ fn unmodified_programs_attached_to_a_daemon() {
     let dev = format!("rxe0=daemon:{}", socket.display());
     let devinfo = env.cmd("ibv_devinfo", &dev, &["-v"]).output().unwrap();
     assert!(
-        stdout(&devinfo).contains("GID[  0]:\t\t::ffff:127.0.20.200, RoCE v2"),
+        stdout(&devinfo).contains("GID[  1]:\t\t::ffff:127.0.20.200, RoCE v2"),
         "{}",
         show(&devinfo)
     );
     let args = [
-        "-d", "rxe0", "-g", "0", "-p", "18808", "-n", "200", "-s", "4096",
+        "-d", "rxe0", "-g", "1", "-p", "18808", "-n", "200", "-s", "4096",
     ];
     let mut server = env.cmd("ibv_rc_pingpong", &dev, &args);
     let mut cargs = args.to_vec();
@@ -372,7 +375,7 @@ fn unmodified_programs_attached_to_a_daemon() {
     );
     assert!(stdout(&c).contains(" 65536      300"), "{}", show(&c));
     // UD datagrams between two programs of the daemon: routed by their DestQP too.
-    let u = ["-d", "rxe0", "-g", "0", "-p", "18872", "-n", "200"];
+    let u = ["-d", "rxe0", "-g", "1", "-p", "18872", "-n", "200"];
     let mut server = env.cmd("ibv_ud_pingpong", &dev, &u);
     let mut cu = u.to_vec();
     cu.push("127.0.20.200");

@@ -32,7 +32,7 @@ fn runs() -> usize {
 fn mismatched(tag: &str, devices: &str, server_ip: &str, port: u16) -> Option<(usize, usize)> {
     let env = dropin::setup(tag)?;
     let p = port.to_string();
-    let base = ["-d", "rxe0", "-g", "0", "-p", &p, "-n", "5"];
+    let base = ["-d", "rxe0", "-g", "1", "-p", &p, "-n", "5"];
     let n = runs();
     let mut ok = 0;
     for i in 0..n {

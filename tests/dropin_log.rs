@@ -1,6 +1,6 @@
 //! `ROCE_EMU_LOG=debug` on the drop-in says why things a new user meets fail, with no
-//! colour codes when stderr is not a terminal: a GID index the device does not have (the
-//! device's GIDs named), and a request over the responder's path MTU (two unmodified
+//! colour codes when stderr is not a terminal: a GID index the device does not have or
+//! does not send from (the device's GIDs named, and the index to use), and a request over the responder's path MTU (two unmodified
 //! Debian 12 `ibv_rc_pingpong` with mismatched MTUs). Addresses 127.0.55.x, TCP ports
 //! 19130-19139. (The R_Key refusal's line is checked in `responder_log`.)
 
@@ -28,23 +28,68 @@ fn a_gid_index_out_of_range_names_the_devices_gids() {
         .cmd(
             "ibv_rc_pingpong",
             "rxe0=127.0.55.1",
-            &["-d", "rxe0", "-g", "1", "-p", "19130"],
+            &["-d", "rxe0", "-g", "1024", "-p", "19130"],
         )
         .env("ROCE_EMU_LOG", "debug")
         .output()
         .unwrap();
     assert!(!out.status.success(), "{}", show(&out));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("can't read sgid of index 1"), "{}", show(&out));
     assert!(
-        err.contains("rxe0: no GID at port 1 index 1")
-            && err.contains("GID[0] = ::ffff:127.0.55.1")
-            && err.contains("-g 0"),
+        err.contains("can't read sgid of index 1024"),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        err.contains("rxe0: no GID at port 1 index 1024")
+            && err.contains("GID[0] = fe80::200:ff:fe00:0")
+            && err.contains("GID[1] = ::ffff:127.0.55.1 (the device's address)"),
         "{}",
         show(&out)
     );
     assert!(err.contains("DEBUG"), "{err}");
     no_escape("gid", &out.stderr);
+}
+
+/// `-g 0` is rxe's link-local default GID (fe80:: + the MAC's EUI-64): listed, readable,
+/// but not an address the device sends from, so connecting with it fails at modify_qp
+/// (EINVAL, "Failed to modify QP to RTR") and the log says which index to use.
+#[test]
+fn the_link_local_gid_is_refused_at_modify_qp_naming_the_index_to_use() {
+    let Some(env) = dropin::setup("dropin_log gid0") else {
+        return;
+    };
+    let (sip, cip) = ("127.0.55.4", "127.0.55.5");
+    let base = ["-d", "rxe0", "-g", "0", "-p", "19132", "-n", "5"];
+    let server = env
+        .cmd("ibv_rc_pingpong", &format!("rxe0={sip}"), &base)
+        .env("ROCE_EMU_LOG", "debug")
+        .spawn()
+        .unwrap();
+    assert!(wait_listening(19132, Duration::from_secs(20)), "no server");
+    let mut cargs = base.to_vec();
+    cargs.push(sip);
+    let client = env
+        .cmd("ibv_rc_pingpong", &format!("rxe0={cip}"), &cargs)
+        .env("ROCE_EMU_LOG", "debug")
+        .spawn()
+        .unwrap();
+    let c = finish(client, LIMIT, "client");
+    let s = finish(server, LIMIT, "server");
+    // The server connects first (ibv_rc_pingpong's server moves its QP to RTR before it
+    // answers), fails, and closes the exchange: the client then fails reading it.
+    assert!(!c.status.success(), "client: {}", show(&c));
+    assert!(!s.status.success(), "server: {}", show(&s));
+    let err = String::from_utf8_lossy(&s.stderr);
+    assert!(err.contains("Failed to modify QP to RTR"), "{}", show(&s));
+    assert!(
+        err.contains(
+            "GID index 0 is fe80::200:ff:fe00:0, an address the device does not send from"
+        ) && err.contains(&format!("GID[1] = ::ffff:{sip} (the device's address)"))
+            && err.contains("use GID index 1 (-g 1)"),
+        "{}",
+        show(&s)
+    );
 }
 
 #[test]
@@ -53,7 +98,7 @@ fn a_request_over_the_path_mtu_is_logged_by_the_responder() {
         return;
     };
     let (sip, cip) = ("127.0.55.2", "127.0.55.3");
-    let base = ["-d", "rxe0", "-g", "0", "-p", "19131", "-n", "5"];
+    let base = ["-d", "rxe0", "-g", "1", "-p", "19131", "-n", "5"];
     let mut sargs = base.to_vec();
     sargs.extend(["-m", "1024"]);
     let mut cargs = base.to_vec();

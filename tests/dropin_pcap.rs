@@ -82,7 +82,7 @@ fn pair(
     let (sip, cip) = (format!("127.0.54.{n}"), format!("127.0.54.{}", n + 1));
     let p = port.to_string();
     let args = |extra: &[&str], peer: Option<&str>| -> Vec<String> {
-        let mut a: Vec<String> = ["-d", "rxe0", "-g", "0", "-p", &p, "-n", "20"]
+        let mut a: Vec<String> = ["-d", "rxe0", "-g", "1", "-p", &p, "-n", "20"]
             .iter()
             .chain(extra)
             .map(|s| s.to_string())

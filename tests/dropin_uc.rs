@@ -21,7 +21,7 @@ fn uc_pingpong(tag: &str, port: u16, extra: &[&str]) {
         return;
     };
     let p = port.to_string();
-    let mut args = vec!["-d", "rxe0", "-g", "0", "-p", &p, "-n", "200"];
+    let mut args = vec!["-d", "rxe0", "-g", "1", "-p", &p, "-n", "200"];
     args.extend_from_slice(extra);
     let n = (100 + port - 18800) as u8;
     let ip = format!("127.0.20.{n}");
@@ -80,13 +80,13 @@ fn ibv_uc_pingpong_with_zero_set_up() {
             .stderr(std::process::Stdio::piped());
         c
     };
-    let server = run(&["-g", "0", "-n", "100"]).spawn().unwrap();
+    let server = run(&["-g", "1", "-n", "100"]).spawn().unwrap();
     // ibv_uc_pingpong's default TCP port, in the namespace's table (the server's view).
     assert!(
         dropin::wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
         "the server never listened"
     );
-    let client = run(&["-g", "0", "-n", "100", "127.0.0.1"]).spawn().unwrap();
+    let client = run(&["-g", "1", "-n", "100", "127.0.0.1"]).spawn().unwrap();
     let c = dropin::finish(client, LIMIT, "UC zero set-up client");
     let s = dropin::finish(server, LIMIT, "UC zero set-up server");
     assert!(

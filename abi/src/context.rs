@@ -117,6 +117,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         device.engine.port_mtu = dev.port.mtu.bytes();
         // A daemon's port (`NAME=daemon:SOCKET`): attach to it instead of opening the address.
         device.daemon.clone_from(&dev.port.daemon);
+        device.gids = Some(std::sync::Arc::clone(&dev.gids));
         device.pcap = crate::pcap::path(&dev.port.name);
         device.pcap_report = Some(crate::pcap::report);
         let nic = match device.open() {
@@ -245,6 +246,12 @@ fn to_ibv(ctx: &Ctx, ev: &Event) -> Option<ffi::ibv_async_event> {
         Event::PortError(_) => {
             out.element.port_num = 1;
             out.event_type = t::IBV_EVENT_PORT_ERR;
+        }
+        // An address of the interface went or came (`verbs::gids`): the kernel's GID
+        // cache dispatches IBV_EVENT_GID_CHANGE on the port (`dispatch_gid_change_event`).
+        Event::GidChange => {
+            out.element.port_num = 1;
+            out.event_type = t::IBV_EVENT_GID_CHANGE;
         }
     }
     Some(out)

@@ -8,8 +8,9 @@ use crate::errno::set_errno;
 use crate::ffi;
 use libc::{c_char, c_int, c_void};
 use roce_emu::verbs::discover::{self, PortConfig};
+use roce_emu::verbs::gids::{self, GidTable};
 use roce_emu::verbs::{Mtu, MAX_MSG};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): perftest and pyverbs take rxe's defaults for it.
 const VENDOR_ID: u32 = 0xff_ffff;
@@ -23,10 +24,12 @@ const MAX_MR: c_int = 0x4_0000;
 const MAX_MW: c_int = 0x4_0000;
 const MAX_PD: c_int = 0x7ffc;
 const MAX_RD_ATOMIC: c_int = 128;
-/// One GID per port: the address it serves.
-pub const GID_TBL_LEN: u32 = 1;
+/// rxe's GID table length (`verbs::gids`): empty slots read as zero GIDs.
+pub const GID_TBL_LEN: u32 = gids::GID_TBL_LEN;
 /// `IBV_GID_TYPE_ROCE_V2` in `ibv_gid_entry::gid_type`.
 const GID_TYPE_ROCE_V2: u32 = 2;
+/// `IBV_GID_TYPE_SYSFS_ROCE_V2` (`ibv_query_gid_type`).
+const GID_TYPE_SYSFS_ROCE_V2: u32 = 1;
 
 /// A device: rdma-core's `ibv_device`, then where a `verbs_device` has its ops pointer
 /// (NULL: Debian's libmlx5 and libefa decide "not one of ours" from it), then ours.
@@ -37,6 +40,9 @@ pub struct Dev {
     pub port: PortConfig,
     pub index: c_int,
     pub ifindex: u32,
+    /// Its GID table, rxe's for the same interface (`verbs::gids`); its contexts' progress
+    /// threads follow the interface's addresses into it.
+    pub gids: Arc<GidTable>,
 }
 
 // SAFETY: the raw pointers inside `ibv_device` are NULL (`_ops`); the rest is plain data,
@@ -84,6 +90,7 @@ pub fn devices() -> Result<&'static [Dev], &'static str> {
                 Dev {
                     dev,
                     verbs_device_tail: [0; 8],
+                    gids: Arc::new(port.gid_table()),
                     port,
                     index: i as c_int,
                     ifindex,
@@ -332,24 +339,19 @@ pub unsafe extern "C" fn ibv_query_port(
     })
 }
 
-fn gid_of(d: &Dev, port: u8, index: u32) -> Result<[u8; 16], c_int> {
+/// The GID at `index` of port 1: `Ok(None)` for an empty slot (a zero GID, as the kernel
+/// reads one), EINVAL past the table or on another port.
+fn gid_at(d: &Dev, port: u32, index: u32) -> Result<Option<[u8; 16]>, c_int> {
     if port != 1 || index >= GID_TBL_LEN {
-        no_gid(d, u32::from(port), index);
+        tracing::debug!(
+            "{}: no GID at port {port} index {index}: the device has port 1 with \
+             {GID_TBL_LEN} GID slots: {}",
+            d.port.name,
+            d.gids.describe()
+        );
         return Err(libc::EINVAL);
     }
-    Ok(d.port.gid())
-}
-
-/// A program asked for a GID the device does not have (`-g 1` to a tool): says at debug
-/// which there are, as `ibv_devinfo -v` would list them.
-fn no_gid(d: &Dev, port: u32, index: u32) {
-    tracing::debug!(
-        "{}: no GID at port {port} index {index}: the device has port 1 with {GID_TBL_LEN} \
-         GID, GID[0] = {} (RoCE v2, its address {}); use GID index 0 (-g 0)",
-        d.port.name,
-        std::net::Ipv6Addr::from(d.port.gid()),
-        d.port.ip
-    );
+    Ok(d.gids.get(index).map(gids::gid_of))
 }
 
 #[no_mangle]
@@ -362,9 +364,16 @@ pub unsafe extern "C" fn ibv_query_gid(
     crate::guard::minus_one("ibv_query_gid", move || {
         // SAFETY: a context we opened; `gid` is the program's out-parameter.
         let ctx = unsafe { Ctx::of(c) };
-        match gid_of(ctx.dev, port, index as u32) {
+        if index < 0 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        match gid_at(ctx.dev, u32::from(port), index as u32) {
+            // An empty slot is a zero GID and success (libibverbs `ibv_query_gid`:
+            // "Preserve API behavior for empty GID"); UCX queries every index.
             Ok(raw) => {
-                unsafe { (*gid).raw = raw };
+                // SAFETY: `gid` is the program's out-parameter.
+                unsafe { (*gid).raw = raw.unwrap_or_default() };
                 0
             }
             Err(e) => {
@@ -375,9 +384,9 @@ pub unsafe extern "C" fn ibv_query_gid(
     })
 }
 
-fn gid_entry(d: &Dev, index: u32) -> ffi::ibv_gid_entry {
+fn gid_entry(d: &Dev, index: u32, raw: [u8; 16]) -> ffi::ibv_gid_entry {
     ffi::ibv_gid_entry {
-        gid: ffi::ibv_gid { raw: d.port.gid() },
+        gid: ffi::ibv_gid { raw },
         gid_index: index,
         port_num: 1,
         gid_type: GID_TYPE_ROCE_V2,
@@ -385,6 +394,8 @@ fn gid_entry(d: &Dev, index: u32) -> ffi::ibv_gid_entry {
     }
 }
 
+/// `ibv_query_gid_ex`: ENODATA for an empty slot, as the kernel's
+/// `UVERBS_METHOD_QUERY_GID_ENTRY`.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_ex(
     c: *mut ffi::ibv_context,
@@ -400,15 +411,20 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         }
         // SAFETY: a context we opened; `entry` has `entry_size` bytes.
         let ctx = unsafe { Ctx::of(c) };
-        if port != 1 || index >= GID_TBL_LEN {
-            no_gid(ctx.dev, port, index);
-            return libc::EINVAL;
+        match gid_at(ctx.dev, port, index) {
+            Ok(Some(raw)) => {
+                // SAFETY: `entry` has `entry_size` >= size_of::<ibv_gid_entry> bytes.
+                unsafe { entry.write(gid_entry(ctx.dev, index, raw)) };
+                0
+            }
+            Ok(None) => libc::ENODATA,
+            Err(e) => e,
         }
-        unsafe { entry.write(gid_entry(ctx.dev, index)) };
-        0
     })
 }
 
+/// `ibv_query_gid_table`: the slots in use, packed, in index order (the kernel's
+/// `rdma_query_gid_table`); EINVAL when they do not fit in `max_entries`.
 #[no_mangle]
 pub unsafe extern "C" fn _ibv_query_gid_table(
     c: *mut ffi::ibv_context,
@@ -421,25 +437,28 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         if flags != 0 || entry_size < std::mem::size_of::<ffi::ibv_gid_entry>() {
             return -(libc::EINVAL as isize);
         }
-        if max_entries < GID_TBL_LEN as usize {
-            return -(libc::EINVAL as isize);
-        }
         // SAFETY: a context we opened; `entries` has `max_entries` slots of `entry_size`.
         let ctx = unsafe { Ctx::of(c) };
-        for i in 0..GID_TBL_LEN {
-            let e = gid_entry(ctx.dev, i);
+        let used = ctx.dev.gids.entries();
+        if max_entries < used.len() {
+            return -(libc::EINVAL as isize);
+        }
+        for (n, &(i, ip)) in used.iter().enumerate() {
+            let e = gid_entry(ctx.dev, i, gids::gid_of(ip));
+            // SAFETY: slot `n` < `max_entries` of `entry_size` bytes each.
             unsafe {
-                let slot = (entries as *mut u8).add(i as usize * entry_size);
+                let slot = (entries as *mut u8).add(n * entry_size);
                 std::ptr::write_bytes(slot, 0, entry_size);
                 (slot as *mut ffi::ibv_gid_entry).write_unaligned(e);
             }
         }
-        GID_TBL_LEN as isize
+        used.len() as isize
     })
 }
 
 /// `ibv_query_gid_type` (IBVERBS_PRIVATE_34, used by ibv_devinfo and pyverbs): every GID
-/// here is RoCE v2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`).
+/// here is RoCE v2 (`IBV_GID_TYPE_SYSFS_ROCE_V2`); an empty slot says IB/RoCE v1 (0), as
+/// libibverbs does for the kernel's ENODATA.
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_gid_type(
     c: *mut ffi::ibv_context,
@@ -450,9 +469,15 @@ pub unsafe extern "C" fn ibv_query_gid_type(
     crate::guard::minus_one("ibv_query_gid_type", move || {
         // SAFETY: a context we opened; `ty` is the program's out-parameter.
         let ctx = unsafe { Ctx::of(c) };
-        match gid_of(ctx.dev, port, index) {
-            Ok(_) => {
-                unsafe { *ty = 1 };
+        match gid_at(ctx.dev, u32::from(port), index) {
+            Ok(g) => {
+                unsafe {
+                    *ty = if g.is_some() {
+                        GID_TYPE_SYSFS_ROCE_V2
+                    } else {
+                        0
+                    }
+                };
                 0
             }
             Err(e) => {

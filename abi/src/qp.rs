@@ -5,7 +5,6 @@
 
 use crate::context::Ctx;
 use crate::cq::Cq;
-use crate::device::GID_TBL_LEN;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
@@ -298,13 +297,15 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
 }
 
 /// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
-/// address); the source GID index must be one of ours and of the same IP family.
+/// address); the source GID index must be the device's own address (`GidTable::source`:
+/// its port sends from no other) and of the destination's IP family.
 pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
     if ah.is_global == 0 {
         return Err("RoCE needs a GRH (ah_attr.is_global = 1 and the peer's GID)");
     }
-    if u32::from(ah.grh.sgid_index) >= GID_TBL_LEN {
-        return Err("sgid_index: the device has one GID, index 0");
+    if let Err(why) = ctx.dev.gids.source(u32::from(ah.grh.sgid_index)) {
+        tracing::debug!("{why}");
+        return Err("sgid_index: not a GID the device sends from (ROCE_EMU_LOG=debug lists them)");
     }
     // SAFETY: a GID is 16 raw bytes, whichever union member was written.
     let raw = unsafe { ah.grh.dgid.raw };

@@ -5,6 +5,7 @@
 
 use crate::device::{self, Dev};
 use libc::{c_char, c_int};
+use roce_emu::verbs::gids;
 use std::ffi::CStr;
 
 #[no_mangle]
@@ -29,10 +30,11 @@ fn gid_str(g: [u8; 16]) -> String {
         .join(":")
 }
 
-/// A virtual file of one of our devices (`rel` is the path below its ibdev directory).
-fn virtual_file(d: &Dev, rel: &str) -> Option<String> {
+/// A virtual file of one of our devices (`rel` is the path below its ibdev directory), or
+/// the errno reading it fails with (ENOENT: no such file).
+fn virtual_file(d: &Dev, rel: &str) -> Result<String, c_int> {
     let p = &d.port;
-    Some(match rel {
+    Ok(match rel {
         "node_type" => "1: CA".into(),
         "node_guid" | "sys_image_guid" => guid_str(p.node_guid()),
         "fw_ver" => env!("CARGO_PKG_VERSION").into(),
@@ -45,10 +47,25 @@ fn virtual_file(d: &Dev, rel: &str) -> Option<String> {
         "ports/1/lid" | "ports/1/sm_lid" => "0x0".into(),
         "ports/1/lid_mask_count" | "ports/1/sm_sl" => "0".into(),
         "ports/1/cap_mask" => "0x04010000".into(),
-        "ports/1/gids/0" => gid_str(p.gid()),
-        "ports/1/gid_attrs/types/0" => "RoCE v2".into(),
-        "ports/1/gid_attrs/ndevs/0" => p.ifname.clone()?,
         "ports/1/pkeys/0" => "0xffff".into(),
+        _ => return gid_file(d, rel).ok_or(libc::ENOENT)?,
+    })
+}
+
+/// `ports/1/gids/N`, `ports/1/gid_attrs/types/N` and `ports/1/gid_attrs/ndevs/N` for N
+/// below the table's length, as the kernel's (`drivers/infiniband/core/sysfs.c`): an
+/// empty slot's GID reads as zeros, its type and netdev fail (EINVAL), which scripts
+/// (`read -r t < types/$i || continue`) and UCX take as "no GID here".
+fn gid_file(d: &Dev, rel: &str) -> Option<Result<String, c_int>> {
+    let (kind, n) = rel.strip_prefix("ports/1/")?.rsplit_once('/')?;
+    let n: u32 = n.parse().ok().filter(|&n| n < device::GID_TBL_LEN)?;
+    let ip = d.gids.get(n);
+    Some(match (kind, ip) {
+        ("gids", ip) => Ok(gid_str(ip.map(gids::gid_of).unwrap_or_default())),
+        ("gid_attrs/types", Some(_)) => Ok("RoCE v2".into()),
+        // No interface (an address configured on none): the kernel's ndev is NULL, EINVAL.
+        ("gid_attrs/ndevs", Some(_)) => d.gids.ifname().map(String::from).ok_or(libc::EINVAL),
+        ("gid_attrs/types" | "gid_attrs/ndevs", None) => Err(libc::EINVAL),
         _ => return None,
     })
 }
@@ -80,10 +97,11 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
             })
         });
         let text = match ours {
-            Some(Some(t)) => t,
-            // One of our devices, but a file it does not have (board_id: rxe has none).
-            Some(None) => {
-                crate::set_errno(libc::ENOENT);
+            Some(Ok(t)) => t,
+            // One of our devices, but a file it does not have (board_id: rxe has none), or
+            // an empty GID slot's type (EINVAL).
+            Some(Err(e)) => {
+                crate::set_errno(e);
                 return -1;
             }
             None => match std::fs::read_to_string(format!("{dir}/{file}")) {

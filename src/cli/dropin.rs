@@ -136,13 +136,6 @@ pub fn run(args: &RunArgs) -> i32 {
     }
 }
 
-fn gid_text(p: &PortConfig) -> String {
-    match p.ip {
-        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped().to_string(),
-        std::net::IpAddr::V6(v6) => v6.to_string(),
-    }
-}
-
 /// The devices as `ibv_devinfo` prints them (its summary form), without loading the library.
 pub fn devinfo(args: &DevinfoArgs) -> i32 {
     let devs = match check_devices(args.env.devices.as_deref()) {
@@ -175,7 +168,11 @@ pub fn devinfo(args: &DevinfoArgs) -> i32 {
         println!("\t\t\tmax_mtu:\t\t4096 (5)");
         println!("\t\t\tactive_mtu:\t\t{} ({})", p.mtu.bytes(), p.mtu as u8);
         println!("\t\t\tlink_layer:\t\tEthernet");
-        println!("\t\t\tGID[  0]:\t\t{}, RoCE v2", gid_text(p));
+        // As ibv_devinfo -v lists the GID table (rxe's layout, `verbs::gids`).
+        for (i, ip) in p.gid_table().entries() {
+            let gid = std::net::Ipv6Addr::from(crate::verbs::gids::gid_of(ip));
+            println!("\t\t\tGID[{i:>3}]:\t\t{gid}, RoCE v2");
+        }
         if let Some(i) = &p.ifname {
             println!("\t\t\tnetdev:\t\t\t{i}");
         }

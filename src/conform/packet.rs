@@ -1,19 +1,41 @@
 //! A script's packets: the peer's built from [`Fields`], the target's checked against them.
 
-use super::script::{Fields, SyndromeSpec};
+use super::script::{Fields, QpRef, SyndromeSpec, MAX_QPS};
 use super::value::{to_hex, Mrs};
 use crate::wire::aeth::Syndrome;
 use crate::wire::opcode::Headers;
 use crate::wire::{
-    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, IethRepr, ImmDtRepr, Psn, RethRepr,
-    RocePacket, RoceRepr, ICRC_LEN,
+    AethRepr, AtomicAckEthRepr, AtomicEthRepr, BthRepr, DethRepr, IethRepr, ImmDtRepr, Psn,
+    RethRepr, RocePacket, RoceRepr, ICRC_LEN,
 };
 
 /// What the script's QPs are called on the wire.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Qpns {
+    /// The first QP's number (what `send` addresses by default).
     pub target: u32,
     pub peer: u32,
+    /// Every QP of the script in the order of its `qp` lines (the first is `target`).
+    pub targets: [u32; MAX_QPS],
+    pub count: usize,
+    /// The Q_Key of the first `qp` line (UD), the default for a DETH the peer sends.
+    pub qkey: u32,
+}
+
+impl Qpns {
+    /// The number a [`QpRef`] names.
+    pub fn resolve(&self, r: QpRef) -> Result<u32, String> {
+        match r {
+            QpRef::Lit(n) => Ok(n),
+            QpRef::Peer => Ok(self.peer),
+            QpRef::Target(i) if i < self.count => Ok(self.targets[i]),
+            QpRef::Target(i) => Err(format!(
+                "target{}: the script has {} qp lines",
+                i + 1,
+                self.count
+            )),
+        }
+    }
 }
 
 /// The AETH credit field the peer sends: "invalid" (no end-to-end credits, IBA 9.7.7.2),
@@ -37,7 +59,11 @@ pub fn build(f: &Fields, q: Qpns, mrs: &Mrs) -> Result<Vec<u8>, String> {
         pkey: f.pkey.unwrap_or(0xffff),
         fecn: false,
         becn: false,
-        dqpn: f.qpn.unwrap_or(q.target),
+        dqpn: match (f.qpn, f.to) {
+            (Some(n), _) => n,
+            (None, Some(i)) => q.resolve(QpRef::Target(i))?,
+            (None, None) => q.target,
+        },
         ack_req: f.ackreq.unwrap_or(false),
         psn: Psn::new(f.psn.unwrap_or(0)),
     };
@@ -77,7 +103,14 @@ pub fn build(f: &Fields, q: Qpns, mrs: &Mrs) -> Result<Vec<u8>, String> {
     };
     let repr = RoceRepr {
         bth,
-        deth: None,
+        deth: has(Headers::DETH)
+            .then(|| -> Result<DethRepr, String> {
+                Ok(DethRepr {
+                    qkey: f.qkey.unwrap_or(q.qkey),
+                    src_qpn: q.resolve(f.src_qp.unwrap_or(QpRef::Peer))?,
+                })
+            })
+            .transpose()?,
         reth: has(Headers::RETH).then_some(RethRepr {
             va,
             rkey,
@@ -276,6 +309,16 @@ pub fn check(f: &Fields, got: &Got, q: Qpns, mrs: &Mrs) -> Result<(), String> {
     if let Some(k) = &f.inv {
         eq("inv", Some(k.key(mrs)?), r.ieth.ok_or("inv: no IETH")?.rkey)?;
     }
+    if f.qkey.is_some() {
+        eq("qkey", f.qkey, r.deth.ok_or("qkey: no DETH")?.qkey)?;
+    }
+    if let Some(s) = f.src_qp {
+        eq(
+            "src_qp",
+            Some(q.resolve(s)?),
+            r.deth.ok_or("src_qp: no DETH")?.src_qpn,
+        )?;
+    }
     if let Some(p) = &f.payload {
         let have = got.payload();
         if p.byte_len() != have.len() as u64 {
@@ -308,5 +351,97 @@ fn syndrome_name(s: SyndromeSpec) -> String {
             None => format!("NAK code {c}"),
         },
         SyndromeSpec::Raw(v) => format!("syndrome byte {v:#04x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conform::script::parse;
+
+    fn send_fields(line: &str) -> Fields {
+        let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp type=ud\n{line}\n");
+        let s = parse("t.rc", "t", &text).unwrap();
+        match &s.steps.last().unwrap().action {
+            crate::conform::script::Action::Send(f) => f.clone(),
+            a => panic!("not a send: {a:?}"),
+        }
+    }
+
+    fn qpns() -> Qpns {
+        Qpns {
+            target: 0x11,
+            peer: 0xc0_0001,
+            targets: [0x11, 0x12, 0, 0],
+            count: 2,
+            qkey: 0x1111_1111,
+        }
+    }
+
+    #[test]
+    fn a_ud_send_carries_a_deth_with_the_qps_qkey_and_the_peers_qpn() {
+        let b = build(
+            &send_fields("send UD_SEND_ONLY psn=0 len=8"),
+            qpns(),
+            &Mrs::default(),
+        )
+        .unwrap();
+        let r = RocePacket::new_checked(&b[..]).unwrap();
+        let r = RoceRepr::parse(&r).unwrap();
+        assert_eq!(r.bth.dqpn, 0x11);
+        let d = r.deth.expect("a DETH");
+        assert_eq!((d.qkey, d.src_qpn), (0x1111_1111, 0xc0_0001));
+        let f = send_fields("send UD_SEND_ONLY psn=0 to=2 qkey=0x5 src_qp=target2 len=8");
+        let b = build(&f, qpns(), &Mrs::default()).unwrap();
+        let r = RoceRepr::parse(&RocePacket::new_checked(&b[..]).unwrap()).unwrap();
+        assert_eq!(r.bth.dqpn, 0x12);
+        assert_eq!(r.deth.map(|d| (d.qkey, d.src_qpn)), Some((5, 0x12)));
+    }
+
+    #[test]
+    fn a_deth_is_checked_field_by_field() {
+        // What the target would send: from target (0x11) to the peer.
+        let mut q = qpns();
+        let f = send_fields("send UD_SEND_ONLY psn=0 qpn=0xc00001 src_qp=target qkey=7 len=4");
+        let mut b = build(&f, q, &Mrs::default()).unwrap();
+        let ph = crate::wire::icrc::PseudoHeaders::new(
+            "10.0.0.1:4791".parse().unwrap(),
+            "10.0.0.2:4791".parse().unwrap(),
+            0,
+            b.len(),
+        );
+        crate::wire::icrc::fill(ph.ip(), ph.udp(), &mut b).unwrap();
+        let got = Got {
+            bytes: b,
+            icrc_ok: true,
+        };
+        let want = |line: &str| {
+            let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp\nexpect {line}\n");
+            let s = parse("t.rc", "t", &text).unwrap();
+            match &s.steps.last().unwrap().action {
+                crate::conform::script::Action::Expect(
+                    crate::conform::script::Expect::Packet { fields, .. },
+                ) => fields.clone(),
+                a => panic!("{a:?}"),
+            }
+        };
+        check(
+            &want("UD_SEND_ONLY qkey=7 src_qp=target"),
+            &got,
+            q,
+            &Mrs::default(),
+        )
+        .unwrap();
+        let e = check(&want("UD_SEND_ONLY qkey=8"), &got, q, &Mrs::default()).unwrap_err();
+        assert!(e.starts_with("qkey"), "{e}");
+        q.targets[0] = 0x99;
+        let e = check(
+            &want("UD_SEND_ONLY src_qp=target"),
+            &got,
+            q,
+            &Mrs::default(),
+        )
+        .unwrap_err();
+        assert!(e.starts_with("src_qp"), "{e}");
     }
 }

@@ -4,7 +4,7 @@
 use super::agent::{Agent, Reply};
 use super::packet::{self, Got, Qpns};
 use super::peer::Peer;
-use super::script::{Action, Expect, Fields, Script, Step};
+use super::script::{Action, Expect, Fields, QpRef, Script, Step, COUNTERS};
 use super::value::{hex, to_hex, MrInfo, Mrs, Num};
 use std::time::{Duration, Instant};
 
@@ -62,9 +62,14 @@ impl Run<'_> {
         let mut st = Ctx {
             mrs: Mrs::default(),
             qpns: Qpns {
-                target: 0,
                 peer: self.peer_qpn,
+                ..Default::default()
             },
+            counters: Vec::new(),
+            wants_counters: s
+                .steps
+                .iter()
+                .any(|s| matches!(s.action, Action::Expect(Expect::Counter { .. }))),
         };
         let mut outcome = Outcome::Pass;
         for step in &s.steps {
@@ -148,14 +153,38 @@ impl Run<'_> {
                     line.push_str(&format!(" {k}={v}"));
                 }
                 let r = self.call(&line, Duration::ZERO)?;
-                st.qpns.target = r
+                let qpn = r
                     .get("qpn")
                     .and_then(|v| Num::parse(v).ok())
                     .map(|n| n.0 as u32)
                     .ok_or_else(|| Stop::Error("agent's qp reply lacks qpn=".into()))?;
+                let qkey = q
+                    .attrs
+                    .iter()
+                    .find(|(k, _)| *k == "qkey")
+                    .and_then(|(_, v)| Num::parse(v).ok())
+                    .map_or(0, |n| n.0 as u32);
+                let first = st.qpns.count == 0;
+                if first {
+                    st.qpns.target = qpn;
+                    st.qpns.qkey = qkey;
+                    if st.wants_counters {
+                        st.counters = self.counters()?;
+                    }
+                }
+                let i = st.qpns.count;
+                st.qpns.targets[i] = qpn;
+                st.qpns.count += 1;
             }
-            Action::PostRecv { wr, sges } => {
-                let mut line = format!("post_recv wr={wr}");
+            Action::Srq { depth, limit } => {
+                self.call(&format!("srq max_wr={depth} limit={limit}"), Duration::ZERO)?;
+            }
+            Action::ModifySrq { limit } => {
+                self.call(&format!("modify_srq limit={limit}"), Duration::ZERO)?;
+            }
+            Action::PostRecv { wr, sges, srq } => {
+                let cmd = if *srq { "post_srq_recv" } else { "post_recv" };
+                let mut line = format!("{cmd} wr={wr}");
                 if !sges.is_empty() {
                     line.push_str(&format!(" sge={}", sges.join(",")));
                 }
@@ -169,7 +198,7 @@ impl Run<'_> {
                 for (k, v) in &w.values {
                     let n = match *k {
                         "va" => v.addr(&st.mrs),
-                        "rkey" | "inv" => v.key(&st.mrs).map(u64::from),
+                        "rkey" | "inv" | "qkey" | "qpn" => v.key(&st.mrs).map(u64::from),
                         _ => v.addr(&st.mrs),
                     }
                     .map_err(script_err)?;
@@ -259,6 +288,9 @@ impl Run<'_> {
                 op,
                 len,
                 imm,
+                src_qp,
+                grh,
+                qp,
                 within,
             } => {
                 let t = self.ms(*within, PACKET_MS);
@@ -271,15 +303,30 @@ impl Run<'_> {
                 }
                 let have = |k: &str| r.get(k).unwrap_or("-").to_string();
                 let desc = format!(
-                    "completion wr={} status={} op={} len={}{}",
+                    "completion wr={} status={} op={} len={}{}{}{}{}",
                     have("wr"),
                     have("status"),
                     have("op"),
                     have("len"),
                     r.get("imm")
                         .map(|i| format!(" imm={i}"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    r.get("src_qp")
+                        .map(|i| format!(" src_qp={i}"))
+                        .unwrap_or_default(),
+                    r.get("qpn")
+                        .map(|i| format!(" qpn={i}"))
+                        .unwrap_or_default(),
+                    if r.get("grh").is_some() { " grh" } else { "" },
                 );
+                let want_src = src_qp
+                    .map(|s| st.qpns.resolve(s))
+                    .transpose()
+                    .map_err(Stop::Error)?;
+                let want_qp = qp
+                    .map(|i| st.qpns.resolve(QpRef::Target(i)))
+                    .transpose()
+                    .map_err(Stop::Error)?;
                 let num = |k: &str| r.get(k).and_then(|v| Num::parse(v).ok()).map(|n| n.0);
                 let mism = if wr.is_some() && num("wr") != *wr {
                     Some("wr")
@@ -294,12 +341,74 @@ impl Run<'_> {
                     Some("len")
                 } else if imm.is_some() && num("imm") != *imm {
                     Some("imm")
+                } else if want_src.is_some() && num("src_qp") != want_src.map(u64::from) {
+                    Some("src_qp")
+                } else if grh.is_some_and(|g| g != r.get("grh").is_some()) {
+                    Some("grh (IBV_WC_GRH)")
+                } else if want_qp.is_some() && num("qpn") != want_qp.map(u64::from) {
+                    Some("qp")
                 } else {
                     None
                 };
                 match mism {
                     None => Ok(()),
                     Some(k) => Err(Stop::Fail(format!("{k} differs"), vec![desc])),
+                }
+            }
+            Expect::Nothing { within } => {
+                let deadline = Instant::now() + self.ms(*within, SILENCE_MS);
+                if let Some(g) = self.next(deadline, st.qpns) {
+                    return Err(Stop::Fail(
+                        "a packet arrived where nothing was expected".into(),
+                        vec![g.describe()],
+                    ));
+                }
+                let r = self.call("poll ms=0", Duration::ZERO)?;
+                if r.get("none").is_some() {
+                    Ok(())
+                } else {
+                    Err(Stop::Fail(
+                        "a completion arrived where nothing was expected".into(),
+                        vec![format!("{r:?}")],
+                    ))
+                }
+            }
+            Expect::NoEvent { within } => {
+                let t = self.ms(*within, SILENCE_MS);
+                let r = self.call(&format!("event ms={}", t.as_millis()), t)?;
+                match r.get("event") {
+                    None => Ok(()),
+                    Some(e) => Err(Stop::Fail(
+                        format!("an asynchronous event ({e}) arrived where none was expected"),
+                        vec![],
+                    )),
+                }
+            }
+            Expect::Grh { mr, off, ip_len } => {
+                let r = self.call(&format!("read name={mr} off={off} len=40"), Duration::ZERO)?;
+                let have = hex(r.get("hex").unwrap_or("")).map_err(Stop::Error)?;
+                let peer = self.peer.local().ip();
+                let target = self.agent.ip;
+                check_grh(&have, peer, target, *ip_len).map_err(|why| {
+                    Stop::Fail(why, vec![format!("{mr}[{off}..+40]: {}", to_hex(&have))])
+                })
+            }
+            Expect::Counter { name, delta } => {
+                let now = self.counters()?;
+                let i = COUNTERS.iter().position(|c| c == name).unwrap_or(0);
+                let (Some(before), Some(after)) = (st.counters.get(i), now.get(i)) else {
+                    return Err(Stop::Error("no counters read".into()));
+                };
+                if after.wrapping_sub(*before) == *delta {
+                    Ok(())
+                } else {
+                    Err(Stop::Fail(
+                        format!(
+                            "counter {name}: expected +{delta}, got +{} ({before} -> {after})",
+                            after.wrapping_sub(*before)
+                        ),
+                        vec![],
+                    ))
                 }
             }
             Expect::NoCompletion { within } => {
@@ -378,6 +487,93 @@ impl Run<'_> {
 struct Ctx {
     mrs: Mrs,
     qpns: Qpns,
+    /// The port counters (in COUNTERS' order) when the first QP was made, if the script
+    /// checks any.
+    counters: Vec<u64>,
+    wants_counters: bool,
+}
+
+impl Run<'_> {
+    /// The target's port counters, in COUNTERS' order (`port` request).
+    fn counters(&mut self) -> Result<Vec<u64>, Stop> {
+        let r = self.call("port", Duration::ZERO)?;
+        COUNTERS
+            .iter()
+            .map(|c| {
+                r.get(c)
+                    .and_then(|v| Num::parse(v).ok())
+                    .map(|n| n.0)
+                    .ok_or_else(|| Stop::Error(format!("the agent's port reply lacks {c}=")))
+            })
+            .collect()
+    }
+}
+
+/// The GRH slot of a UD receive (IBA 11.4.1.1: the first 40 bytes of the receive buffer
+/// hold the GRH; RoCEv2 over IPv4, annex A17.4.5.1: 20 bytes left over, then the IPv4
+/// header, as Linux rxe's `union rdma_network_hdr` lays it out).
+fn check_grh(
+    b: &[u8],
+    peer: std::net::IpAddr,
+    target: std::net::IpAddr,
+    ip_len: Option<u64>,
+) -> Result<(), String> {
+    let (std::net::IpAddr::V4(src), std::net::IpAddr::V4(dst)) = (peer, target) else {
+        return Err("expect grh checks IPv4 peers only".into());
+    };
+    if b.len() != 40 {
+        return Err(format!("read {} bytes, not 40", b.len()));
+    }
+    if let Some(i) = b[..20].iter().position(|x| *x != 0) {
+        return Err(format!(
+            "byte {i} of the GRH slot: expected 0 (unused with IPv4), got {:#04x}",
+            b[i]
+        ));
+    }
+    let h = &b[20..40];
+    if h[0] != 0x45 {
+        return Err(format!(
+            "IPv4 version/IHL at +20: expected 0x45, got {:#04x}",
+            h[0]
+        ));
+    }
+    if h[9] != 17 {
+        return Err(format!(
+            "IPv4 protocol at +29: expected 17 (UDP), got {}",
+            h[9]
+        ));
+    }
+    if h[12..16] != src.octets() {
+        return Err(format!(
+            "IPv4 source at +32: expected {src}, got {:?}",
+            &h[12..16]
+        ));
+    }
+    if h[16..20] != dst.octets() {
+        return Err(format!(
+            "IPv4 destination at +36: expected {dst}, got {:?}",
+            &h[16..20]
+        ));
+    }
+    let sum: u32 = h
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    let folded = (sum & 0xffff) + (sum >> 16);
+    let folded = (folded & 0xffff) + (folded >> 16);
+    if folded != 0xffff {
+        return Err(format!(
+            "IPv4 header checksum at +30 does not verify (sum {folded:#06x})"
+        ));
+    }
+    let total = u16::from_be_bytes([h[2], h[3]]);
+    if ip_len.is_some_and(|l| l != u64::from(total)) {
+        return Err(format!(
+            "IPv4 total length at +22: expected {}, got {total}",
+            ip_len.unwrap_or(0)
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `g`'s PSN comes before the expected packet's (24-bit serial order), or the
@@ -388,5 +584,43 @@ fn before(g: &Got, f: &Fields) -> bool {
             crate::wire::Psn::new(have).is_before(crate::wire::Psn::new(want))
         }
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_grh;
+
+    /// 20 zero bytes and an IPv4 header from 10.0.0.1 to 10.0.0.2 with its checksum.
+    fn slot() -> Vec<u8> {
+        let mut h = vec![
+            0x45, 0, 0, 116, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let sum: u32 = h
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        let c = !((sum & 0xffff) + (sum >> 16)) as u16;
+        h[10..12].copy_from_slice(&c.to_be_bytes());
+        let mut b = vec![0; 20];
+        b.extend(h);
+        b
+    }
+
+    #[test]
+    fn the_grh_slot_is_checked_byte_by_byte() {
+        let (p, t) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        check_grh(&slot(), p, t, Some(116)).unwrap();
+        let e = check_grh(&slot(), p, t, Some(117)).unwrap_err();
+        assert!(e.contains("total length"), "{e}");
+        let e = check_grh(&slot(), t, p, None).unwrap_err();
+        assert!(e.contains("source"), "{e}");
+        let mut b = slot();
+        b[30] ^= 1;
+        assert!(check_grh(&b, p, t, None).unwrap_err().contains("checksum"));
+        let mut b = slot();
+        b[3] = 1;
+        assert!(check_grh(&b, p, t, None).unwrap_err().contains("byte 3"));
     }
 }

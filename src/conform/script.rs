@@ -50,12 +50,30 @@ pub struct Step {
 pub enum Action {
     Mr(MrSpec),
     Qp(QpSpec),
-    PostRecv { wr: u64, sges: Vec<String> },
+    /// A shared receive queue (`srq depth=N limit=M`), before the QPs that use it.
+    Srq {
+        depth: u64,
+        limit: u64,
+    },
+    /// `modify srq limit=M`: arms the SRQ's limit again.
+    ModifySrq {
+        limit: u64,
+    },
+    /// `post recv ... srq` posts to the shared receive queue.
+    PostRecv {
+        wr: u64,
+        sges: Vec<String>,
+        srq: bool,
+    },
     PostSend(SendWrSpec),
-    Modify { state: String },
+    Modify {
+        state: String,
+    },
     Send(Fields),
     Expect(Expect),
-    Wait { ms: u64 },
+    Wait {
+        ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +95,8 @@ pub struct SendWrSpec {
     pub wr: u64,
     pub op: String,
     pub sges: Vec<String>,
-    /// `va`, `rkey`, `imm`, `inv`, `compare`, `swap`, `add`: references resolved when run.
+    /// `va`, `rkey`, `imm`, `inv`, `compare`, `swap`, `add`, and for UD `qkey`, `qpn`
+    /// (the remote QP; the peer's by default): references resolved when run.
     pub values: Vec<(&'static str, Ref)>,
     pub flags: Vec<&'static str>,
 }
@@ -105,9 +124,51 @@ pub struct Fields {
     pub orig: Option<u64>,
     pub imm: Option<u32>,
     pub inv: Option<Ref>,
+    /// DETH (UD): `qkey=` (default: the target QP's Q_Key from its `qp` line) and
+    /// `src_qp=` (default: the peer's QPN).
+    pub qkey: Option<u32>,
+    pub src_qp: Option<QpRef>,
+    /// `to=N`: the packet goes to the script's Nth QP (1 = the first, the default).
+    pub to: Option<usize>,
     pub payload: Option<Payload>,
     pub bad_icrc: bool,
 }
+
+/// A QP number as a script names it: a number, `peer` (the runner's QP) or `target`,
+/// `target2`, ... (the script's QPs on the target, in the order of their `qp` lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpRef {
+    Lit(u32),
+    Peer,
+    Target(usize),
+}
+
+impl QpRef {
+    pub fn parse(v: &str) -> Result<QpRef, String> {
+        if v == "peer" {
+            return Ok(QpRef::Peer);
+        }
+        if let Some(n) = v.strip_prefix("target") {
+            let i = if n.is_empty() {
+                1
+            } else {
+                n.parse().unwrap_or(0)
+            };
+            if (1..=MAX_QPS).contains(&i) {
+                return Ok(QpRef::Target(i - 1));
+            }
+        }
+        match Num::parse(v) {
+            Ok(Num(n)) if n <= 0xff_ffff => Ok(QpRef::Lit(n as u32)),
+            _ => Err(format!(
+                "{v:?}: a QPN (24 bits), peer, or target, target2 .. target{MAX_QPS}"
+            )),
+        }
+    }
+}
+
+/// The most QPs a script may create (`qp` lines).
+pub const MAX_QPS: usize = 4;
 
 /// An AETH syndrome as a script names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +197,35 @@ pub enum Expect {
         op: Option<String>,
         len: Option<u64>,
         imm: Option<u64>,
+        /// UD: the sender's QPN (`src_qp=`), and whether IBV_WC_GRH is set (`grh`/`no_grh`).
+        src_qp: Option<QpRef>,
+        grh: Option<bool>,
+        /// Which of the script's QPs it is on (`qp=N`, 1-based; several QPs on one SRQ).
+        qp: Option<usize>,
         within: Option<u64>,
+    },
+    /// No asynchronous event for the whole bound.
+    NoEvent {
+        within: Option<u64>,
+    },
+    /// No packet and no completion for the whole bound (UC and UD: nothing is owed).
+    Nothing {
+        within: Option<u64>,
+    },
+    /// The 40-byte GRH slot a UD receive starts with, read back from the region: for an
+    /// IPv4 packet 20 zero bytes, then its IPv4 header (version 4, IHL 5, protocol UDP,
+    /// the peer's and the target's addresses, a valid header checksum).
+    Grh {
+        mr: String,
+        off: u64,
+        /// The IPv4 total length, when given.
+        ip_len: Option<u64>,
+    },
+    /// A port counter of the target (`qkey_viol`, `bad_pkey`) has grown by `delta` since
+    /// the script's `qp` line.
+    Counter {
+        name: String,
+        delta: u64,
     },
     NoCompletion {
         within: Option<u64>,
@@ -202,7 +291,14 @@ pub const EVENTS: &[&str] = &[
     "CQ_ERR",
     "PORT_ACTIVE",
     "PORT_ERR",
+    "SRQ_LIMIT_REACHED",
+    "SRQ_ERR",
 ];
+/// The port counters `expect counter` reads (ibv_query_port's qkey_viol_cntr,
+/// bad_pkey_cntr).
+pub const COUNTERS: &[&str] = &["qkey_viol", "bad_pkey"];
+/// QP types (`qp type=`).
+pub const QP_TYPES: &[&str] = &["rc", "uc", "ud"];
 pub const WC_OPS: &[&str] = &[
     "SEND",
     "RDMA_WRITE",
@@ -233,6 +329,8 @@ const QP_KEYS: &[&str] = &[
     "sq",
     "rq",
     "state",
+    "type",
+    "qkey",
 ];
 
 /// Parses `text` (from `file`, named `name` in reports).
@@ -326,18 +424,38 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                 let v = match k {
                     "access" => a.list(k, &ACCESS[1..])?,
                     "state" => a.choice(k, &STATES[..4])?.map(str::to_string),
+                    "type" => a.choice(k, QP_TYPES)?.map(str::to_string),
+                    "qkey" => a
+                        .num_as::<u32>(k, u64::from(u32::MAX))?
+                        .map(|n| n.to_string()),
                     _ => a.num(k)?.map(|n| n.to_string()),
                 };
                 if let Some(v) = v {
                     attrs.push((k, v));
                 }
             }
+            if a.flag("srq") {
+                attrs.push(("srq", "1".to_string()));
+            }
+            if s.steps
+                .iter()
+                .filter(|s| matches!(s.action, Action::Qp(_)))
+                .count()
+                >= MAX_QPS
+            {
+                return Err(format!("at most {MAX_QPS} qp lines"));
+            }
             Some(Action::Qp(QpSpec { attrs }))
         }
+        "srq" => Some(Action::Srq {
+            depth: a.num("depth")?.ok_or("srq needs depth=")?,
+            limit: a.num("limit")?.unwrap_or(0),
+        }),
         "post" => match a.word("recv or send")? {
             "recv" => Some(Action::PostRecv {
                 wr: a.num("wr")?.unwrap_or(0),
                 sges: a.all("sge"),
+                srq: a.flag("srq"),
             }),
             "send" => {
                 let wr = a.num("wr")?.unwrap_or(0);
@@ -347,7 +465,9 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                     .to_string();
                 let sges = a.all("sge");
                 let mut values = Vec::new();
-                for k in ["va", "rkey", "imm", "inv", "compare", "swap", "add"] {
+                for k in [
+                    "va", "rkey", "imm", "inv", "compare", "swap", "add", "qkey", "qpn",
+                ] {
                     if let Some(v) = a.reference(k)? {
                         values.push((k, v));
                     }
@@ -371,6 +491,9 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
             }
             o => return Err(format!("post {o:?}: post recv or post send")),
         },
+        "modify" if a.flag("srq") => Some(Action::ModifySrq {
+            limit: a.num("limit")?.ok_or("modify srq needs limit=")?,
+        }),
         "modify" => Some(Action::Modify {
             state: a
                 .choice("state", STATES)?
@@ -393,8 +516,8 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
         }),
         o => {
             return Err(format!(
-                "unknown statement {o:?}: title cite role note mr qp post modify send expect wait"
-            ))
+            "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait"
+        ))
         }
     };
     a.finish(kw)?;
@@ -407,10 +530,15 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
     let what = if a.has("opcode") {
         ""
     } else {
-        a.word("an opcode, silence, completion, no_completion, state, event or memory")?
+        a.word(
+            "an opcode, silence, nothing, completion, no_completion, state, event, no_event, \
+             memory, grh or counter",
+        )?
     };
     Ok(match what {
         "silence" => Expect::Silence { within },
+        "nothing" => Expect::Nothing { within },
+        "no_event" => Expect::NoEvent { within },
         "no_completion" => Expect::NoCompletion { within },
         "completion" => Expect::Completion {
             wr: a.num("wr")?,
@@ -418,8 +546,42 @@ fn expect(a: &mut Args<'_>) -> Result<Expect, String> {
             op: a.choice("op", WC_OPS)?.map(str::to_string),
             len: a.num("len")?,
             imm: a.num("imm")?,
+            src_qp: a.take("src_qp")?.map(QpRef::parse).transpose()?,
+            grh: if a.flag("grh") {
+                Some(true)
+            } else if a.flag("no_grh") {
+                Some(false)
+            } else {
+                None
+            },
+            qp: match a.num("qp")? {
+                None => None,
+                Some(n) if (1..=MAX_QPS as u64).contains(&n) => Some(n as usize - 1),
+                Some(n) => return Err(format!("qp={n}: 1 to {MAX_QPS}")),
+            },
             within,
         },
+        "grh" => Expect::Grh {
+            mr: a.word("the region's name")?.to_string(),
+            off: a.num("off")?.unwrap_or(0),
+            ip_len: a.num("ip_len")?,
+        },
+        "counter" => {
+            let mut found = None;
+            for &c in COUNTERS {
+                if let Some(v) = a.take(c)? {
+                    let d = v
+                        .strip_prefix('+')
+                        .ok_or_else(|| format!("{c}={v}: +N, the growth since the qp line"))?;
+                    found = Some(Expect::Counter {
+                        name: c.to_string(),
+                        delta: Num::parse(d)?.0,
+                    });
+                }
+            }
+            found
+                .ok_or_else(|| format!("expect counter needs one of {}=+N", COUNTERS.join("= ")))?
+        }
         "state" => Expect::State(
             a.word_in(STATES)
                 .ok_or_else(|| format!("expect state needs one of {}", STATES.join(" ")))?
@@ -667,6 +829,13 @@ impl<'a> Args<'a> {
         f.orig = self.num("orig")?;
         f.imm = self.num_as("imm", u64::from(u32::MAX))?;
         f.inv = self.reference("inv")?;
+        f.qkey = self.num_as("qkey", u64::from(u32::MAX))?;
+        f.src_qp = self.take("src_qp")?.map(QpRef::parse).transpose()?;
+        f.to = match self.num("to")? {
+            None => None,
+            Some(n) if sending && (1..=MAX_QPS as u64).contains(&n) => Some(n as usize - 1),
+            Some(n) => return Err(format!("to={n}: only on send, 1 to {MAX_QPS}")),
+        };
         f.payload = self.payload()?;
         f.bad_icrc = match self.take("icrc")? {
             None | Some("good") => false,
@@ -687,9 +856,16 @@ impl<'a> Args<'a> {
     }
 }
 
-/// An RC opcode by the wire layer's name, with or without `RC_`.
+/// An opcode by the wire layer's name: RC's with or without `RC_`, UC's and UD's with
+/// their prefix (`UC_SEND_FIRST`, `UD_SEND_ONLY`).
 pub fn opcode_by_name(name: &str) -> Result<Opcode, String> {
     let want = name.to_ascii_uppercase();
+    if want.starts_with("UC_") || want.starts_with("UD_") {
+        return (0x20..=0x7fu8)
+            .map(Opcode)
+            .find(|op| op.info().is_some_and(|i| i.name == want))
+            .ok_or_else(|| format!("{name:?} is not a UC or UD opcode name (IBA table 38)"));
+    }
     let want = want.strip_prefix("RC_").unwrap_or(&want);
     (0..=0x1fu8)
         .map(Opcode)

@@ -1,9 +1,11 @@
 //! Which devices a program sees, as `ibv_get_device_list` lists them.
 //!
 //! Zero set-up: one device per interface of this machine that is up and has an address, as
-//! rxe would be added on each (`rdma link add rxe0 type rxe netdev eth0`): its GID is the
-//! interface's IPv4 address (or, without one, its first global IPv6 address) and its active
-//! MTU follows the interface's MTU. Interfaces other than loopback come first (`rxe0`,
+//! rxe would be added on each (`rdma link add rxe0 type rxe netdev eth0`): its port serves
+//! the interface's IPv4 address (or, without one, its first global IPv6 address), its GID
+//! table is rxe's for the interface (`verbs::gids`: the link-local default GID at index 0,
+//! that address at 1, the interface's others after it) and its active MTU follows the
+//! interface's MTU. Interfaces other than loopback come first (`rxe0`,
 //! `rxe1`, ...: the names scripts written for rxe expect); loopback is `rxe_lo`.
 //!
 //! Configuration overrides it: `ROCE_EMU_DEVICES` (or a file named by `ROCE_EMU_CONFIG`,
@@ -40,6 +42,12 @@ pub struct PortConfig {
     /// The `roce-emu daemon` whose port this is (`NAME=daemon:SOCKET`): opening the device
     /// attaches to it (`verbs::Device::daemon`).
     pub daemon: Option<PathBuf>,
+    /// The addresses of its interface (getifaddrs order) or of the daemon's port: the GID
+    /// table lists them all, as rxe's (`verbs::gids`).
+    pub addrs: Vec<IpAddr>,
+    /// The addresses are a kernel interface's, and the GID table follows them as they
+    /// change (a daemon's TAP or AF_PACKET port has addresses of its own).
+    pub follow: bool,
 }
 
 impl PortConfig {
@@ -49,12 +57,21 @@ impl PortConfig {
         u64::from_be_bytes([m[0] ^ 2, m[1], m[2], 0xff, 0xfe, m[3], m[4], m[5]])
     }
 
-    /// The GID: the address, IPv4 as `::ffff:a.b.c.d` (RoCEv2, IBA A17.8).
+    /// The GID of its address: IPv4 as `::ffff:a.b.c.d` (RoCEv2, IBA A17.8).
     pub fn gid(&self) -> [u8; 16] {
-        match self.ip {
-            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-            IpAddr::V6(v6) => v6.octets(),
-        }
+        super::gids::gid_of(self.ip)
+    }
+
+    /// Its GID table, as rxe's on the same interface (`verbs::gids`).
+    pub fn gid_table(&self) -> super::gids::GidTable {
+        super::gids::GidTable::new(
+            &self.name,
+            self.mac,
+            self.ip,
+            self.ifname.clone(),
+            &self.addrs,
+            self.follow,
+        )
     }
 }
 
@@ -143,8 +160,10 @@ pub fn parse(spec: &str) -> Result<Vec<PortConfig>, ConfigError> {
             ip,
             mtu,
             ifname: found.as_ref().map(|f| f.name.clone()),
-            mac: found.map_or([0; 6], |f| f.mac),
+            mac: found.as_ref().map_or([0; 6], |f| f.mac),
             daemon: None,
+            addrs: found.as_ref().map_or_else(Vec::new, addrs_of),
+            follow: found.is_some(),
         });
     }
     Ok(out)
@@ -183,11 +202,14 @@ fn daemon_entry(entry: &str, name: &str, spec: &str) -> Result<PortConfig, Confi
             "the roce-emu daemon at {path} has no address on its port"
         )));
     };
-    // A UDP port is an address of some interface; a TAP or AF_PACKET port is one.
-    let ifname = if port.kind == "udp" {
-        interface_of(ip).map(|f| f.name)
+    // A UDP port is an address of some interface, whose addresses are the GIDs; a TAP or
+    // AF_PACKET port is an interface, with addresses of its own (the daemon's).
+    let (ifname, addrs, follow) = if port.kind == "udp" {
+        let found = interface_of(ip);
+        let addrs = found.as_ref().map_or_else(|| port.addrs.clone(), addrs_of);
+        (found.map(|f| f.name), addrs, true)
     } else {
-        Some(port.name.clone())
+        (Some(port.name.clone()), port.addrs.clone(), false)
     };
     Ok(PortConfig {
         name: name.into(),
@@ -196,6 +218,8 @@ fn daemon_entry(entry: &str, name: &str, spec: &str) -> Result<PortConfig, Confi
         ifname,
         mac: port.mac,
         daemon: Some(PathBuf::from(path)),
+        follow: follow && !addrs.is_empty(),
+        addrs,
     })
 }
 
@@ -217,6 +241,11 @@ fn gid_addrs(i: &Interface) -> impl Iterator<Item = IpAddr> + '_ {
         IpAddr::V4(_) => false,
     });
     v4.chain(v6)
+}
+
+/// An interface's addresses, as getifaddrs lists them.
+fn addrs_of(i: &Interface) -> Vec<IpAddr> {
+    i.addrs.iter().map(|a| a.ip).collect()
 }
 
 /// The interface's MTU (1500 when it cannot be read).
@@ -256,6 +285,8 @@ pub fn interfaces() -> Vec<PortConfig> {
             ifname: Some(i.name.clone()),
             mac: i.mac,
             daemon: None,
+            addrs: addrs_of(&i),
+            follow: true,
         });
     }
     out
@@ -322,6 +353,8 @@ mod tests {
             ifname: None,
             mac: [0x52, 0x54, 0x00, 0x12, 0x34, 0x56],
             daemon: None,
+            addrs: Vec::new(),
+            follow: false,
         };
         assert_eq!(p.node_guid(), 0x5054_00ff_fe12_3456);
     }

@@ -27,6 +27,7 @@
 
 mod channel;
 pub mod discover;
+pub mod gids;
 mod mw;
 mod progress;
 mod srq;
@@ -100,6 +101,10 @@ pub struct Device {
     /// (`daemon::client`). `share` and `gso` then mean nothing; capture and faults wrap
     /// the daemon's link as any port.
     pub daemon: Option<PathBuf>,
+    /// The device's GID table, when it follows an interface's addresses: the progress
+    /// thread reads them again every `gids::WATCH_INTERVAL` and a change is an
+    /// [`Event::GidChange`] (IBV_EVENT_GID_CHANGE), as the kernel's GID cache raises it.
+    pub gids: Option<Arc<gids::GidTable>>,
 }
 
 impl Device {
@@ -114,6 +119,7 @@ impl Device {
             loss: None,
             progress_thread: true,
             daemon: None,
+            gids: None,
         }
     }
 
@@ -173,6 +179,8 @@ pub enum Event {
     Engine(AsyncEvent),
     /// The port failed (a socket error): every later call fails with `PortDown`.
     PortError(String),
+    /// The GID table changed: an address of the interface went or came (`Device::gids`).
+    GidChange,
 }
 
 /// An open NIC: one engine on one port, and the thread that keeps it running. Cheap to
@@ -252,7 +260,13 @@ impl Context {
         let clock = Clock::default();
         let mut nic = Nic::new(Driver::new(engine, backend, clock));
         nic.reporter = reporter;
-        let shared = Arc::new(Shared::new(nic, clock).map_err(Error::EventFd)?);
+        let mut shared = Shared::new(nic, clock).map_err(Error::EventFd)?;
+        shared.gids = dev
+            .gids
+            .as_ref()
+            .filter(|t| t.watched())
+            .map(|t| gids::Watch::new(Arc::clone(t)));
+        let shared = Arc::new(shared);
         let thread = if dev.progress_thread {
             Some(progress::spawn(Arc::clone(&shared)).map_err(Error::EventFd)?)
         } else {

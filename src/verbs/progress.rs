@@ -169,6 +169,8 @@ pub(crate) struct Shared {
     rx_fd: OwnedFd,
     stop: AtomicBool,
     pub(crate) events: EventQueue<Event>,
+    /// The GID table the thread follows (`Device::gids`).
+    pub(crate) gids: Option<super::gids::Watch>,
 }
 
 impl Shared {
@@ -186,6 +188,7 @@ impl Shared {
             rx_fd,
             stop: AtomicBool::new(false),
             events: EventQueue::new()?,
+            gids: None,
         })
     }
 
@@ -382,6 +385,15 @@ impl Shared {
             let (w, watch_port) = self.turn(&mut seen, &mut recheck);
             if w.is_zero() {
                 continue;
+            }
+            // The interface's addresses, at most every WATCH_INTERVAL, before a sleep (of
+            // at most MAX_SLEEP): outside the NIC lock, as the engine knows nothing of GIDs.
+            if self
+                .gids
+                .as_ref()
+                .is_some_and(|g| g.due(std::time::Instant::now()))
+            {
+                self.events.push(Event::GidChange);
             }
             let ms = w.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
             let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX);

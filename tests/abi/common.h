@@ -24,6 +24,9 @@
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
+/* The device's own GID: index 1, as rxe's IPv4 GID (index 0 is the link-local default GID,
+ * which the device does not send from; src/verbs/gids.rs). */
+static const int GIDX = 1;
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 			  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -51,6 +54,7 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest)
 	a.min_rnr_timer = 12;
 	a.ah_attr.is_global = 1;
 	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = GIDX;
 	a.ah_attr.grh.hop_limit = 1;
 	a.ah_attr.port_num = 1;
 	CHECK(!ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |

@@ -108,9 +108,9 @@ int main(void)
 	struct ibv_device_attr_ex dx;
 	CHECK(!ibv_query_device_ex(ctx, NULL, &dx), "ibv_query_device_ex");
 	CHECK(dx.orig_attr.vendor_id == 0xffffff && dx.orig_attr.phys_port_cnt == 1, "device attr");
-	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid");
+	CHECK(!ibv_query_gid(ctx, 1, GIDX, &gid), "ibv_query_gid");
 	struct ibv_gid_entry ge;
-	CHECK(!ibv_query_gid_ex(ctx, 1, 0, &ge, 0), "ibv_query_gid_ex");
+	CHECK(!ibv_query_gid_ex(ctx, 1, GIDX, &ge, 0), "ibv_query_gid_ex");
 	CHECK(ge.gid_type == IBV_GID_TYPE_ROCE_V2 && !memcmp(&ge.gid, &gid, 16), "gid entry");
 	printf("PASS queries\n");
 

@@ -288,7 +288,7 @@ int main(int argc, char **argv)
 	CHECK(list && n >= 1, "ibv_get_device_list: %d", n);
 	ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "ibv_open_device");
-	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid");
+	CHECK(!ibv_query_gid(ctx, 1, GIDX, &gid), "ibv_query_gid");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "ibv_alloc_pd");
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);

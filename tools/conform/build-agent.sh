@@ -26,7 +26,7 @@ mkdir -p "$ldir"
 ln -sf "$lib/libibverbs.so.1.stock" "$ldir/libibverbs.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wformat=2 \
   -isystem "$root/usr/include" \
-  -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp}.c \
+  -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp,srq}.c \
   -L"$ldir" $rpath_link -Wl,--as-needed -libverbs
 # Only libibverbs.so.1 and libc; no glibc symbol newer than Debian 12's 2.36.
 needed=$(objdump -p "$out/agent.tmp" | awk '/NEEDED/ {print $2}' | sort | paste -sd' ')

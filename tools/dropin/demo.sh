@@ -41,7 +41,7 @@ pair() { # NAME PORT SERVER-ARGS... -- CLIENT-ARGS...
   echo "-- server:"; cat /tmp/roce-emu-demo-server.$$; rm -f /tmp/roce-emu-demo-server.$$
   [ $rc = 0 ] || { echo "FAIL: $name (status $rc)"; exit 1; }
 }
-pair ibv_rc_pingpong 18515 -d rxe_lo -g 0 -s 4096 -n 1000 -- -d rxe_lo -g 0 -s 4096 -n 1000 127.0.0.1
+pair ibv_rc_pingpong 18515 -d rxe_lo -g 1 -s 4096 -n 1000 -- -d rxe_lo -g 1 -s 4096 -n 1000 127.0.0.1
 pair ib_write_bw 18516 -d rxe_lo -p 18516 -s 65536 -n 5000 -- -d rxe_lo -p 18516 -s 65536 -n 5000 127.0.0.1
 pair ib_read_bw 18517 -d rxe_lo -p 18517 -s 65536 -n 5000 -- -d rxe_lo -p 18517 -s 65536 -n 5000 127.0.0.1
 echo; echo "PASS: unmodified ibv_devinfo, ibv_rc_pingpong, ib_write_bw and ib_read_bw on roce-emu"

@@ -326,8 +326,9 @@ nak_on_wire() { # FROM
 
 # ---- the drop-in: Debian's unmodified programs on roce-emu's libibverbs.so.1 ---------------
 # The host side is the real ibv_rc_pingpong / perftest binary, run in the namespace with our
-# library first on its library path and one device, rxe0, whose only GID (index 0) is
-# ::ffff:198.18.0.1 (RoCE v2). The first line of host.txt is the command as run.
+# library first on its library path and one device, rxe0, whose GID index 1 is
+# ::ffff:198.18.0.1 (RoCE v2; index 0 is the link-local default GID, as on rxe). The first
+# line of host.txt is the command as run.
 # DROPIN_PORT, when set, is the device's port instead of the bridge's address (the daemon-*
 # tests: daemon:SOCKET).
 dropin_cmd() { # PROGRAM ARGS...: runs it on the host side, output in $T/host.txt
@@ -379,7 +380,7 @@ pt_row() { # FILE SIZE ITERS
 }
 dropin_pp() { # host-server|host-client SIZE MTU ITERS
   local role=$1 rc; shift
-  local args=(-g 0 -s "$1" -m "$2" -n "$3")
+  local args=(-g 1 -s "$1" -m "$2" -n "$3")
   POST=icrc_ok
   if [ "$role" = host-server ]; then
     dropin_server "$(rcpp "$G4_1" "$@")" ibv_rc_pingpong -d rxe0 "${args[@]}"
@@ -395,10 +396,10 @@ dropin_perf() { # host-server|host-client TEST SIZE ITERS [MTU] (perftest ib_TES
   local args=(-s "$1" -n "$2" -m "${3:-4096}")
   POST=icrc_ok
   if [ "$role" = host-server ]; then
-    dropin_server "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 0 -F "${args[@]}"
+    dropin_server "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 1 -F "${args[@]}"
     rc=$?; FIG="$(mbps_table "$T/guest.txt") (rxe client)"
   else
-    dropin_client "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 0 -F "${args[@]}"
+    dropin_client "ib_${test}_bw $(pt) ${args[*]}" "ib_${test}_bw" -d rxe0 -x 1 -F "${args[@]}"
     rc=$?; FIG="$(mbps_table "$T/host.txt") (drop-in client)"
   fi
   [ $rc = 0 ] && pt_row "$T/host.txt" "$1" "$2" && pt_row "$T/guest.txt" "$1" "$2"
@@ -450,7 +451,7 @@ qpt_rxe_rxe() { # ud|uc|srq SIZE ITERS
 # its own behind it), or an AF_PACKET socket on one end of a veth pair whose other end is on
 # the bridge (the veth's MAC; no kernel address on it, arp_ignore=8: the daemon answers ARP
 # for its address, the kernel never does). The Debian program attaches with
-# ROCE_EMU_DEVICES=rxe0=daemon:SOCKET: its GID (index 0) is the daemon's address, while its
+# ROCE_EMU_DEVICES=rxe0=daemon:SOCKET: its GID index 1 is the daemon's address, while its
 # TCP exchange runs over the namespace's own address on the bridge (the daemon's address is
 # not the kernel's). The guest forgets the daemon's address first (each test's daemon has a
 # new MAC). Each test starts its own daemon and stops it by PID with SIGTERM: it must exit

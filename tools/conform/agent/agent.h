@@ -31,9 +31,15 @@ int roce_v2_ipv4(char *ip, size_t iplen);
 
 /* ---- the current script's objects (verbs.c) ----------------------------------------- */
 
+#define MAX_QPS 4
+
 extern struct ibv_pd *pd;
 extern struct ibv_cq *cq;
-extern struct ibv_qp *qp;
+extern struct ibv_qp *qp; /* the first of qps: what modify, state, post_* act on */
+extern struct ibv_qp *qps[MAX_QPS];
+extern int nqps;
+extern struct ibv_srq *srq;
+extern struct ibv_ah *ah; /* UD sends' address handle, made by qp_ah() */
 extern const struct flag access_flags[];
 
 /* Frees every object; nothing is kept between connections. */
@@ -54,6 +60,17 @@ int cmd_read(void);
 int cmd_qp(void);
 int cmd_modify(void);
 int cmd_state(void);
+/* The first QP's peer QPN and Q_Key, and the address handle to the peer (made on first
+ * use; NULL after an `err` reply). */
+uint32_t qp_peer_qpn(void);
+uint32_t qp_qkey(void);
+struct ibv_ah *qp_ah(void);
+/* srq.c */
+int cmd_srq(void);
+int cmd_modify_srq(void);
+int cmd_post_srq_recv(void);
+int cmd_port(void);
+int parse_sges(struct ibv_sge *sg, int *n, int inside);
 
 #pragma GCC visibility pop
 

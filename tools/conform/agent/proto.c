@@ -242,7 +242,9 @@ void handle(char *line)
 		{ "modify", cmd_modify },	{ "post_recv", cmd_post_recv },
 		{ "post_send", cmd_post_send }, { "poll", cmd_poll },
 		{ "state", cmd_state },		{ "read", cmd_read },
-		{ "event", cmd_event },
+		{ "event", cmd_event },		{ "srq", cmd_srq },
+		{ "modify_srq", cmd_modify_srq }, { "post_srq_recv", cmd_post_srq_recv },
+		{ "port", cmd_port },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (strcmp(cmd, cmds[i].name) == 0) {

@@ -1,5 +1,6 @@
-/* The QP's commands: qp (a CQ and an RC QP, taken up to the state asked), modify (one
- * transition, with the attributes `qp` left for it) and state. */
+/* The QP's commands: qp (the CQ, then an RC, UC or UD QP, taken up to the state asked;
+ * up to MAX_QPS of them, on one CQ, optionally on the SRQ), modify (one transition of the
+ * first QP, with the attributes `qp` left for it) and state. */
 #define _GNU_SOURCE
 #include "agent.h"
 
@@ -12,6 +13,8 @@
 /* ---- the QP's parameters, kept from `qp` for the transitions ------------------------ */
 
 struct qp_params {
+	enum ibv_qp_type type;
+	uint32_t qkey;
 	enum ibv_mtu mtu;
 	uint32_t psn, peer_psn, peer_qpn;
 	int has_peer;
@@ -23,7 +26,35 @@ struct qp_params {
 	uint32_t sq, rq;
 };
 
-static struct qp_params qpp;
+static struct qp_params qpps[MAX_QPS];
+#define qpp (qpps[0])
+
+uint32_t qp_peer_qpn(void) { return qpps[0].peer_qpn; }
+uint32_t qp_qkey(void) { return qpps[0].qkey; }
+
+/* The address handle of UD sends: the peer's GID from the `qp` line, made on first use. */
+struct ibv_ah *qp_ah(void)
+{
+	if (ah)
+		return ah;
+	if (!qpp.has_peer || qpp.sgid_index < 0) {
+		err("a UD send needs the qp line's peer_ip= and an IPv4 RoCE v2 GID");
+		return NULL;
+	}
+	struct ibv_ah_attr a;
+	memset(&a, 0, sizeof(a));
+	a.is_global = 1;
+	a.grh.dgid = qpp.peer_gid;
+	a.grh.sgid_index = (uint8_t)qpp.sgid_index;
+	a.grh.hop_limit = 64;
+	a.port_num = 1;
+	ah = ibv_create_ah(pd, &a);
+	if (!ah && (errno == EOPNOTSUPP || errno == ENOSYS))
+		unsupported("ibv_create_ah: %s", strerror(errno));
+	else if (!ah)
+		verbs_err("ibv_create_ah", errno);
+	return ah;
+}
 
 /* ---- names -------------------------------------------------------------------------- */
 
@@ -45,8 +76,12 @@ static int parse_state(const char *s, enum ibv_qp_state *out)
 
 /* ---- the commands ------------------------------------------------------------------- */
 
-/* The attributes and mask that take the QP from `from` to `to` (one ibv_modify_qp). */
-static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
+/* The attributes and mask that take QP `q` (parameters `pp`) from `from` to `to` (one
+ * ibv_modify_qp). Each type gets the attributes the IBA's table of QP attributes (and
+ * the kernel's ib_modify_qp_is_ok) requires and allows for it: UD takes a Q_Key and no
+ * path; UC a path but no RDMA-read or retry attributes. */
+static int modify_qp_to(struct ibv_qp *q, struct qp_params *pp, enum ibv_qp_state from,
+			enum ibv_qp_state to)
 {
 	struct ibv_qp_attr a;
 	int mask = IBV_QP_STATE;
@@ -55,23 +90,34 @@ static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
 	if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) {
 		a.pkey_index = 0;
 		a.port_num = 1;
-		a.qp_access_flags = qpp.access;
-		mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		mask |= IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+		if (pp->type == IBV_QPT_UD) {
+			a.qkey = pp->qkey;
+			mask |= IBV_QP_QKEY;
+		} else {
+			a.qp_access_flags = pp->access;
+			mask |= IBV_QP_ACCESS_FLAGS;
+		}
+	} else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR && pp->type == IBV_QPT_UD) {
+		/* nothing but the state */
+	} else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS && pp->type != IBV_QPT_RC) {
+		a.sq_psn = pp->psn;
+		mask |= IBV_QP_SQ_PSN;
 	} else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
-		if (!qpp.has_peer)
+		if (!pp->has_peer)
 			return err("RTR needs peer_qpn= and peer_ip= (to qp or modify)");
-		if (qpp.sgid_index < 0)
-			qpp.sgid_index = roce_v2_ipv4(NULL, 0);
-		if (qpp.sgid_index < 0)
+		if (pp->sgid_index < 0)
+			pp->sgid_index = roce_v2_ipv4(NULL, 0);
+		if (pp->sgid_index < 0)
 			return err("%s has no IPv4 RoCE v2 GID", ibv_get_device_name(dev));
-		a.path_mtu = qpp.mtu;
-		a.dest_qp_num = qpp.peer_qpn;
-		a.rq_psn = qpp.peer_psn;
-		a.max_dest_rd_atomic = qpp.max_dest_rd_atomic;
-		a.min_rnr_timer = qpp.min_rnr_timer;
+		a.path_mtu = pp->mtu;
+		a.dest_qp_num = pp->peer_qpn;
+		a.rq_psn = pp->peer_psn;
+		a.max_dest_rd_atomic = pp->max_dest_rd_atomic;
+		a.min_rnr_timer = pp->min_rnr_timer;
 		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = qpp.peer_gid;
-		a.ah_attr.grh.sgid_index = (uint8_t)qpp.sgid_index;
+		a.ah_attr.grh.dgid = pp->peer_gid;
+		a.ah_attr.grh.sgid_index = (uint8_t)pp->sgid_index;
 		a.ah_attr.grh.hop_limit = 64;
 		a.ah_attr.grh.traffic_class = 0;
 		a.ah_attr.grh.flow_label = 0;
@@ -79,18 +125,19 @@ static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
 		a.ah_attr.sl = 0;
 		a.ah_attr.src_path_bits = 0;
 		a.ah_attr.port_num = 1;
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-			IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+		if (pp->type == IBV_QPT_RC)
+			mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 	} else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
-		a.timeout = qpp.timeout;
-		a.retry_cnt = qpp.retry;
-		a.rnr_retry = qpp.rnr_retry;
-		a.sq_psn = qpp.psn;
-		a.max_rd_atomic = qpp.max_rd_atomic;
+		a.timeout = pp->timeout;
+		a.retry_cnt = pp->retry;
+		a.rnr_retry = pp->rnr_retry;
+		a.sq_psn = pp->psn;
+		a.max_rd_atomic = pp->max_rd_atomic;
 		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
 			IBV_QP_MAX_QP_RD_ATOMIC;
 	}
-	int rc = ibv_modify_qp(qp, &a, mask);
+	int rc = ibv_modify_qp(q, &a, mask);
 	if (rc) {
 		char call[64];
 		snprintf(call, sizeof(call), "ibv_modify_qp %s->%s", qp_state_names[from],
@@ -100,9 +147,14 @@ static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
 	return 0;
 }
 
-/* `peer_qpn=` and `peer_ip=` (both or neither) into qpp: the remote QP and its address as
+static int modify_to(enum ibv_qp_state from, enum ibv_qp_state to)
+{
+	return modify_qp_to(qp, &qpp, from, to);
+}
+
+/* `peer_qpn=` and `peer_ip=` (both or neither) into *pp: the remote QP and its address as
  * an IPv4-mapped GID. */
-static int parse_peer(void)
+static int parse_peer(struct qp_params *pp)
 {
 	const char *pip = get("peer_ip");
 	const char *pq = get("peer_qpn");
@@ -118,12 +170,12 @@ static int parse_peer(void)
 		return unsupported("peer_ip=%.64s: IPv6 (this agent uses the IPv4 GID)", pip);
 	if (inet_pton(AF_INET, pip, &in) != 1)
 		return err("bad peer_ip=%.64s", pip);
-	memset(&qpp.peer_gid, 0, sizeof(qpp.peer_gid));
-	qpp.peer_gid.raw[10] = 0xff;
-	qpp.peer_gid.raw[11] = 0xff;
-	memcpy(&qpp.peer_gid.raw[12], &in, 4);
-	qpp.peer_qpn = (uint32_t)peer_qpn;
-	qpp.has_peer = 1;
+	memset(&pp->peer_gid, 0, sizeof(pp->peer_gid));
+	pp->peer_gid.raw[10] = 0xff;
+	pp->peer_gid.raw[11] = 0xff;
+	memcpy(&pp->peer_gid.raw[12], &in, 4);
+	pp->peer_qpn = (uint32_t)peer_qpn;
+	pp->has_peer = 1;
 	return 0;
 }
 
@@ -134,21 +186,34 @@ int cmd_qp(void)
 					 "max_rd_atomic",   "max_dest_rd_atomic",
 					 "timeout",	    "retry",	    "rnr_retry",
 					 "min_rnr_timer",   "sq",	    "rq",
-					 "state",	    NULL };
-	uint64_t mtu, psn, peer_psn, mra, mdra, timeout, retry, rnr, mrt, sq, rq;
+					 "state",	    "type",	    "qkey",
+					 "srq",		    NULL };
+	uint64_t mtu, psn, peer_psn, mra, mdra, timeout, retry, rnr, mrt, sq, rq, qkey, on_srq;
+	enum ibv_qp_type type = IBV_QPT_RC;
+	struct qp_params np;
 	unsigned access;
 	enum ibv_qp_state state = IBV_QPS_RTS;
 	if (only(k))
 		return -1;
-	if (qp)
-		return err("a qp exists (reset first)");
+	if (nqps == MAX_QPS)
+		return err("%d qps exist (reset first)", MAX_QPS);
 	if (num("mtu", 4096, 0, 1024, &mtu) || num("psn", 0xffffff, 0, 0, &psn) ||
 	    num("peer_psn", 0xffffff, 0, 0, &peer_psn) ||
 	    num("max_rd_atomic", 255, 0, 4, &mra) || num("max_dest_rd_atomic", 255, 0, 4, &mdra) ||
 	    num("timeout", 31, 0, 14, &timeout) || num("retry", 7, 0, 7, &retry) ||
 	    num("rnr_retry", 7, 0, 7, &rnr) || num("min_rnr_timer", 31, 0, 1, &mrt) ||
-	    num("sq", MAX_QUEUE, 0, 64, &sq) || num("rq", MAX_QUEUE, 0, 64, &rq))
+	    num("sq", MAX_QUEUE, 0, 64, &sq) || num("rq", MAX_QUEUE, 0, 64, &rq) ||
+	    num("qkey", UINT32_MAX, 0, 0, &qkey) || num("srq", 1, 0, 0, &on_srq))
 		return -1;
+	const char *t = get("type");
+	if (t && strcmp(t, "uc") == 0)
+		type = IBV_QPT_UC;
+	else if (t && strcmp(t, "ud") == 0)
+		type = IBV_QPT_UD;
+	else if (t && strcmp(t, "rc") != 0)
+		return err("bad type=%.16s (rc uc ud)", t);
+	if (on_srq && !srq)
+		return err("srq=1 needs an srq first");
 	enum ibv_mtu m;
 	switch (mtu) {
 	case 256: m = IBV_MTU_256; break;
@@ -171,11 +236,15 @@ int cmd_qp(void)
 	if (state != IBV_QPS_RESET && state != IBV_QPS_INIT && state != IBV_QPS_RTR &&
 	    state != IBV_QPS_RTS)
 		return err("bad state=%s (qp takes RESET INIT RTR RTS)", s);
-	memset(&qpp, 0, sizeof(qpp));
-	if (parse_peer())
+	memset(&np, 0, sizeof(np));
+#undef qpp
+#define qpp np
+	if (parse_peer(&np))
 		return -1;
-	if (!qpp.has_peer && state >= IBV_QPS_RTR)
+	if (!qpp.has_peer && state >= IBV_QPS_RTR && type != IBV_QPT_UD)
 		return err("state=%s needs peer_qpn= and peer_ip=", qp_state_names[state]);
+	qpp.type = type;
+	qpp.qkey = (uint32_t)qkey;
 	qpp.mtu = m;
 	qpp.psn = (uint32_t)psn;
 	qpp.peer_psn = (uint32_t)peer_psn;
@@ -192,14 +261,19 @@ int cmd_qp(void)
 
 	if (need_pd())
 		return -1;
-	cq = ibv_create_cq(ctx, (int)(sq + rq), NULL, NULL, 0);
+	/* One CQ for every QP of the script, as deep as four QPs of the first one's size. */
+	if (!cq)
+		cq = ibv_create_cq(ctx, (int)(sq + rq) * MAX_QPS, NULL, NULL, 0);
 	if (!cq)
 		return verbs_err("ibv_create_cq", errno);
 	struct ibv_qp_init_attr ia;
+	struct ibv_qp *nq = NULL;
 	memset(&ia, 0, sizeof(ia));
 	ia.send_cq = cq;
 	ia.recv_cq = cq;
-	ia.qp_type = IBV_QPT_RC;
+	ia.qp_type = type;
+	if (on_srq)
+		ia.srq = srq;
 	ia.sq_sig_all = 0;
 	ia.cap.max_send_wr = (uint32_t)sq;
 	ia.cap.max_recv_wr = (uint32_t)rq;
@@ -207,33 +281,37 @@ int cmd_qp(void)
 	ia.cap.max_recv_sge = MAX_SGE;
 	if (dattr.max_sge > 0 && dattr.max_sge < MAX_SGE)
 		ia.cap.max_send_sge = ia.cap.max_recv_sge = (uint32_t)dattr.max_sge;
+	if (on_srq)
+		ia.cap.max_recv_wr = 0; /* the receives are the SRQ's */
 	/* As much inline data as the device takes, of 256, 64 or none. */
 	static const uint32_t inline_sizes[] = { 256, 64, 0 };
 	int e = 0;
-	for (size_t i = 0; !qp && i < sizeof(inline_sizes) / sizeof(inline_sizes[0]); i++) {
+	for (size_t i = 0; !nq && i < sizeof(inline_sizes) / sizeof(inline_sizes[0]); i++) {
 		ia.cap.max_inline_data = inline_sizes[i];
-		qp = ibv_create_qp(pd, &ia);
-		if (!qp && !e)
+		nq = ibv_create_qp(pd, &ia);
+		if (!nq && !e)
 			e = errno;
 	}
-	if (!qp) {
-		ibv_destroy_cq(cq);
-		cq = NULL;
+	if (!nq && (e == EOPNOTSUPP || e == ENOSYS))
+		return unsupported("ibv_create_qp (type %s%s): %s", t ? t : "rc",
+				   on_srq ? ", on an SRQ" : "", strerror(e));
+	if (!nq)
 		return verbs_err("ibv_create_qp", e);
-	}
 	enum ibv_qp_state at = IBV_QPS_RESET;
 	while (at < state) {
 		enum ibv_qp_state next = (enum ibv_qp_state)(at + 1);
-		if (modify_to(at, next)) {
-			ibv_destroy_qp(qp);
-			qp = NULL;
-			ibv_destroy_cq(cq);
-			cq = NULL;
+		if (modify_qp_to(nq, &np, at, next)) {
+			ibv_destroy_qp(nq);
 			return -1;
 		}
 		at = next;
 	}
-	rprintf("ok qpn=0x%x", qp->qp_num);
+#undef qpp
+#define qpp (qpps[0])
+	qpps[nqps] = np;
+	qps[nqps++] = nq;
+	qp = qps[0];
+	rprintf("ok qpn=0x%x", nq->qp_num);
 	return 0;
 }
 
@@ -261,7 +339,7 @@ int cmd_modify(void)
 		return err("bad state=%.64s", s);
 	if (!qp)
 		return err("no qp");
-	if (parse_peer())
+	if (parse_peer(&qpp))
 		return -1;
 	if (current_state(&from) || modify_to(from, to))
 		return -1;

@@ -26,6 +26,10 @@ struct region {
 struct ibv_pd *pd;
 struct ibv_cq *cq;
 struct ibv_qp *qp;
+struct ibv_qp *qps[MAX_QPS];
+int nqps;
+struct ibv_srq *srq;
+struct ibv_ah *ah;
 static struct region regions[MAX_MRS];
 static int nregions;
 
@@ -136,9 +140,17 @@ static void drain_events(void)
 
 void reset_all(void)
 {
-	if (qp)
-		ibv_destroy_qp(qp);
+	for (int i = 0; i < nqps; i++)
+		ibv_destroy_qp(qps[i]);
+	memset(qps, 0, sizeof(qps));
+	nqps = 0;
 	qp = NULL;
+	if (ah)
+		ibv_destroy_ah(ah);
+	ah = NULL;
+	if (srq)
+		ibv_destroy_srq(srq);
+	srq = NULL;
 	if (cq)
 		ibv_destroy_cq(cq);
 	cq = NULL;
@@ -248,7 +260,7 @@ int cmd_mr(void)
  * it against the region (that is how scripts provoke a local protection error), and it
  * reads the memory only through the region. Inline data is the exception: the library
  * copies it from the address itself, so with `inside` each SGE must lie in its region. */
-static int parse_sges(struct ibv_sge *sg, int *n, int inside)
+int parse_sges(struct ibv_sge *sg, int *n, int inside)
 {
 	char copy[MAX_LINE];
 	const char *v = get("sge");
@@ -306,8 +318,9 @@ int cmd_post_recv(void)
 
 int cmd_post_send(void)
 {
-	static const char *const k[] = { "wr",	"op",	   "sge",  "va",  "rkey", "imm",
-					 "inv", "compare", "swap", "add", "flags", NULL };
+	static const char *const k[] = { "wr",	 "op",	 "sge",	 "va",	 "rkey",
+					 "imm",	 "inv",	 "compare", "swap", "add",
+					 "flags", "qkey", "qpn",  NULL };
 	struct ibv_sge sg[MAX_SGE];
 	struct ibv_send_wr wr, *bad = NULL;
 	uint64_t id, va = 0, rkey = 0, imm = 0, inv = 0, compare = 0, swap = 0, add = 0;
@@ -338,6 +351,22 @@ int cmd_post_send(void)
 	if (!qp)
 		return err("no qp");
 	memset(&wr, 0, sizeof(wr));
+	if (qp->qp_type == IBV_QPT_UD) {
+		/* UD: the peer (the qp line's peer_ip) through an address handle; its QPN and
+		 * Q_Key unless the request names others (`qpn=`, `qkey=`: the WR's remote Q_Key,
+		 * the QP's own by default). */
+		uint64_t rq, qk;
+		if (num("qpn", 0xffffff, 0, qp_peer_qpn(), &rq) ||
+		    num("qkey", UINT32_MAX, 0, qp_qkey(), &qk))
+			return -1;
+		if (op->op != IBV_WR_SEND && op->op != IBV_WR_SEND_WITH_IMM)
+			return unsupported("op=%s on a UD QP (SEND and SEND_IMM only)", op->name);
+		wr.wr.ud.ah = qp_ah();
+		if (!wr.wr.ud.ah)
+			return -1;
+		wr.wr.ud.remote_qpn = (uint32_t)rq;
+		wr.wr.ud.remote_qkey = (uint32_t)qk;
+	}
 	wr.wr_id = id;
 	wr.sg_list = n ? sg : NULL;
 	wr.num_sge = n;
@@ -404,7 +433,12 @@ int cmd_poll(void)
 		rprintf(" op=%s", on);
 	else
 		rprintf(" op=0x%x", (unsigned)wc.opcode);
-	rprintf(" len=%u", wc.byte_len);
+	rprintf(" len=%u qpn=0x%x", wc.byte_len, wc.qp_num);
+	for (int i = 0; i < nqps; i++)
+		if (qps[i]->qp_num == wc.qp_num && qps[i]->qp_type == IBV_QPT_UD)
+			rprintf(" src_qp=0x%x", wc.src_qp);
+	if (wc.wc_flags & IBV_WC_GRH)
+		rprintf(" grh");
 	if (wc.wc_flags & IBV_WC_WITH_IMM)
 		rprintf(" imm=0x%x", ntohl(wc.imm_data));
 	if (wc.wc_flags & IBV_WC_WITH_INV)
@@ -424,6 +458,8 @@ static const char *event_name(enum ibv_event_type t)
 	case IBV_EVENT_CQ_ERR: return "CQ_ERR";
 	case IBV_EVENT_PORT_ACTIVE: return "PORT_ACTIVE";
 	case IBV_EVENT_PORT_ERR: return "PORT_ERR";
+	case IBV_EVENT_SRQ_LIMIT_REACHED: return "SRQ_LIMIT_REACHED";
+	case IBV_EVENT_SRQ_ERR: return "SRQ_ERR";
 	default: return NULL;
 	}
 }
