@@ -25,6 +25,8 @@ expect COMPARE_SWAP compare=1 swap=2 va=0x10
 expect SEND_LAST_WITH_IMMEDIATE imm=9 pad=3 se
 expect SEND_ONLY_WITH_INVALIDATE inv=buf
 expect opcode=0x1f psn=0
+expect UD_SEND_ONLY qkey=0x11111111 src_qp=target len=16
+expect UC_SEND_FIRST psn=3 no_ackreq
 "#;
 
 fuzz_target!(|data: &[u8]| {
@@ -45,7 +47,13 @@ fuzz_target!(|data: &[u8]| {
         "buf".into(),
         MrInfo { addr: 0x1000, rkey: 0x42, len: 4096, fill: ByteSpec::Index },
     );
-    let q = Qpns { target: 0x11, peer: 0x22 };
+    let q = Qpns {
+        target: 0x11,
+        peer: 0x22,
+        targets: [0x11, 0, 0, 0],
+        count: 1,
+        qkey: 0x1111_1111,
+    };
     for icrc_ok in [true, false] {
         let g = Got { bytes: data.to_vec(), icrc_ok };
         let _ = g.describe();
