@@ -305,6 +305,15 @@ pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &
     }
     if let Err(why) = ctx.dev.gids.source(u32::from(ah.grh.sgid_index)) {
         tracing::debug!("{why}");
+        // The likeliest mistake of a first hour: `-g 0` from an rxe tutorial, where index
+        // 0 is the link-local GID rxe can send from and this device cannot. The program
+        // itself says only "Failed to modify QP to RTR", so say why once, even unasked.
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("ROCE_EMU_LOG").is_none()
+            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!("roce-emu: {why}");
+        }
         return Err("sgid_index: not a GID the device sends from (ROCE_EMU_LOG=debug lists them)");
     }
     // SAFETY: a GID is 16 raw bytes, whichever union member was written.
