@@ -472,6 +472,10 @@ pub unsafe extern "C" fn ibv_query_qp(
             a.ah_attr.is_global = 1;
             a.ah_attr.port_num = 1;
             a.ah_attr.grh.hop_limit = 64;
+            // The source GID: the device sends from its own address alone (modify_qp
+            // refuses any other index), so that address's index is the one the program
+            // set; pyverbs' test_mr re-applies the queried attributes after a reset.
+            a.ah_attr.grh.sgid_index = ctx.dev.gids.own_index().unwrap_or(0) as u8;
             a.ah_attr.grh.dgid.raw = match av.dest_ip {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
                 IpAddr::V6(v6) => v6.octets(),

@@ -152,6 +152,14 @@ int main(void)
 	CHECK(rtr(qp, 0) == EINVAL, "sgid_index 0 (link-local) must be EINVAL");
 	CHECK(rtr(qp, 2) == EINVAL, "sgid_index 2 (empty) must be EINVAL");
 	CHECK(!rtr(qp, 1), "sgid_index 1 (the device's address)");
+	/* ibv_query_qp gives back the index set: a program that re-applies the queried
+	 * attributes after a reset (pyverbs' test_mr) must get a usable one. */
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qinit;
+	CHECK(!ibv_query_qp(qp, &q, IBV_QP_AV, &qinit), "ibv_query_qp");
+	CHECK(q.ah_attr.is_global && q.ah_attr.grh.sgid_index == 1 &&
+		      !memcmp(&q.ah_attr.grh.dgid, &gid, 16),
+	      "ibv_query_qp: sgid_index %d, want 1", q.ah_attr.grh.sgid_index);
 	printf("PASS sgid_index\n");
 
 	ibv_destroy_qp(qp);
