@@ -100,7 +100,11 @@ impl GidTable {
         addrs: &[IpAddr],
         watch: bool,
     ) -> GidTable {
-        let slots = layout(mac, port_ip, addrs).into_iter().map(Some).collect();
+        let slots = layout(mac, port_ip, addrs)
+            .into_iter()
+            .take(GID_TBL_LEN as usize)
+            .map(Some)
+            .collect();
         GidTable {
             name: name.into(),
             mac,
