@@ -358,3 +358,30 @@ fn a_retry_passes_over_an_executed_bind() {
     assert_eq!(mw.state(), MwState::Valid);
     assert_eq!(s[1].mr.windows(), 1);
 }
+
+/// Destroying the QP a type 2 window is bound to frees the window: its key dies with the
+/// QP (a later QP with the same QPN cannot use it) and the region can be deregistered.
+#[test]
+fn destroying_the_qp_frees_its_type2_windows() {
+    let (mut net, s) = pair();
+    let mw = net.nodes[1]
+        .engine
+        .mem()
+        .alloc_mw(s[1].pd, MwType::Type2)
+        .unwrap();
+    let old = mw.rkey().0;
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        1,
+        bind_op(old, 5, s[1].lkey(), s[1].iova(), 64),
+        &[],
+    );
+    net.run_idle(10_000).unwrap();
+    assert_eq!((mw.state(), s[1].mr.windows()), (MwState::Valid, 1));
+    net.nodes[1].engine.destroy_qp(s[1].qpn).unwrap();
+    assert_eq!((mw.state(), s[1].mr.windows()), (MwState::Free, 0));
+    assert_eq!(mw.qpn(), None);
+    net.nodes[1].engine.mem().dereg_mr(s[1].lkey()).unwrap();
+}
