@@ -23,17 +23,10 @@ const LIMIT: Duration = Duration::from_secs(180);
 /// dmabuf (10), XRC (7), raw packet QPs (11), completion timestamps and tag matching in
 /// extended CQs (9), parent domains (5), no 2 MiB huge pages (3), vfio/CUDA (4), import,
 /// real-time clock query, RC atomic write (1 each); one known error (`KNOWN`).
-const MIN_PASSED: usize = 89;
+const MIN_PASSED: usize = 90;
 
-/// Failures and errors that are understood: (unittest id, why).
-const KNOWN: &[(&str, &str)] = &[(
-    "tests.test_mr.MRTest.test_mr_rereg_access",
-    "the test registers a region with LOCAL_WRITE only, keeps its rkey (0: a region \
-     without a remote right has no R_Key here, as rxe up to Linux 6.1) and after \
-     ibv_rereg_mr(CHANGE_ACCESS, REMOTE_WRITE) WRITEs with that 0; ibv_rereg_mr gives \
-     the region an R_Key (mr->rkey, the lkey's value) the test does not read. rxe 6.1 \
-     fails it the same way; newer rxe and mlx5 give every region rkey = lkey",
-)];
+/// Failures and errors that are understood: (unittest id, why). Empty today.
+const KNOWN: &[(&str, &str)] = &[];
 
 /// A Python that runs Debian 12's pyverbs (built for CPython 3.11).
 fn python311() -> Option<PathBuf> {

@@ -262,7 +262,7 @@ fn type2_belongs_to_its_qp_and_is_invalidated() {
 #[test]
 fn rereg_keeps_the_lkey() {
     let (t, pd, mr) = setup(Access::LOCAL_WRITE);
-    assert_eq!(mr.rkey(), Rkey(0));
+    assert_eq!(mr.rkey().0, mr.lkey().0);
     mr.write(MR_IOVA, &[5]).unwrap();
     assert!(matches!(
         t.rereg_mr(mr.lkey(), Rereg::default()),
@@ -280,7 +280,11 @@ fn rereg_keeps_the_lkey() {
         )
         .unwrap();
     assert_eq!(m2.lkey(), mr.lkey());
-    assert_eq!(m2.rkey().0, mr.lkey().0, "a remote right: rkey = lkey");
+    assert_eq!(
+        m2.rkey(),
+        mr.rkey(),
+        "the R_Key the program sent still names the region"
+    );
     assert_eq!(m2.pd(), pd2);
     let mut b = [0; 1];
     t.read_remote(pd2, m2.rkey(), MR_IOVA, &mut b).unwrap();
