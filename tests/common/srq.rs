@@ -40,6 +40,9 @@ pub struct SrqOpts {
     pub min_rnr_timer: u8,
     /// rxe's "retry_cnt 7 retries forever" (loss tests).
     pub retry7_forever: bool,
+    /// Node 0's QPs (bit i: the i-th) that give up after 6 retries of a short timeout
+    /// instead (error-path tests: a requester whose responder went to ERR must end).
+    pub finite_retry: u32,
 }
 
 impl Default for SrqOpts {
@@ -51,6 +54,7 @@ impl Default for SrqOpts {
             mtu: Mtu::M1024,
             min_rnr_timer: 1,
             retry7_forever: false,
+            finite_retry: 0,
         }
     }
 }
@@ -114,7 +118,16 @@ impl SrqNet {
         let (ia, ib) = (net.nodes[A].ip, net.nodes[B].ip);
         for (i, (&x, &y)) in qa.iter().zip(&qb).enumerate() {
             let (px, py) = (Psn::new(0x100 + i as u32), Psn::new(0xff_fff0 - i as u32));
-            direct::connect(&mut net.nodes[A].engine, x, ib, y, px, py, &p).unwrap();
+            let pa = if o.finite_retry & (1 << i) != 0 {
+                RcParams {
+                    retry_cnt: 6,
+                    timeout: 10,
+                    ..p
+                }
+            } else {
+                p
+            };
+            direct::connect(&mut net.nodes[A].engine, x, ib, y, px, py, &pa).unwrap();
             direct::connect(&mut net.nodes[B].engine, y, ia, x, py, px, &p).unwrap();
         }
         SrqNet {
