@@ -37,7 +37,7 @@
 //! - the limit event never fires unarmed, at most once per arming, and never fails to
 //!   fire when a take leaves fewer WQEs than the armed limit.
 //!
-//! `PROPTEST_CASES` sets the number of cases (default 64).
+//! `PROPTEST_CASES` sets the number of cases (default 256, about a second in debug).
 
 mod common;
 
@@ -138,9 +138,9 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
         2 => Just(Fault::LongSend),
         1 => (0u32..600).prop_map(Fault::UserErr),
         1 => (0u32..600).prop_map(Fault::UserReset),
-        4 => (
+        6 => (
             1u64..=16,
-            any::<bool>(),
+            prop::bool::weighted(0.75),
             prop_oneof![
                 Just(None),
                 Just(Some(QpState::Err)),
@@ -154,7 +154,7 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
             }),
     ];
     let close = prop_oneof![Just(Close::Err), Just(Close::Reset), Just(Close::Destroy)];
-    let per_qp = prop::option::weighted(0.7, (fault, any::<usize>(), close));
+    let per_qp = prop::option::weighted(0.8, (fault, any::<usize>(), close));
     (
         case(),
         prop::collection::vec(per_qp, 4),
@@ -625,7 +625,7 @@ fn with_failing_qps_every_srq_wqe_ends_exactly_once() {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
+        .unwrap_or(256);
     let config = ProptestConfig {
         cases,
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
