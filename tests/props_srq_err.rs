@@ -42,15 +42,17 @@
 mod common;
 
 use common::rc::{parse_pkt, pattern};
-use common::srq::{SrqNet, SrqOpts, A, B};
+use common::srq::{SrqNet, SrqOpts, A, B, UD_QKEY};
 use common::srq_case::{case, rule, Case, Msg, MAX_MSGS, RECV, SLOT};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
-use roce_emu::sim::rule::Verdict;
+use roce_emu::sim::rule::{Rule, Verdict};
+use roce_emu::wire::opcode::op;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How a faulty QP fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +123,10 @@ struct ErrCase {
     extra: usize,
     /// The limit armed at creation, then at each refill (0: not armed).
     limits: Vec<u32>,
+    /// A UD QP pair too, its receiver on the SRQ: its datagrams (length, mod the path
+    /// MTU plus one; the step at which each is posted) and the step at which the program
+    /// moves the receiver to ERR, if any.
+    ud: Option<(Vec<(u32, u32)>, Option<u32>)>,
 }
 
 const BAD_RKEY: u32 = 0x00ba_d000;
@@ -130,6 +136,10 @@ const ASLOT: u64 = 16 * 1024;
 const TARGET: u64 = 768 * 1024;
 /// Immediate data of the drain messages.
 const DRAIN: u32 = 0xd000_0000;
+/// UD datagrams: wr_ids, immediate data, A's source slots (past the RC ones).
+const UD_WR: u64 = 200_000;
+const UD_IMM: u32 = 0x8000_0000;
+const UD_SRC: u64 = ASLOT * (MAX_MSGS as u64 + 1);
 
 fn err_case() -> impl Strategy<Value = ErrCase> {
     // A cut link is what leaves a WQE held for a message half received: weighted up.
@@ -161,8 +171,12 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
         0usize..4,
         0usize..=8,
         prop::collection::vec(0u32..=4, 1..=8),
+        prop::option::of((
+            prop::collection::vec((any::<u32>(), 0u32..400), 0..=12),
+            prop::option::weighted(0.3, 0u32..600),
+        )),
     )
-        .prop_map(|(mut c, mut faults, healthy, extra, limits)| {
+        .prop_map(|(mut c, mut faults, healthy, extra, limits, ud)| {
             faults.truncate(c.qps);
             faults[healthy % c.qps] = None;
             let m = c.mtu.bytes();
@@ -197,6 +211,7 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
                 faults,
                 extra,
                 limits,
+                ud,
             }
         })
 }
@@ -210,6 +225,139 @@ struct Seen {
     flushed_held: usize,
     given_back: usize,
     limit_events: usize,
+    ud_received: usize,
+    ud_no_wqe: usize,
+}
+
+/// A rule from a closure.
+struct FnRule<F>(F);
+
+impl<F: FnMut(Instant, &[u8]) -> Verdict + Send> Rule for FnRule<F> {
+    fn on_packet(&mut self, now: Instant, pkt: &[u8]) -> Verdict {
+        (self.0)(now, pkt)
+    }
+}
+
+/// UD datagram `j`: wr_id UD_WR + j, immediate UD_IMM + j, from A's UD QP to B's.
+fn post_dgram(s: &mut SrqNet, ua: u32, ub: u32, j: usize, len: u32) {
+    let src = UD_SRC + 4096 * j as u64;
+    s.write_mem(A, src, &pattern(j as u8 ^ 0xa5, len as usize));
+    let sge = [s.sge(A, src, len)];
+    let wr = SendWr {
+        wr_id: UD_WR + j as u64,
+        op: SendOp::SendWithImm {
+            imm: UD_IMM + j as u32,
+        },
+        local: Local::Sges(&sge),
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
+    };
+    let dest = UdDest {
+        dest_ip: s.net.nodes[B].ip,
+        remote_qpn: ub,
+        remote_qkey: UD_QKEY,
+    };
+    let now = s.net.now;
+    s.engine(A).post_send_ud(now, ua, &wr, &dest).unwrap();
+}
+
+/// The UD QP on the SRQ: every datagram sent completes once, successfully, at the
+/// sender; every one received is one sent, byte for byte, received once (the link never
+/// duplicates UD); with the receiver never in ERR, each is received, lost on the link or
+/// dropped for want of a WQE (counted), nothing else; Last WQE Reached once if it went to
+/// ERR.
+fn check_ud(
+    s: &mut SrqNet,
+    (ua, ub): (u32, u32),
+    (dgrams, m, killed, lost): (&[(u32, u32)], u32, bool, u64),
+    ca: &[Completion],
+    cb: &[Completion],
+    events: &[AsyncEvent],
+    seen: &mut Seen,
+) -> Result<(), TestCaseError> {
+    let sends: Vec<u64> = ca.iter().filter(|x| x.qpn == ua).map(|x| x.wr_id).collect();
+    // In the order posted: by step, then by number.
+    let mut want: Vec<(u32, u64)> = (0..dgrams.len())
+        .map(|j| (dgrams[j].1, UD_WR + j as u64))
+        .collect();
+    want.sort();
+    let want: Vec<u64> = want.into_iter().map(|x| x.1).collect();
+    prop_assert_eq!(sends, want, "UD sends in the order posted");
+    prop_assert!(ca
+        .iter()
+        .all(|x| x.qpn != ua || x.status == WcStatus::Success));
+    let mut got = BTreeMap::new();
+    for r in cb.iter().filter(|x| x.qpn == ub) {
+        prop_assert_eq!(r.status, WcStatus::Success, "UD receive {:?}", r);
+        let j = r
+            .imm
+            .and_then(|i| i.checked_sub(UD_IMM))
+            .unwrap_or(u32::MAX) as usize;
+        prop_assert!(j < dgrams.len(), "UD receive {:?}", r);
+        prop_assert!(got.insert(j, r.wr_id).is_none(), "datagram {} twice", j);
+        let len = dgrams[j].0 % (m + 1);
+        prop_assert_eq!(r.byte_len, 40 + len, "datagram {}", j);
+        let slot = RECV + SLOT * (r.wr_id - 1000) + 40;
+        prop_assert!(
+            s.read_mem(B, slot, len as usize) == pattern(j as u8 ^ 0xa5, len as usize),
+            "datagram {} bytes",
+            j
+        );
+    }
+    let no_wqe = s.counter(B, Counter::UdDropNoRecvWqe);
+    let sum = got.len() as u64 + no_wqe + lost;
+    let n = dgrams.len() as u64;
+    prop_assert!(
+        sum == n || killed && sum <= n,
+        "UD: {} sent, {} received, {} without a WQE, {} lost",
+        n,
+        got.len(),
+        no_wqe,
+        lost
+    );
+    let lwr = events
+        .iter()
+        .filter(|v| **v == AsyncEvent::QpLastWqeReached { qpn: ub })
+        .count();
+    prop_assert_eq!(lwr, usize::from(killed), "UD: Last WQE Reached");
+    let state = s.net.nodes[B].engine.qp(ub).unwrap().state;
+    prop_assert_eq!(state == QpState::Err, killed);
+    seen.ud_received += got.len();
+    seen.ud_no_wqe += no_wqe as usize;
+    Ok(())
+}
+
+/// Takes node 1's events after a run during which the SRQ held `before` WQEs before
+/// (only takes shrink it then): the limit event once per arming, and as soon as a take
+/// leaves fewer than the limit; the other events into `events`.
+fn limit_events(
+    s: &mut SrqNet,
+    before: usize,
+    armed: &mut Option<u32>,
+    events: &mut Vec<AsyncEvent>,
+    seen: &mut Seen,
+) -> Result<(), TestCaseError> {
+    let (srq, after) = (s.srq, s.srq_len());
+    for ev in s.events(B) {
+        if ev == (AsyncEvent::SrqLimitReached { srq }) {
+            prop_assert!(armed.take().is_some(), "limit event without an arming");
+            prop_assert_eq!(s.net.nodes[B].engine.query_srq(srq).unwrap().limit, 0);
+            seen.limit_events += 1;
+        } else {
+            events.push(ev);
+        }
+    }
+    if let Some(l) = *armed {
+        prop_assert!(
+            after >= before || after >= l as usize,
+            "took down to {} under the armed limit {} without the event",
+            after,
+            l
+        );
+    }
+    Ok(())
 }
 
 fn to_state(s: &mut SrqNet, qpn: u32, state: QpState) {
@@ -226,8 +374,10 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
     let n = c.msgs.len();
     let m = c.mtu.bytes();
     let rlen = 3 * m;
-    let total = n + e.extra;
-    let depth = MAX_MSGS + 1 + 8;
+    let dgrams = e.ud.as_ref().map_or(&[][..], |u| &u.0[..]);
+    let nud = dgrams.len();
+    let total = n + nud + e.extra;
+    let depth = MAX_MSGS + 1 + 12 + 8;
     let finite = (0..c.qps)
         .filter(|&q| e.faults[q].is_some())
         .fold(0u32, |b, q| b | 1 << q);
@@ -303,6 +453,29 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
             cuts.push((q, cut, *kill));
         }
     }
+    // UD: the loss and reordering of the link, no duplication (UD has none to undo, IBA
+    // 9.8.2: a duplicated datagram would be received twice and take a second WQE).
+    let ud = e.ud.as_ref().map(|u| (s.add_ud(), u.1));
+    let lost = Arc::new(AtomicU64::new(0));
+    if ud.is_some() {
+        let mut inner = rule((c.fwd.0, 0.0, c.fwd.2), c.seed ^ 0x0d);
+        let lost = lost.clone();
+        let f = move |now: Instant, pkt: &[u8]| {
+            let o = parse_pkt(pkt).bth.opcode;
+            if o != op::UD_SEND_ONLY && o != op::UD_SEND_ONLY_WITH_IMMEDIATE {
+                return Verdict::Pass;
+            }
+            match inner.on_packet(now, pkt) {
+                Verdict::Drop => {
+                    lost.fetch_add(1, Ordering::Relaxed);
+                    Verdict::Drop
+                }
+                Verdict::Pass => Verdict::Delay(Duration::ZERO),
+                v => v,
+            }
+        };
+        s.net.add_rule(A, B, FnRule(f));
+    }
     s.net.add_rule(A, B, rule(c.fwd, c.seed));
     s.net.add_rule(B, A, rule(c.back, c.seed ^ 0xdead_beef));
 
@@ -311,6 +484,7 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
     let mut armed = (e.limits[0] > 0).then_some(e.limits[0]);
     let mut refills = 0usize;
     let mut done = false;
+    let mut ud_killed = false;
     for step in 0..2_000_000u32 {
         for (q, f) in e.faults.iter().enumerate() {
             let qpn = s.b.qps[q];
@@ -336,6 +510,17 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
                 *kill = None;
             }
         }
+        if let Some(((ua, ub), kill)) = ud {
+            for (j, &(len, at)) in dgrams.iter().enumerate() {
+                if at == step {
+                    post_dgram(&mut s, ua, ub, j, len % (m + 1));
+                }
+            }
+            if kill == Some(step) {
+                to_state(&mut s, ub, QpState::Err);
+                ud_killed = true;
+            }
+        }
         if s.srq_len() == 0 && posted < total {
             post(&mut s, c.refill, &mut posted);
             refills += 1;
@@ -347,42 +532,28 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         }
         ca.extend(s.completions(A));
         cb.extend(s.completions(B));
-        if ca.len() >= n {
+        if ca.len() >= n + nud {
             done = true;
             break;
         }
         let before = s.srq_len();
-        if !s.net.step() {
+        // Idle with datagrams still to post: go on counting steps.
+        if !s.net.step() && dgrams.iter().all(|d| d.1 < step) {
             break;
         }
         // The limit event: once per arming, and as soon as a take leaves fewer than the
         // limit (only takes shrink the SRQ during a step).
-        let after = s.srq_len();
-        for ev in s.events(B) {
-            if ev == (AsyncEvent::SrqLimitReached { srq }) {
-                prop_assert!(armed.take().is_some(), "limit event without an arming");
-                prop_assert_eq!(s.net.nodes[B].engine.query_srq(srq).unwrap().limit, 0);
-                seen.limit_events += 1;
-            } else {
-                events.push(ev);
-            }
-        }
-        if let Some(l) = armed {
-            prop_assert!(
-                after >= before || after >= l as usize,
-                "took down to {} under the armed limit {} without the event",
-                after,
-                l
-            );
-        }
+        limit_events(&mut s, before, &mut armed, &mut events, &mut seen)?;
     }
     prop_assert!(done, "stalled: {} of {n} sends", ca.len());
+    let before = s.srq_len();
     s.net
         .run_idle(1_000_000)
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    limit_events(&mut s, before, &mut armed, &mut events, &mut seen)?;
     ca.extend(s.completions(A));
     cb.extend(s.completions(B));
-    prop_assert_eq!(ca.len(), n, "sends: {:?}", ca);
+    prop_assert_eq!(ca.len(), n + nud, "sends: {:?}", ca);
 
     // Close the failed QPs (their completions polled first: RESET discards unpolled ones).
     let states: Vec<QpState> = (0..c.qps)
@@ -604,6 +775,10 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
             prop_assert_eq!(sa, QpState::Rts);
         }
     }
+    if let Some(((ua, ub), _)) = ud {
+        let plan = (dgrams, m, ud_killed, lost.load(Ordering::Relaxed));
+        check_ud(&mut s, (ua, ub), plan, &ca, &cb, &events, &mut seen)?;
+    }
     // No other event.
     for v in &events {
         prop_assert!(
@@ -645,20 +820,25 @@ fn with_failing_qps_every_srq_wqe_ends_exactly_once() {
         t.flushed_held += x.flushed_held;
         t.given_back += x.given_back;
         t.limit_events += x.limit_events;
+        t.ud_received += x.ud_received;
+        t.ud_no_wqe += x.ud_no_wqe;
         Ok(())
     });
     let t = *total.lock().unwrap();
     eprintln!(
         "props_srq errors: {cases} cases in {:.1?}, {} messages; {} responders failed by a \
          fault, {} requesters gave up (RETRY_EXC_ERR), {} held WQEs flushed by a move to ERR, \
-         {} given back by RESET/destroy, {} limit events",
+         {} given back by RESET/destroy, {} limit events; UD: {} received, {} dropped \
+         for want of a WQE",
         t0.elapsed(),
         t.msgs,
         t.faulted,
         t.retry_exc,
         t.flushed_held,
         t.given_back,
-        t.limit_events
+        t.limit_events,
+        t.ud_received,
+        t.ud_no_wqe
     );
     if let Err(e) = result {
         panic!("props_srq errors: {e}");

@@ -13,6 +13,8 @@ use std::sync::Arc;
 pub const A: usize = 0;
 pub const B: usize = 1;
 pub const BUF: u64 = 1024 * 1024;
+/// The Q_Key of the UD QPs of [`SrqNet::add_ud`].
+pub const UD_QKEY: u32 = 0x5a0_0d;
 
 /// One node's objects.
 pub struct Side {
@@ -146,6 +148,52 @@ impl SrqNet {
             },
             srq,
         }
+    }
+
+    /// A UD QP on node 0 and one on node 1 on the SRQ (Q_Key [`UD_QKEY`]), both in RTS,
+    /// with node 0's CQ and node 1's; returns their QPNs.
+    pub fn add_ud(&mut self) -> (u32, u32) {
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 0,
+            max_send_sge: 2,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        let srq = self.srq;
+        let mut qpns = [0; 2];
+        for (node, qpn) in qpns.iter_mut().enumerate() {
+            let side = self.side(node);
+            let init = QpInit {
+                qp_type: QpType::Ud,
+                srq: (node == B).then_some(srq),
+                ..QpInit::rc(side.pd, side.cq, cap)
+            };
+            let e = self.engine(node);
+            *qpn = e.create_qp(&init).unwrap();
+            let steps = [
+                QpAttr {
+                    state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port: Some(1),
+                    qkey: Some(UD_QKEY),
+                    ..QpAttr::default()
+                },
+                QpAttr {
+                    state: Some(QpState::Rtr),
+                    ..QpAttr::default()
+                },
+                QpAttr {
+                    state: Some(QpState::Rts),
+                    sq_psn: Some(Psn::new(0x77)),
+                    ..QpAttr::default()
+                },
+            ];
+            for a in &steps {
+                e.modify_qp(Instant::ZERO, *qpn, a).unwrap();
+            }
+        }
+        (qpns[0], qpns[1])
     }
 
     pub fn side(&self, which: usize) -> &Side {
