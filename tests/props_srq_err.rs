@@ -42,8 +42,8 @@
 mod common;
 
 use common::rc::{parse_pkt, pattern};
-use common::srq::{SrqNet, SrqOpts, A, B, UD_QKEY};
-use common::srq_case::{case, rule, Case, Msg, MAX_MSGS, RECV, SLOT};
+use common::srq::{SrqNet, SrqOpts, A, B};
+use common::srq_case::{case, check_ud, post_dgram, rule, Case, FnRule, Msg, MAX_MSGS, RECV, SLOT};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
@@ -114,6 +114,9 @@ enum Close {
     Destroy,
 }
 
+/// UD datagrams (length, step posted) and the step the receiver is moved to ERR.
+type UdPlan = (Vec<(u32, u32)>, Option<u32>);
+
 #[derive(Debug, Clone)]
 struct ErrCase {
     c: Case,
@@ -126,7 +129,7 @@ struct ErrCase {
     /// A UD QP pair too, its receiver on the SRQ: its datagrams (length, mod the path
     /// MTU plus one; the step at which each is posted) and the step at which the program
     /// moves the receiver to ERR, if any.
-    ud: Option<(Vec<(u32, u32)>, Option<u32>)>,
+    ud: Option<UdPlan>,
 }
 
 const BAD_RKEY: u32 = 0x00ba_d000;
@@ -136,11 +139,6 @@ const ASLOT: u64 = 16 * 1024;
 const TARGET: u64 = 768 * 1024;
 /// Immediate data of the drain messages.
 const DRAIN: u32 = 0xd000_0000;
-/// UD datagrams: wr_ids, immediate data, A's source slots (past the RC ones).
-const UD_WR: u64 = 200_000;
-const UD_IMM: u32 = 0x8000_0000;
-const UD_SRC: u64 = ASLOT * (MAX_MSGS as u64 + 1);
-
 fn err_case() -> impl Strategy<Value = ErrCase> {
     // A cut link is what leaves a WQE held for a message half received: weighted up.
     let fault = prop_oneof![
@@ -227,106 +225,6 @@ struct Seen {
     limit_events: usize,
     ud_received: usize,
     ud_no_wqe: usize,
-}
-
-/// A rule from a closure.
-struct FnRule<F>(F);
-
-impl<F: FnMut(Instant, &[u8]) -> Verdict + Send> Rule for FnRule<F> {
-    fn on_packet(&mut self, now: Instant, pkt: &[u8]) -> Verdict {
-        (self.0)(now, pkt)
-    }
-}
-
-/// UD datagram `j`: wr_id UD_WR + j, immediate UD_IMM + j, from A's UD QP to B's.
-fn post_dgram(s: &mut SrqNet, ua: u32, ub: u32, j: usize, len: u32) {
-    let src = UD_SRC + 4096 * j as u64;
-    s.write_mem(A, src, &pattern(j as u8 ^ 0xa5, len as usize));
-    let sge = [s.sge(A, src, len)];
-    let wr = SendWr {
-        wr_id: UD_WR + j as u64,
-        op: SendOp::SendWithImm {
-            imm: UD_IMM + j as u32,
-        },
-        local: Local::Sges(&sge),
-        flags: SendFlags {
-            signaled: true,
-            ..Default::default()
-        },
-    };
-    let dest = UdDest {
-        dest_ip: s.net.nodes[B].ip,
-        remote_qpn: ub,
-        remote_qkey: UD_QKEY,
-    };
-    let now = s.net.now;
-    s.engine(A).post_send_ud(now, ua, &wr, &dest).unwrap();
-}
-
-/// The UD QP on the SRQ: every datagram sent completes once, successfully, at the
-/// sender; every one received is one sent, byte for byte, received once (the link never
-/// duplicates UD); with the receiver never in ERR, each is received, lost on the link or
-/// dropped for want of a WQE (counted), nothing else; Last WQE Reached once if it went to
-/// ERR.
-fn check_ud(
-    s: &mut SrqNet,
-    (ua, ub): (u32, u32),
-    (dgrams, m, killed, lost): (&[(u32, u32)], u32, bool, u64),
-    ca: &[Completion],
-    cb: &[Completion],
-    events: &[AsyncEvent],
-    seen: &mut Seen,
-) -> Result<(), TestCaseError> {
-    let sends: Vec<u64> = ca.iter().filter(|x| x.qpn == ua).map(|x| x.wr_id).collect();
-    // In the order posted: by step, then by number.
-    let mut want: Vec<(u32, u64)> = (0..dgrams.len())
-        .map(|j| (dgrams[j].1, UD_WR + j as u64))
-        .collect();
-    want.sort();
-    let want: Vec<u64> = want.into_iter().map(|x| x.1).collect();
-    prop_assert_eq!(sends, want, "UD sends in the order posted");
-    prop_assert!(ca
-        .iter()
-        .all(|x| x.qpn != ua || x.status == WcStatus::Success));
-    let mut got = BTreeMap::new();
-    for r in cb.iter().filter(|x| x.qpn == ub) {
-        prop_assert_eq!(r.status, WcStatus::Success, "UD receive {:?}", r);
-        let j = r
-            .imm
-            .and_then(|i| i.checked_sub(UD_IMM))
-            .unwrap_or(u32::MAX) as usize;
-        prop_assert!(j < dgrams.len(), "UD receive {:?}", r);
-        prop_assert!(got.insert(j, r.wr_id).is_none(), "datagram {} twice", j);
-        let len = dgrams[j].0 % (m + 1);
-        prop_assert_eq!(r.byte_len, 40 + len, "datagram {}", j);
-        let slot = RECV + SLOT * (r.wr_id - 1000) + 40;
-        prop_assert!(
-            s.read_mem(B, slot, len as usize) == pattern(j as u8 ^ 0xa5, len as usize),
-            "datagram {} bytes",
-            j
-        );
-    }
-    let no_wqe = s.counter(B, Counter::UdDropNoRecvWqe);
-    let sum = got.len() as u64 + no_wqe + lost;
-    let n = dgrams.len() as u64;
-    prop_assert!(
-        sum == n || killed && sum <= n,
-        "UD: {} sent, {} received, {} without a WQE, {} lost",
-        n,
-        got.len(),
-        no_wqe,
-        lost
-    );
-    let lwr = events
-        .iter()
-        .filter(|v| **v == AsyncEvent::QpLastWqeReached { qpn: ub })
-        .count();
-    prop_assert_eq!(lwr, usize::from(killed), "UD: Last WQE Reached");
-    let state = s.net.nodes[B].engine.qp(ub).unwrap().state;
-    prop_assert_eq!(state == QpState::Err, killed);
-    seen.ud_received += got.len();
-    seen.ud_no_wqe += no_wqe as usize;
-    Ok(())
 }
 
 /// Takes node 1's events after a run during which the SRQ held `before` WQEs before
@@ -694,7 +592,7 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         // The receiver: a prefix of the QP's messages, in order, exact.
         let recvs: Vec<&Completion> = cb
             .iter()
-            .filter(|x| x.qpn == qb && !x.imm.is_some_and(|i| i >= DRAIN))
+            .filter(|x| x.qpn == qb && x.imm.is_none_or(|i| i < DRAIN))
             .collect();
         let good: Vec<&&Completion> = recvs
             .iter()
@@ -777,7 +675,9 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
     }
     if let Some(((ua, ub), _)) = ud {
         let plan = (dgrams, m, ud_killed, lost.load(Ordering::Relaxed));
-        check_ud(&mut s, (ua, ub), plan, &ca, &cb, &events, &mut seen)?;
+        let (got, no_wqe) = check_ud(&mut s, (ua, ub), plan, &ca, &cb, &events)?;
+        seen.ud_received += got;
+        seen.ud_no_wqe += no_wqe as usize;
     }
     // No other event.
     for v in &events {

@@ -14,7 +14,7 @@ pub const A: usize = 0;
 pub const B: usize = 1;
 pub const BUF: u64 = 1024 * 1024;
 /// The Q_Key of the UD QPs of [`SrqNet::add_ud`].
-pub const UD_QKEY: u32 = 0x5a0_0d;
+pub const UD_QKEY: u32 = 0x0005_a00d;
 
 /// One node's objects.
 pub struct Side {

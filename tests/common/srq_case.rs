@@ -3,9 +3,12 @@
 //! random MTU, loss, duplication and reordering both ways, and how the SRQ is filled.
 #![allow(dead_code)]
 
+use super::rc::pattern;
+use super::srq::{SrqNet, A, B, UD_QKEY};
 use proptest::prelude::*;
-use roce_emu::engine::Mtu;
-use roce_emu::sim::rule::Random;
+use roce_emu::engine::*;
+use roce_emu::sim::rule::{Random, Rule, Verdict};
+use std::collections::BTreeMap;
 
 pub const SLOT: u64 = 12 * 1024; // 3 x 4096
 pub const RECV: u64 = 0; // B: one slot per WQE
@@ -68,4 +71,109 @@ pub fn rule((drop, duplicate, reorder): (f64, f64, f64), seed: u64) -> Random {
     r.duplicate = duplicate;
     r.reorder = reorder;
     r
+}
+
+// ---- a UD QP on the SRQ (tests/props_srq_err.rs) ---------------------------------------
+
+/// UD datagrams: wr_ids, immediate data, A's source slots (past the RC ones, 16 KiB each).
+pub const UD_WR: u64 = 200_000;
+pub const UD_IMM: u32 = 0x8000_0000;
+pub const UD_SRC: u64 = 16 * 1024 * (MAX_MSGS as u64 + 1);
+
+/// A rule from a closure.
+pub struct FnRule<F>(pub F);
+
+impl<F: FnMut(Instant, &[u8]) -> Verdict + Send> Rule for FnRule<F> {
+    fn on_packet(&mut self, now: Instant, pkt: &[u8]) -> Verdict {
+        (self.0)(now, pkt)
+    }
+}
+
+/// UD datagram `j`: wr_id UD_WR + j, immediate UD_IMM + j, from A's UD QP to B's.
+pub fn post_dgram(s: &mut SrqNet, ua: u32, ub: u32, j: usize, len: u32) {
+    let src = UD_SRC + 4096 * j as u64;
+    s.write_mem(A, src, &pattern(j as u8 ^ 0xa5, len as usize));
+    let sge = [s.sge(A, src, len)];
+    let wr = SendWr {
+        wr_id: UD_WR + j as u64,
+        op: SendOp::SendWithImm {
+            imm: UD_IMM + j as u32,
+        },
+        local: Local::Sges(&sge),
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
+    };
+    let dest = UdDest {
+        dest_ip: s.net.nodes[B].ip,
+        remote_qpn: ub,
+        remote_qkey: UD_QKEY,
+    };
+    let now = s.net.now;
+    s.engine(A).post_send_ud(now, ua, &wr, &dest).unwrap();
+}
+
+/// The UD QP on the SRQ (tests/props_srq_err.rs): every datagram sent completes once, successfully, at the
+/// sender; every one received is one sent, byte for byte, received once (the link never
+/// duplicates UD); with the receiver never in ERR, each is received, lost on the link or
+/// dropped for want of a WQE (counted), nothing else; Last WQE Reached once if it went to
+/// ERR.
+pub fn check_ud(
+    s: &mut SrqNet,
+    (ua, ub): (u32, u32),
+    (dgrams, m, killed, lost): (&[(u32, u32)], u32, bool, u64),
+    ca: &[Completion],
+    cb: &[Completion],
+    events: &[AsyncEvent],
+) -> Result<(usize, u64), TestCaseError> {
+    // Returns (datagrams received, dropped for want of a WQE).
+    let sends: Vec<u64> = ca.iter().filter(|x| x.qpn == ua).map(|x| x.wr_id).collect();
+    // In the order posted: by step, then by number.
+    let mut want: Vec<(u32, u64)> = (0..dgrams.len())
+        .map(|j| (dgrams[j].1, UD_WR + j as u64))
+        .collect();
+    want.sort();
+    let want: Vec<u64> = want.into_iter().map(|x| x.1).collect();
+    prop_assert_eq!(sends, want, "UD sends in the order posted");
+    prop_assert!(ca
+        .iter()
+        .all(|x| x.qpn != ua || x.status == WcStatus::Success));
+    let mut got = BTreeMap::new();
+    for r in cb.iter().filter(|x| x.qpn == ub) {
+        prop_assert_eq!(r.status, WcStatus::Success, "UD receive {:?}", r);
+        let j = r
+            .imm
+            .and_then(|i| i.checked_sub(UD_IMM))
+            .unwrap_or(u32::MAX) as usize;
+        prop_assert!(j < dgrams.len(), "UD receive {:?}", r);
+        prop_assert!(got.insert(j, r.wr_id).is_none(), "datagram {} twice", j);
+        let len = dgrams[j].0 % (m + 1);
+        prop_assert_eq!(r.byte_len, 40 + len, "datagram {}", j);
+        let slot = RECV + SLOT * (r.wr_id - 1000) + 40;
+        prop_assert!(
+            s.read_mem(B, slot, len as usize) == pattern(j as u8 ^ 0xa5, len as usize),
+            "datagram {} bytes",
+            j
+        );
+    }
+    let no_wqe = s.counter(B, Counter::UdDropNoRecvWqe);
+    let sum = got.len() as u64 + no_wqe + lost;
+    let n = dgrams.len() as u64;
+    prop_assert!(
+        sum == n || killed && sum <= n,
+        "UD: {} sent, {} received, {} without a WQE, {} lost",
+        n,
+        got.len(),
+        no_wqe,
+        lost
+    );
+    let lwr = events
+        .iter()
+        .filter(|v| **v == AsyncEvent::QpLastWqeReached { qpn: ub })
+        .count();
+    prop_assert_eq!(lwr, usize::from(killed), "UD: Last WQE Reached");
+    let state = s.net.nodes[B].engine.qp(ub).unwrap().state;
+    prop_assert_eq!(state == QpState::Err, killed);
+    Ok((got.len(), no_wqe))
 }
