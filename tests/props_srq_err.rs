@@ -219,6 +219,7 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
 struct Seen {
     msgs: usize,
     faulted: usize,
+    right_status: usize,
     retry_exc: usize,
     flushed_held: usize,
     given_back: usize,
@@ -568,6 +569,7 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
                 prop_assert!(fault.is_some() && ok <= k, "QP {}: {:?}", q, sends);
                 seen.retry_exc += 1;
             } else {
+                seen.right_status += 1;
                 prop_assert!(
                     Some(first.status) == right && ok == k && faulted,
                     "QP {}: WR {} failed {:?}, fault {:?} at {}",
@@ -716,6 +718,7 @@ fn with_failing_qps_every_srq_wqe_ends_exactly_once() {
         let mut t = total.lock().unwrap();
         t.msgs += x.msgs;
         t.faulted += x.faulted;
+        t.right_status += x.right_status;
         t.retry_exc += x.retry_exc;
         t.flushed_held += x.flushed_held;
         t.given_back += x.given_back;
@@ -727,12 +730,14 @@ fn with_failing_qps_every_srq_wqe_ends_exactly_once() {
     let t = *total.lock().unwrap();
     eprintln!(
         "props_srq errors: {cases} cases in {:.1?}, {} messages; {} responders failed by a \
-         fault, {} requesters gave up (RETRY_EXC_ERR), {} held WQEs flushed by a move to ERR, \
+         fault, {} faulty WRs failed with their own status, {} requesters gave up \
+         (RETRY_EXC_ERR), {} held WQEs flushed by a move to ERR, \
          {} given back by RESET/destroy, {} limit events; UD: {} received, {} dropped \
          for want of a WQE",
         t0.elapsed(),
         t.msgs,
         t.faulted,
+        t.right_status,
         t.retry_exc,
         t.flushed_held,
         t.given_back,
