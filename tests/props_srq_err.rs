@@ -87,9 +87,8 @@ struct CutLink {
     cut: Arc<AtomicBool>,
 }
 
-impl roce_emu::sim::rule::Rule for CutLink {
+impl Rule for CutLink {
     fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
-        use roce_emu::wire::opcode::op;
         let bth = parse_pkt(pkt).bth;
         if bth.dqpn != self.dqpn {
             return Verdict::Pass;
@@ -120,7 +119,8 @@ type UdPlan = (Vec<(u32, u32)>, Option<u32>);
 #[derive(Debug, Clone)]
 struct ErrCase {
     c: Case,
-    /// Per QP: its fault, which of its messages is faulty (mod its count), how it is closed.
+    /// Per QP: its fault, which of its messages is faulty (mod their count; a QP with
+    /// none gets one), how its responder is closed at the end.
     faults: Vec<Option<(Fault, usize, Close)>>,
     /// WQEs posted beyond one per message.
     extra: usize,
@@ -139,6 +139,7 @@ const ASLOT: u64 = 16 * 1024;
 const TARGET: u64 = 768 * 1024;
 /// Immediate data of the drain messages.
 const DRAIN: u32 = 0xd000_0000;
+
 fn err_case() -> impl Strategy<Value = ErrCase> {
     // A cut link is what leaves a WQE held for a message half received: weighted up.
     let fault = prop_oneof![
@@ -276,7 +277,8 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
     let dgrams = e.ud.as_ref().map_or(&[][..], |u| &u.0[..]);
     let nud = dgrams.len();
     let total = n + nud + e.extra;
-    let depth = MAX_MSGS + 1 + 12 + 8;
+    // Messages (one more per faulty QP that had none), datagrams, extra WQEs.
+    let depth = MAX_MSGS + 4 + 12 + 8;
     let finite = (0..c.qps)
         .filter(|&q| e.faults[q].is_some())
         .fold(0u32, |b, q| b | 1 << q);
@@ -532,11 +534,15 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         want,
         "WQEs that ended"
     );
-    let drained = cb
+    let drained: Vec<&Completion> = cb
         .iter()
         .filter(|r| r.imm.is_some_and(|i| i >= DRAIN))
-        .count();
-    prop_assert_eq!(drained, left);
+        .collect();
+    prop_assert_eq!(drained.len(), left);
+    let hb = s.b.qps[h];
+    prop_assert!(drained
+        .iter()
+        .all(|r| r.qpn == hb && r.status == WcStatus::Success));
 
     // Per QP: requester statuses, receiver completions, events.
     for q in 0..c.qps {
@@ -639,6 +645,15 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
             "QP {}: Last WQE Reached",
             q
         );
+        // Only the fault can move a responder with a faulty message to ERR.
+        if matches!(fault, Some((Fault::BadRkey | Fault::LongSend, ..))) {
+            prop_assert_eq!(
+                states[q] == QpState::Err,
+                faulted,
+                "QP {}: ERR without its event",
+                q
+            );
+        }
         if faulted {
             seen.faulted += 1;
             prop_assert_eq!(d, k, "QP {}: the responder failed at message {}", q, k);

@@ -78,7 +78,7 @@ pub fn rule((drop, duplicate, reorder): (f64, f64, f64), seed: u64) -> Random {
 /// UD datagrams: wr_ids, immediate data, A's source slots (past the RC ones, 16 KiB each).
 pub const UD_WR: u64 = 200_000;
 pub const UD_IMM: u32 = 0x8000_0000;
-pub const UD_SRC: u64 = 16 * 1024 * (MAX_MSGS as u64 + 1);
+pub const UD_SRC: u64 = 16 * 1024 * (MAX_MSGS as u64 + 4);
 
 /// A rule from a closure.
 pub struct FnRule<F>(pub F);
