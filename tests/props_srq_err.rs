@@ -9,9 +9,11 @@
 //! moving its responder to ERR or RESET at a random step, or a link cut from a random
 //! packet on (often inside a SEND, so that the responder holds that SEND's WQE), with or
 //! without the program then moving the responder to ERR or RESET. Its requester retries 6
-//! times, then gives up. At the end each faulty QP's responder is moved to ERR, reset or
-//! destroyed, and what is left in the SRQ is drained through a healthy QP over a clean
-//! link, so that every WQE can be named.
+//! times, then gives up. A UD QP pair may join, its receiver on the SRQ too (datagrams
+//! posted at random steps, the receiver sometimes moved to ERR). At the end each faulty
+//! QP's responder is moved to ERR, reset, destroyed, or reset and connected again with
+//! its requester, and what is left in the SRQ is drained over a clean link through a
+//! healthy QP and the reconnected ones, so that every WQE can be named.
 //!
 //! What the engine promises (`engine/qp/recv.rs`): a WQE is taken out of the SRQ when a
 //! message starts and is then held by that one QP; it ends as that message's completion
@@ -25,7 +27,9 @@
 //! - conservation: every WQE posted ends exactly once, as a successful receive on one
 //!   QP, as the error completion of the WQE a QP held (at most one per QP, only if it went
 //!   to ERR: LOC_LEN_ERR for the long SEND, WR_FLUSH_ERR otherwise), or still in the SRQ
-//!   at the end (its count, then each named by the drain); none lost, none twice;
+//!   at the end (its count, then each named by the drain); none lost, none twice; the
+//!   program polls before each RESET, which discards a QP's unpolled completions as
+//!   mlx5 does (`Engine::modify_qp`);
 //! - Last WQE Reached once for each QP that entered ERR, never for one only reset;
 //!   the access/request error event once for a responder the fault reached;
 //! - a faulty QP's receiver got exactly its messages before the faulty one (all of them
@@ -34,6 +38,8 @@
 //!   lost and the responder in ERR no longer answers), then WR_FLUSH_ERR for the rest;
 //! - every other QP delivers all its messages once, in order, byte for byte, completes
 //!   every WR successfully and stays in RTS at both ends;
+//! - UD: every datagram received once, byte for byte, or lost on the link or dropped for
+//!   want of a WQE (counted), nothing else while the receiver stays in RTS;
 //! - the limit event never fires unarmed, at most once per arming, and never fails to
 //!   fire when a take leaves fewer WQEs than the armed limit.
 //!
@@ -43,12 +49,16 @@ mod common;
 
 use common::rc::{parse_pkt, pattern};
 use common::srq::{SrqNet, SrqOpts, A, B};
-use common::srq_case::{case, check_ud, post_dgram, rule, Case, FnRule, Msg, MAX_MSGS, RECV, SLOT};
+use common::srq_case::{
+    case, check_ud, post_dgram, rule, Case, CutLink, FnRule, Msg, MAX_MSGS, RECV, SLOT,
+};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
+use roce_emu::sim::direct::{self, RcParams};
 use roce_emu::sim::rule::{Rule, Verdict};
 use roce_emu::wire::opcode::op;
+use roce_emu::wire::Psn;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -78,39 +88,14 @@ enum Fault {
     },
 }
 
-/// Drops every packet to one QP from the `from`-th on, and says when it started.
-struct CutLink {
-    dqpn: u32,
-    tail: bool,
-    from: u64,
-    seen: u64,
-    cut: Arc<AtomicBool>,
-}
-
-impl Rule for CutLink {
-    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
-        let bth = parse_pkt(pkt).bth;
-        if bth.dqpn != self.dqpn {
-            return Verdict::Pass;
-        }
-        let tail = [op::RC_SEND_MIDDLE, op::RC_SEND_LAST_WITH_IMMEDIATE].contains(&bth.opcode);
-        if !self.tail || tail || self.seen >= self.from {
-            self.seen += 1;
-        }
-        if self.seen < self.from {
-            return Verdict::Pass;
-        }
-        self.cut.store(true, Ordering::Relaxed);
-        Verdict::Drop
-    }
-}
-
 /// What the program does at the end with a faulty QP's responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Close {
     Err,
     Reset,
     Destroy,
+    /// Both ends reset and connected again: the QP then carries part of the drain.
+    Reconnect,
 }
 
 /// UD datagrams (length, step posted) and the step the receiver is moved to ERR.
@@ -162,7 +147,12 @@ fn err_case() -> impl Strategy<Value = ErrCase> {
                 kill
             }),
     ];
-    let close = prop_oneof![Just(Close::Err), Just(Close::Reset), Just(Close::Destroy)];
+    let close = prop_oneof![
+        Just(Close::Err),
+        Just(Close::Reset),
+        Just(Close::Destroy),
+        Just(Close::Reconnect)
+    ];
     let per_qp = prop::option::weighted(0.8, (fault, any::<usize>(), close));
     (
         case(),
@@ -462,6 +452,8 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         .collect();
     let before_close = s.srq_len();
     let mut entered_err = vec![false; c.qps];
+    // The QPs the drain goes through: a healthy one and those reconnected.
+    let mut drains = vec![(0..c.qps).find(|&q| e.faults[q].is_none()).unwrap()];
     for (q, f) in e.faults.iter().enumerate() {
         entered_err[q] = states[q] == QpState::Err;
         let Some((_, _, close)) = f else { continue };
@@ -473,6 +465,25 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
             }
             Close::Reset => to_state(&mut s, qpn, QpState::Reset),
             Close::Destroy => s.engine(B).destroy_qp(qpn).unwrap(),
+            Close::Reconnect => {
+                to_state(&mut s, qpn, QpState::Reset);
+                let (qa, now) = (s.a.qps[q], s.net.now);
+                let reset = QpAttr {
+                    state: Some(QpState::Reset),
+                    ..QpAttr::default()
+                };
+                s.engine(A).modify_qp(now, qa, &reset).unwrap();
+                let p = RcParams {
+                    mtu: c.mtu,
+                    min_rnr_timer: 1,
+                    ..RcParams::default()
+                };
+                let (ia, ib) = (s.net.nodes[A].ip, s.net.nodes[B].ip);
+                let (pa, pb) = (Psn::new(0x40_0000 + q as u32), Psn::new(0x80_0000));
+                direct::connect(s.engine(A), qa, ib, qpn, pa, pb, &p).unwrap();
+                direct::connect(s.engine(B), qpn, ia, qa, pb, pa, &p).unwrap();
+                drains.push(q);
+            }
         }
     }
     cb.extend(s.completions(B));
@@ -491,7 +502,6 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         left,
         posted
     );
-    let h = (0..c.qps).find(|&q| e.faults[q].is_none()).unwrap();
     s.net.clear_rules();
     for j in 0..left {
         let sge = [s.sge(A, 0, 0)];
@@ -506,7 +516,7 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
                 ..Default::default()
             },
         };
-        let (qpn, now) = (s.a.qps[h], s.net.now);
+        let (qpn, now) = (s.a.qps[drains[j % drains.len()]], s.net.now);
         s.engine(A).post_send(now, qpn, &wr).unwrap();
     }
     s.net
@@ -539,10 +549,15 @@ fn check_errors(e: ErrCase) -> Result<Seen, TestCaseError> {
         .filter(|r| r.imm.is_some_and(|i| i >= DRAIN))
         .collect();
     prop_assert_eq!(drained.len(), left);
-    let hb = s.b.qps[h];
-    prop_assert!(drained
-        .iter()
-        .all(|r| r.qpn == hb && r.status == WcStatus::Success));
+    for r in &drained {
+        let j = (r.imm.unwrap() - DRAIN) as usize;
+        let qb = s.b.qps[drains[j % drains.len()]];
+        prop_assert!(
+            r.qpn == qb && r.status == WcStatus::Success,
+            "drain {:?}",
+            r
+        );
+    }
 
     // Per QP: requester statuses, receiver completions, events.
     for q in 0..c.qps {

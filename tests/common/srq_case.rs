@@ -1,14 +1,18 @@
 //! Random traffic for the SRQ properties (tests/props_srq.rs, tests/props_srq_err.rs): 2
 //! to 4 RC QP pairs, SENDs and WRITEs with immediate of 0 to 3 path MTUs on random QPs, a
-//! random MTU, loss, duplication and reordering both ways, and how the SRQ is filled.
+//! random MTU, loss, duplication and reordering both ways, and how the SRQ is filled;
+//! a link cut toward one QP, and a UD QP pair on the SRQ (tests/props_srq_err.rs).
 #![allow(dead_code)]
 
-use super::rc::pattern;
+use super::rc::{parse_pkt, pattern};
 use super::srq::{SrqNet, A, B, UD_QKEY};
 use proptest::prelude::*;
 use roce_emu::engine::*;
 use roce_emu::sim::rule::{Random, Rule, Verdict};
+use roce_emu::wire::opcode::op;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 pub const SLOT: u64 = 12 * 1024; // 3 x 4096
 pub const RECV: u64 = 0; // B: one slot per WQE
@@ -71,6 +75,35 @@ pub fn rule((drop, duplicate, reorder): (f64, f64, f64), seed: u64) -> Random {
     r.duplicate = duplicate;
     r.reorder = reorder;
     r
+}
+
+/// Drops every packet to one QP from the `from`-th on, and says when it started.
+pub struct CutLink {
+    pub dqpn: u32,
+    /// Count only RC SEND_MIDDLE and SEND_LAST_WITH_IMMEDIATE packets toward `from`
+    /// (the cut then falls inside a SEND).
+    pub tail: bool,
+    pub from: u64,
+    pub seen: u64,
+    pub cut: Arc<AtomicBool>,
+}
+
+impl Rule for CutLink {
+    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
+        let bth = parse_pkt(pkt).bth;
+        if bth.dqpn != self.dqpn {
+            return Verdict::Pass;
+        }
+        let tail = [op::RC_SEND_MIDDLE, op::RC_SEND_LAST_WITH_IMMEDIATE].contains(&bth.opcode);
+        if !self.tail || tail || self.seen >= self.from {
+            self.seen += 1;
+        }
+        if self.seen < self.from {
+            return Verdict::Pass;
+        }
+        self.cut.store(true, Ordering::Relaxed);
+        Verdict::Drop
+    }
 }
 
 // ---- a UD QP on the SRQ (tests/props_srq_err.rs) ---------------------------------------
