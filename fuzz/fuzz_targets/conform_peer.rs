@@ -45,7 +45,14 @@ fuzz_target!(|data: &[u8]| {
         "buf".into(),
         MrInfo { addr: 0x1000, rkey: 0x42, len: 4096, fill: ByteSpec::Index },
     );
-    let q = Qpns { target: 0x11, peer: 0x22 };
+    // One QP line: the target, as the runner fills Qpns for a one-QP script.
+    let mut q = Qpns {
+        target: 0x11,
+        peer: 0x22,
+        count: 1,
+        ..Default::default()
+    };
+    q.targets[0] = 0x11;
     for icrc_ok in [true, false] {
         let g = Got { bytes: data.to_vec(), icrc_ok };
         let _ = g.describe();
