@@ -8,6 +8,11 @@
 #                             first RoCE frame (MAC, IPv4 or IPv6, VLAN), then every frame
 #                             as a receive record, a send and a time step (the format is in
 #                             fuzz/fuzz_targets/iface_rx.rs)
+#   fuzz/corpus/engine_rx_ud/, engine_rx_uc_srq/, engine_rx_mw/
+#                             every capture's RoCE packets as engine_rx's records, each
+#                             with the control byte that points it at the target's QP of
+#                             its transport (and, for the windows, at each remote key in
+#                             turn); the formats are in fuzz/fuzz_targets/engine_rx_*.rs
 #   fuzz/corpus/control_report/ daemon control messages: a process's counter reports (as
 #                             daemon::report::messages makes them), a Hello, a Counters
 #                             answer
@@ -17,7 +22,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -80,7 +85,35 @@ def udp_payload(f):
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "share_proto": 0, "iface_rx": 0,
-     "ring_consume": 0, "conform_peer": 0, "control_report": 0}
+     "ring_consume": 0, "conform_peer": 0, "control_report": 0,
+     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0}
+
+def is_resp(opc):
+    """RC/UC responses (READ responses, ACKs, atomic ACKs) go to the requester, A."""
+    return 0x0d <= (opc & 0x1f) <= 0x12
+
+def ctl_ud(opc, i):
+    # UD packets alternately to B's UD QP with its Q_Key, to QP1 with the GSI Q_Key, as is.
+    if opc >> 5 == 3:
+        return (0x0a, 0x14, 0x00)[i % 3]
+    return i & 1
+
+def ctl_uc_srq(opc, i):
+    if is_resp(opc):
+        return 1 | (5 << 1)                        # A's RC
+    qp = {0: 1, 1: 2, 3: 3}.get(opc >> 5, 0)       # B's RC, UC, UD by transport
+    if qp == 2 and i % 2:
+        qp = 4                                     # B's second UC QP
+    return (qp << 1) | (1 << 4) | (0x40 if qp == 3 else 0)
+
+def ctl_mw(opc, i):
+    if is_resp(opc):
+        return 1 | (3 << 4)                        # A's RC
+    qp = {0: 1, 1: 2}.get(opc >> 5, 0)             # B's RC, UC by transport
+    return ((1 + i % 7) << 1) | (qp << 4)          # every key in turn
+
+def targeted(packets, ctl):
+    return b"".join(struct.pack("<HB", len(p), ctl(p[0], i)) + p for i, p in enumerate(packets))
 
 def iface_header(f):
     """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
@@ -177,6 +210,11 @@ for path in files:
             records += struct.pack("<HB", len(p), len(records) & 1) + p
     if records:
         n["engine_rx"] += save("engine_rx", records[:16384])
+        pkts = [p for link, f in frames(path) if link == ETH
+                for p in [udp_payload(f)] if p]
+        for kind, ctl in (("engine_rx_ud", ctl_ud), ("engine_rx_uc_srq", ctl_uc_srq),
+                          ("engine_rx_mw", ctl_mw)):
+            n[kind] += save(kind, targeted(pkts, ctl)[:16384])
     eth = [f for link, f in frames(path) if link == ETH]
     head = next((h for h in map(iface_header, eth) if h is not None), None)
     if head is not None:
