@@ -43,7 +43,12 @@ fuzz_target!(|data: &[u8]| {
     let mut mrs = Mrs::default();
     mrs.0.insert(
         "buf".into(),
-        MrInfo { addr: 0x1000, rkey: 0x42, len: 4096, fill: ByteSpec::Index },
+        MrInfo {
+            addr: 0x1000,
+            rkey: 0x42,
+            len: 4096,
+            fill: ByteSpec::Index,
+        },
     );
     // One QP line: the target, as the runner fills Qpns for a one-QP script.
     let mut q = Qpns {
@@ -54,7 +59,10 @@ fuzz_target!(|data: &[u8]| {
     };
     q.targets[0] = 0x11;
     for icrc_ok in [true, false] {
-        let g = Got { bytes: data.to_vec(), icrc_ok };
+        let g = Got {
+            bytes: data.to_vec(),
+            icrc_ok,
+        };
         let _ = g.describe();
         let _ = g.is_plain_ack();
         for f in fields {

@@ -72,7 +72,14 @@ fuzz_target!(|data: &[u8]| {
     // B's memory: [guard][M][guard][guard][S][guard].
     let mem = b.mem().clone();
     let pd = mem.alloc_pd();
-    let m = region(&mem, pd, IOVA, LEN, Access::LOCAL_WRITE | Access::MW_BIND, None);
+    let m = region(
+        &mem,
+        pd,
+        IOVA,
+        LEN,
+        Access::LOCAL_WRITE | Access::MW_BIND,
+        None,
+    );
     let s = region(&mem, pd, S_IOVA, LEN, Access::ALL, None);
     let mut g = guards(&mem, pd, IOVA, LEN).to_vec();
     g.extend(guards(&mem, pd, S_IOVA, LEN));
@@ -118,7 +125,10 @@ fuzz_target!(|data: &[u8]| {
                 length: 1024,
                 lkey: s.lkey(),
             };
-            let wr = RecvWr { wr_id: base + i, sges: &[sge] };
+            let wr = RecvWr {
+                wr_id: base + i,
+                sges: &[sge],
+            };
             b.post_recv(Instant::ZERO, q, &wr).unwrap();
         }
     }
@@ -132,7 +142,8 @@ fuzz_target!(|data: &[u8]| {
         zero_based,
     };
     let w1 = mem.alloc_mw(pd, MwType::Type1).unwrap();
-    mem.bind_mw(pd.into(), w1.rkey(), 0x11, &bind(W1, false)).unwrap();
+    mem.bind_mw(pd.into(), w1.rkey(), 0x11, &bind(W1, false))
+        .unwrap();
     let w2 = mem.alloc_mw(pd, MwType::Type2).unwrap();
     let w3 = mem.alloc_mw(pd, MwType::Type2).unwrap();
     for (id, w, q, range, zb) in [(20, &w2, brc, W2, true), (21, &w3, buc, W3, false)] {
@@ -164,13 +175,44 @@ fuzz_target!(|data: &[u8]| {
     };
     let r = |va, rkey| Remote { va, rkey };
     let honest = [
-        (arc, SendOp::Write { remote: r(IOVA + W1.0 + 8, k1) }, 300),
-        (arc, SendOp::Read { remote: r(IOVA + W1.0 + 1024, k1) }, 200),
+        (
+            arc,
+            SendOp::Write {
+                remote: r(IOVA + W1.0 + 8, k1),
+            },
+            300,
+        ),
+        (
+            arc,
+            SendOp::Read {
+                remote: r(IOVA + W1.0 + 1024, k1),
+            },
+            200,
+        ),
         (arc, SendOp::Write { remote: r(8, k2) }, 100),
-        (arc, SendOp::FetchAdd { remote: r(16, k2), add: 3 }, 8),
+        (
+            arc,
+            SendOp::FetchAdd {
+                remote: r(16, k2),
+                add: 3,
+            },
+            8,
+        ),
         (arc, SendOp::Send, 100),
-        (auc, SendOp::Write { remote: r(IOVA + W3.0, k3) }, 200),
-        (auc, SendOp::Write { remote: r(IOVA + W1.0 + 4096, k1) }, 64),
+        (
+            auc,
+            SendOp::Write {
+                remote: r(IOVA + W3.0, k3),
+            },
+            200,
+        ),
+        (
+            auc,
+            SendOp::Write {
+                remote: r(IOVA + W1.0 + 4096, k1),
+            },
+            64,
+        ),
     ];
     for (i, (q, op, len)) in honest.into_iter().enumerate() {
         let sges = [sge(len)];
@@ -229,16 +271,32 @@ fuzz_target!(|data: &[u8]| {
     check_pattern_outside(&m, &windows, "M (outside every window)");
     for (f, range) in frozen.iter().zip([W2, W3]) {
         if let Some(f) = f {
-            assert!(*f == bytes(&m, range), "a window's bytes changed after it was invalidated");
+            assert!(
+                *f == bytes(&m, range),
+                "a window's bytes changed after it was invalidated"
+            );
         }
     }
-    assert_eq!((w1.state(), w1.rkey().0), (MwState::Valid, k1), "W1 (type 1)");
+    assert_eq!(
+        (w1.state(), w1.rkey().0),
+        (MwState::Valid, k1),
+        "W1 (type 1)"
+    );
     drain(&mut d.b, bcq, &mut bc);
     at_most_once(&bc, "B");
     for c in &bc {
         if let Some(k) = c.invalidated_rkey {
-            assert!(k == k2 && c.qpn == brc, "invalidated {k:#x} on QP {:#x}: {c:?}", c.qpn);
-            assert_eq!(w2.state(), MwState::Free, "W2 invalidated but {:?}", w2.state());
+            assert!(
+                k == k2 && c.qpn == brc,
+                "invalidated {k:#x} on QP {:#x}: {c:?}",
+                c.qpn
+            );
+            assert_eq!(
+                w2.state(),
+                MwState::Free,
+                "W2 invalidated but {:?}",
+                w2.state()
+            );
         }
     }
     let mut ac = Vec::new();

@@ -88,17 +88,39 @@ fuzz_target!(|data: &[u8]| {
         // Every fifth WQE has two SGEs with a gap between them.
         let sges: Vec<Sge> = if id % 5 == 2 {
             vec![
-                Sge { addr: at, length: 100, lkey: rx.lkey() },
-                Sge { addr: at + 128, length: 600, lkey: rx.lkey() },
+                Sge {
+                    addr: at,
+                    length: 100,
+                    lkey: rx.lkey(),
+                },
+                Sge {
+                    addr: at + 128,
+                    length: 600,
+                    lkey: rx.lkey(),
+                },
             ]
         } else {
-            vec![Sge { addr: at, length: 40 + 700, lkey: rx.lkey() }]
+            vec![Sge {
+                addr: at,
+                length: 40 + 700,
+                lkey: rx.lkey(),
+            }]
         };
         posted.extend(sges.iter().map(|s| (s.addr, u64::from(s.length))));
         if id < SRQ_WQES {
-            b.post_srq_recv(srq, &RecvWr { wr_id: id, sges: &sges }).unwrap();
+            b.post_srq_recv(
+                srq,
+                &RecvWr {
+                    wr_id: id,
+                    sges: &sges,
+                },
+            )
+            .unwrap();
         } else {
-            let wr = RecvWr { wr_id: 100 + id - SRQ_WQES, sges: &sges };
+            let wr = RecvWr {
+                wr_id: 100 + id - SRQ_WQES,
+                sges: &sges,
+            };
             b.post_recv(Instant::ZERO, buc2, &wr).unwrap();
         }
     }
@@ -136,41 +158,99 @@ fuzz_target!(|data: &[u8]| {
     ud_ready(&mut a, aud, QKEY, Psn::new(0x100)).unwrap();
     ud_ready(&mut b, bud, QKEY, Psn::new(0x200)).unwrap();
     for i in 0..2 {
-        let sge = Sge { addr: IOVA + 32 * 1024 + 1024 * i, length: 1024, lkey: abuf.lkey() };
+        let sge = Sge {
+            addr: IOVA + 32 * 1024 + 1024 * i,
+            length: 1024,
+            lkey: abuf.lkey(),
+        };
         for q in [arc, auc, aud] {
-            let _ = a.post_recv(Instant::ZERO, q, &RecvWr { wr_id: 400 + u64::from(q) * 4 + i, sges: &[sge] });
+            let _ = a.post_recv(
+                Instant::ZERO,
+                q,
+                &RecvWr {
+                    wr_id: 400 + u64::from(q) * 4 + i,
+                    sges: &[sge],
+                },
+            );
         }
     }
 
     // Honest traffic from A on every QP.
-    let remote = |off| Remote { va: S_IOVA + off, rkey: open.rkey().0 };
+    let remote = |off| Remote {
+        va: S_IOVA + off,
+        rkey: open.rkey().0,
+    };
     let honest = [
         (arc, SendOp::Send, 700),
-        (arc, SendOp::WriteWithImm { remote: remote(0), imm: 1 }, 300),
-        (arc, SendOp::Read { remote: remote(4096) }, 600),
+        (
+            arc,
+            SendOp::WriteWithImm {
+                remote: remote(0),
+                imm: 1,
+            },
+            300,
+        ),
+        (
+            arc,
+            SendOp::Read {
+                remote: remote(4096),
+            },
+            600,
+        ),
         (auc, SendOp::Send, 700),
-        (auc, SendOp::Write { remote: remote(8192) }, 500),
-        (auc, SendOp::WriteWithImm { remote: remote(12288), imm: 2 }, 100),
+        (
+            auc,
+            SendOp::Write {
+                remote: remote(8192),
+            },
+            500,
+        ),
+        (
+            auc,
+            SendOp::WriteWithImm {
+                remote: remote(12288),
+                imm: 2,
+            },
+            100,
+        ),
         (auc2, SendOp::Send, 100),
     ];
     for (i, (q, op, len)) in honest.into_iter().enumerate() {
-        let sge = Sge { addr: IOVA, length: len, lkey: abuf.lkey() };
+        let sge = Sge {
+            addr: IOVA,
+            length: len,
+            lkey: abuf.lkey(),
+        };
         let wr = SendWr {
             wr_id: 300 + i as u64,
             op,
             local: Local::Sges(&[sge]),
-            flags: SendFlags { signaled: true, ..Default::default() },
+            flags: SendFlags {
+                signaled: true,
+                ..Default::default()
+            },
         };
         a.post_send(Instant::ZERO, q, &wr).unwrap();
     }
-    let sge = Sge { addr: IOVA, length: 200, lkey: abuf.lkey() };
+    let sge = Sge {
+        addr: IOVA,
+        length: 200,
+        lkey: abuf.lkey(),
+    };
     let wr = SendWr {
         wr_id: 310,
         op: SendOp::Send,
         local: Local::Sges(&[sge]),
-        flags: SendFlags { signaled: true, ..Default::default() },
+        flags: SendFlags {
+            signaled: true,
+            ..Default::default()
+        },
     };
-    let dest = UdDest { dest_ip: ip(2), remote_qpn: bud, remote_qkey: QKEY };
+    let dest = UdDest {
+        dest_ip: ip(2),
+        remote_qpn: bud,
+        remote_qkey: QKEY,
+    };
     a.post_send_ud(Instant::ZERO, aud, &wr, &dest).unwrap();
 
     let mut d = Direct::new(a, b);
@@ -226,7 +306,11 @@ fuzz_target!(|data: &[u8]| {
     let mut from_srq = 0;
     for c in &rc {
         if c.wr_id < SRQ_WQES {
-            assert!(on_srq.contains(&c.qpn), "SRQ WQE completed on QP {:#x}: {c:?}", c.qpn);
+            assert!(
+                on_srq.contains(&c.qpn),
+                "SRQ WQE completed on QP {:#x}: {c:?}",
+                c.qpn
+            );
             from_srq += 1;
         } else {
             assert_eq!(c.qpn, buc2, "{c:?}");
@@ -238,10 +322,21 @@ fuzz_target!(|data: &[u8]| {
         from_srq <= taken && taken <= from_srq + on_srq.len() as u64,
         "SRQ: {taken} WQEs taken, {from_srq} completed: {rc:?}"
     );
-    assert!(limit_events <= 1, "the limit event fired {limit_events} times");
+    assert!(
+        limit_events <= 1,
+        "the limit event fired {limit_events} times"
+    );
     let fired = limit_events == 1;
-    assert_eq!(fired, left < u64::from(LIMIT), "limit event {fired} with {left} WQEs left");
-    assert_eq!(d.b.query_srq(srq).unwrap().limit == 0, fired, "limit disarmed iff fired");
+    assert_eq!(
+        fired,
+        left < u64::from(LIMIT),
+        "limit event {fired} with {left} WQEs left"
+    );
+    assert_eq!(
+        d.b.query_srq(srq).unwrap().limit == 0,
+        fired,
+        "limit disarmed iff fired"
+    );
     let mut ac = Vec::new();
     drain(&mut d.a, acq, &mut ac);
     at_most_once(&ac, "A");

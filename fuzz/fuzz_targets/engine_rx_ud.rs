@@ -121,8 +121,15 @@ fuzz_target!(|data: &[u8]| {
             length: 40 + MTU,
             lkey: abuf.lkey(),
         };
-        a.post_recv(Instant::ZERO, aud, &RecvWr { wr_id: 200 + i, sges: &[sge] })
-            .unwrap();
+        a.post_recv(
+            Instant::ZERO,
+            aud,
+            &RecvWr {
+                wr_id: 200 + i,
+                sges: &[sge],
+            },
+        )
+        .unwrap();
     }
     let to = |qpn, qkey| UdDest {
         dest_ip: ip(2),
@@ -202,7 +209,10 @@ fuzz_target!(|data: &[u8]| {
         if lens[0] >= 40 {
             let at = slot(base, off) as usize;
             rx.with_bytes_in(at..at + 40, |s| {
-                assert!(s[..20].iter().all(|x| *x == 0), "slot's first 20 bytes {s:?}");
+                assert!(
+                    s[..20].iter().all(|x| *x == 0),
+                    "slot's first 20 bytes {s:?}"
+                );
                 assert_eq!(s[20], 0x45, "slot's IPv4 header {s:?}");
                 assert_eq!(&s[36..40], &[198, 18, 0, 2], "slot's destination {s:?}");
                 let mut sum: u32 = s[20..40]

@@ -5,8 +5,8 @@
 use roce_emu::engine::*;
 use roce_emu::mem::MrTable;
 use roce_emu::mem::{Access, Sge};
-pub use roce_emu::sim::direct::RcEnd as End;
 use roce_emu::sim::direct::ud_ready;
+pub use roce_emu::sim::direct::RcEnd as End;
 use roce_emu::sim::{Net, Node};
 use roce_emu::wire::Psn;
 use std::net::IpAddr;
