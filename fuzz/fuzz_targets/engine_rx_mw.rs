@@ -302,4 +302,17 @@ fuzz_target!(|data: &[u8]| {
     let mut ac = Vec::new();
     drain(&mut d.a, acq, &mut ac);
     at_most_once(&ac, "A");
+    if data.is_empty() {
+        // The set-up itself works: every honest access through a window succeeded.
+        assert!(
+            ac.len() == 7 && ac.iter().all(|c| c.status == WcStatus::Success),
+            "{ac:?}"
+        );
+        let w = bytes(&m, (W1.0 + 8, 300));
+        let was = (0..300).map(|i| pattern((W1.0 + 8) as usize + i));
+        assert!(
+            !w.iter().copied().eq(was),
+            "the WRITE through W1 did not land"
+        );
+    }
 });
