@@ -100,17 +100,17 @@ def ctl_ud(opc, i):
 
 def ctl_uc_srq(opc, i):
     if is_resp(opc):
-        return 1 | (5 << 1)                        # A's RC
+        return 0x80 | 1 | (5 << 1)                 # A's RC, PSN near A's first
     qp = {0: 1, 1: 2, 3: 3}.get(opc >> 5, 0)       # B's RC, UC, UD by transport
     if qp == 2 and i % 2:
         qp = 4                                     # B's second UC QP
-    return (qp << 1) | (1 << 4) | (0x40 if qp == 3 else 0)
+    return 0x80 | (qp << 1) | (1 << 4) | (0x40 if qp == 3 else 0)
 
 def ctl_mw(opc, i):
     if is_resp(opc):
-        return 1 | (3 << 4)                        # A's RC
+        return 0x80 | 1 | (3 << 4)                 # A's RC, PSN near A's first
     qp = {0: 1, 1: 2}.get(opc >> 5, 0)             # B's RC, UC by transport
-    return ((1 + i % 7) << 1) | (qp << 4)          # every key in turn
+    return 0x80 | ((1 + i % 7) << 1) | (qp << 4)   # every key in turn
 
 def targeted(packets, ctl):
     return b"".join(struct.pack("<HB", len(p), ctl(p[0], i)) + p for i, p in enumerate(packets))

@@ -10,7 +10,8 @@
 //! `ctl` (see common/mod.rs): bit 0 the receiver; bits 1-3 the key (as sent; W1, W2, W3,
 //! M's own, S's own, W2 with a stale key byte, W1 again) with, unless bit 6 is set, the
 //! address set to the start of what the key names plus the packet's low 16 address bits;
-//! bits 4-5 the BTH's destination QP (as sent, B's RC, B's UC, A's RC).
+//! bits 4-5 the BTH's destination QP (as sent, B's RC, B's UC, A's RC); bit 7 the PSN
+//! moved next to the one A's QPs started at (`set_psn_near`).
 //!
 //! Invariants: no panic; the guard regions keep their fill; no byte of M outside the
 //! windows changes (M's own key opens nothing, so a byte outside every window can only
@@ -32,6 +33,8 @@ use roce_emu::sim::direct::{connect, uc_connect, Direct, RcParams};
 use roce_emu::wire::Psn;
 use std::sync::Arc;
 
+/// The PSN A's QPs start at (B's expect it), just below the 24-bit wrap.
+const A_PSN: u32 = 0xff_fff0;
 const IOVA: u64 = 0x10_0000;
 const LEN: u64 = 64 * 1024;
 const S_IOVA: u64 = IOVA + LEN + 2 * PAGE;
@@ -111,7 +114,7 @@ fuzz_target!(|data: &[u8]| {
         timeout: 8,
         ..RcParams::default()
     };
-    let (pa, pb) = (Psn::new(0xfffff0), Psn::new(0x10));
+    let (pa, pb) = (Psn::new(A_PSN), Psn::new(0x10));
     connect(&mut a, arc, ip(2), brc, pa, pb, &p).unwrap();
     connect(&mut b, brc, ip(1), arc, pb, pa, &p).unwrap();
     uc_connect(&mut a, auc, ip(2), buc, (pa, pb), Mtu::M256, access).unwrap();
@@ -246,6 +249,9 @@ fuzz_target!(|data: &[u8]| {
             2 => set_dqpn(&mut buf, buc),
             3 => set_dqpn(&mut buf, arc),
             _ => {}
+        }
+        if rec.ctl & 0x80 != 0 {
+            set_psn_near(&mut buf, A_PSN);
         }
         t += 50_000;
         let now = Instant::from_nanos(t);

@@ -8,7 +8,8 @@
 //! `ctl` (see common/mod.rs): bit 0 the receiver; bits 1-3 the BTH's destination QP (as
 //! sent, B's RC, UC, UD, second UC, A's RC, A's UC); bits 4-5 the remote key (as sent;
 //! the open region's with its address; the receive region's, which allows nothing remote,
-//! with its address; the open region's alone); bit 6 the DETH's Q_Key set to B's.
+//! with its address; the open region's alone); bit 6 the DETH's Q_Key set to B's; bit 7
+//! the PSN moved next to the one A's QPs started at (`set_psn_near`).
 //!
 //! Invariants: no panic; the guard regions keep their fill; no byte of the receive region
 //! outside a posted SGE changes; every WR completes at most once, so every SRQ WQE is
@@ -27,6 +28,8 @@ use roce_emu::sim::direct::{connect, uc_connect, ud_ready, Direct, RcParams};
 use roce_emu::wire::Psn;
 use std::sync::Arc;
 
+/// The PSN A's QPs start at (B's expect it), just below the 24-bit wrap.
+const A_PSN: u32 = 0xff_fff0;
 const IOVA: u64 = 0x10_0000;
 const LEN: u64 = 64 * 1024;
 /// The open region, past the receive region's upper guard and its own lower one.
@@ -105,7 +108,7 @@ fuzz_target!(|data: &[u8]| {
         timeout: 8,
         ..RcParams::default()
     };
-    let (pa, pb) = (Psn::new(0xfffff0), Psn::new(0x10));
+    let (pa, pb) = (Psn::new(A_PSN), Psn::new(0x10));
     connect(&mut a, arc, ip(2), brc, pa, pb, &p).unwrap();
     connect(&mut b, brc, ip(1), arc, pb, pa, &p).unwrap();
     for (x, y) in [(auc, buc), (auc2, buc2)] {
@@ -274,6 +277,9 @@ fuzz_target!(|data: &[u8]| {
         }
         if r.ctl & 0x40 != 0 {
             set_qkey(&mut buf, QKEY);
+        }
+        if r.ctl & 0x80 != 0 {
+            set_psn_near(&mut buf, A_PSN);
         }
         t += 50_000;
         let now = Instant::from_nanos(t);

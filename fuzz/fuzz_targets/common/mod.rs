@@ -81,6 +81,17 @@ pub fn set_dqpn(pkt: &mut [u8], qpn: u32) {
     }
 }
 
+/// Sets the BTH's PSN to `base` plus the packet's own low PSN byte taken as a signed
+/// offset: PSNs around the one a connection started at, where the receiver's expected PSN
+/// and its duplicate window lie (a random 24-bit PSN would almost never be in sequence).
+pub fn set_psn_near(pkt: &mut [u8], base: u32) {
+    if let Some(b) = pkt.get_mut(9..12) {
+        let off = i32::from(b[2] as i8);
+        let psn = base.wrapping_add(off as u32) & 0xff_ffff;
+        b.copy_from_slice(&psn.to_be_bytes()[1..]);
+    }
+}
+
 /// Sets the DETH's Q_Key (UD packets).
 pub fn set_qkey(pkt: &mut [u8], qkey: u32) {
     if let Some(d) = header(pkt, Headers::DETH) {
