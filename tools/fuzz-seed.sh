@@ -193,6 +193,61 @@ for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",
             b"0000:0001:000011:8db1b9:00000225:000055e9d7deb000:00:00:00:00:00:00:00:00:"
             b"00:00:ff:ff:c6:12:00:0c:00000000:\0"):
     n["oob_records"] += save("oob_records", rec)
+# engine_rx_ud, engine_rx_uc_srq, engine_rx_mw: packets made here as each target's
+# peer would send them (BTH, extension headers, payload, a dummy ICRC: the fuzz build
+# skips the ICRC check), the control byte pointing them at the right QP, key and PSN
+# (a signed offset in the PSN's low byte from where A's QPs started: the first record
+# arrives before any of A's honest packets, so 0 is in sequence).
+def bth(opc, psn_lo):
+    return bytes([opc, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, psn_lo & 0xFF])
+def rec(ctl, pkt):
+    pkt += bytes(4)
+    return struct.pack("<HB", len(pkt), ctl) + pkt
+def deth(qkey=0, src=0x11):
+    return struct.pack(">II", qkey, src)
+def reth(off, ln):
+    return struct.pack(">QII", off, 0, ln)
+body = lambda ln: bytes((i * 7) & 0xFF for i in range(ln))
+# UD: datagrams to B's UD QP (ctl 0x0a) and QP1 (0x14), up to and past the port MTU.
+for size in (0, 100, 1024, 1025):
+    for ctl in (0x0A, 0x14):
+        n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x64, 0) + deth() + body(size)))
+        n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x65, 0) + deth() + b"\0\0\0\7" + body(size)))
+n["engine_rx_ud"] += save("engine_rx_ud", b"".join(rec((0x0A, 0x14)[i % 2], bth(0x64, 0) + deth() + body(64 * i)) for i in range(12)))
+# UC and SRQ: ctl: QP in bits 1-3, the open region's key and address (bit 4), PSN (bit 7).
+RC, UC, UD, UC2 = 1 << 1, 2 << 1, 3 << 1, 4 << 1
+uc_srq = [
+    rec(0x80 | RC, bth(0x04, 0) + body(100)),
+    rec(0x80 | RC | 0x10, bth(0x0B, 0) + reth(0x100, 16) + b"\0\0\0\1" + body(16)),
+    rec(0x80 | RC | 0x10, bth(0x0C, 0) + reth(0x100, 64)),
+    rec(0x80 | RC | 0x10, bth(0x14, 0) + struct.pack(">QIQQ", 0x10, 0, 1, 0)),
+    rec(0x80 | UC, bth(0x24, 0) + body(100)),
+    rec(0x80 | UC, bth(0x20, 0) + body(256)) + rec(0x80 | UC, bth(0x21, 1) + body(256))
+        + rec(0x80 | UC, bth(0x22, 2) + body(10)),
+    rec(0x80 | UC | 0x10, bth(0x2A, 0) + reth(0x200, 16) + body(16)),
+    rec(0x80 | UC | 0x10, bth(0x2B, 0) + reth(0x200, 16) + b"\0\0\0\2" + body(16)),
+    rec(0x80 | UC2, bth(0x24, 0) + body(100)),
+    rec(0x40 | UD, bth(0x64, 0) + deth() + body(100)),
+    # Twenty datagrams: the SRQ crosses its limit.
+    b"".join(rec(0x40 | UD, bth(0x64, 0) + deth() + body(50)) for _ in range(20)),
+]
+for x in uc_srq:
+    n["engine_rx_uc_srq"] += save("engine_rx_uc_srq", x)
+# Windows: every key choice (bits 1-3) on B's RC QP (bits 4-5 = 1) and UC QP (2): WRITE,
+# READ, FETCH_ADD, SEND with Invalidate, inside the key's range.
+for k in range(1, 8):
+    for qp, psn, ops in ((1, 0, (0x0A, 0x0C, 0x14, 0x17)), (2, 0, (0x2A,))):
+        ctl = 0x80 | (k << 1) | (qp << 4)
+        for opc in ops:
+            if opc in (0x0A, 0x2A):
+                pkt = bth(opc, psn) + reth(0x100, 16) + body(16)
+            elif opc == 0x0C:
+                pkt = bth(opc, psn) + reth(0x100, 64)
+            elif opc == 0x14:
+                pkt = bth(opc, psn) + struct.pack(">QIQQ", 0x10, 0, 1, 0)
+            else:
+                pkt = bth(opc, psn) + b"\0\0\0\0" + body(8)
+            n["engine_rx_mw"] += save("engine_rx_mw", rec(ctl, pkt))
 for path in files:
     n["pcap_decode"] += save("pcap_decode", open(path, "rb").read())
     # engine_rx: the capture's RoCE packets as records [len u16 LE][direction][bytes],

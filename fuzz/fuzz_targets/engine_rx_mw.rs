@@ -272,6 +272,7 @@ fuzz_target!(|data: &[u8]| {
     }
     d.pump(Instant::from_nanos(t + 1));
 
+    debug_counters(&d.a, &d.b);
     check_guards(&g);
     let windows: Vec<(u64, u64)> = [W1, W2, W3].iter().map(|(o, l)| (IOVA + o, *l)).collect();
     check_pattern_outside(&m, &windows, "M (outside every window)");

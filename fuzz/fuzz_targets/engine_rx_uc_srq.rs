@@ -305,6 +305,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
 
+    debug_counters(&d.a, &d.b);
     check_guards(&g);
     check_pattern_outside(&rx, &posted, "B's receive region");
     let mut rc = Vec::new();

@@ -192,6 +192,7 @@ fuzz_target!(|data: &[u8]| {
     }
     d.pump(Instant::from_nanos(t + 1));
 
+    debug_counters(&d.a, &d.b);
     check_guards(&g);
     check_pattern_outside(&rx, &posted, "B's receive region");
     let mut rc = Vec::new();

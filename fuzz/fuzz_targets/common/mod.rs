@@ -168,6 +168,16 @@ pub fn check_pattern_outside(mr: &MemoryRegion, allowed: &[(u64, u64)], what: &s
     });
 }
 
+/// With ENGINE_RX_DEBUG set in the environment, prints what each engine counted: for
+/// reading a crash or checking that a seed reaches what it means to (e.g. `ENGINE_RX_DEBUG=1
+/// fuzz/target/x86_64-unknown-linux-gnu/release/engine_rx_mw FILE`).
+pub fn debug_counters(a: &Engine, b: &Engine) {
+    if std::env::var_os("ENGINE_RX_DEBUG").is_some() {
+        eprintln!("A: {:?}", a.counters().nonzero().collect::<Vec<_>>());
+        eprintln!("B: {:?}", b.counters().nonzero().collect::<Vec<_>>());
+    }
+}
+
 /// Drains a CQ.
 pub fn drain(e: &mut Engine, cq: u32, out: &mut Vec<Completion>) {
     let mut wc = [Completion::default(); 64];
