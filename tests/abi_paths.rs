@@ -74,13 +74,14 @@ fn ud_datagrams_and_address_handles_from_c() {
 /// (IBV_WR_BIND_MW) let a peer WRITE and READ inside them only, SEND with Invalidate and
 /// LOCAL_INV kill a type 2 window's key, a region under a bound window is not
 /// deregistered; ibv_rereg_mr (access, translation, PD) keeps the lkey; ibv_resize_cq
-/// keeps every completion and refuses to shrink below what the CQ holds.
+/// keeps every completion and refuses to shrink below what the CQ holds; completion
+/// timestamps lie between two readings of ibv_query_rt_values_ex around the operation.
 #[test]
-fn memory_windows_rereg_and_resize() {
+fn memory_windows_rereg_resize_and_timestamps() {
     let Some(text) = run_c("windows", "127.0.21.4") else {
         return;
     };
-    assert_eq!(text.matches("PASS ").count(), 6, "{text}");
+    assert_eq!(text.matches("PASS ").count(), 7, "{text}");
 }
 
 /// tests/abi/gids.c (address 127.0.21.6, on no interface): the GID table as rxe's through

@@ -178,38 +178,62 @@ fn rc_pingpong_over_an_ipv6_gid() {
     );
 }
 
-/// Kills a child (ours, by PID) however the test ends, and gives its output.
-struct Watch(Option<std::process::Child>);
+/// Kills a child (ours, by PID) however the test ends; its stdout lines, as they come.
+struct Watch {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 impl Watch {
-    fn stop(mut self) -> std::process::Output {
-        let child = self.0.take().unwrap();
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        child.wait_with_output().unwrap()
+    fn new(mut child: std::process::Child) -> Watch {
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = child.stdout.take().unwrap();
+        let l = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        Watch { child, lines }
+    }
+
+    /// Waits (at most `limit`) until `n` lines hold `what`; the lines so far.
+    fn until(&self, what: &str, n: usize, limit: Duration) -> Result<Vec<String>, Vec<String>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            let l = self.lines.lock().unwrap().clone();
+            if l.iter().filter(|x| x.contains(what)).count() >= n {
+                return Ok(l);
+            }
+            if Instant::now() > deadline {
+                return Err(l);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
     }
 }
 
 /// An address removed from the interface, then one added: each is an
-/// IBV_EVENT_GID_CHANGE on port 1 (the progress thread reads the addresses every second).
+/// IBV_EVENT_GID_CHANGE on port 1 (the progress thread reads the addresses every second),
+/// and nothing else happens while the addresses stay.
 #[test]
 fn a_gid_that_goes_or_comes_is_an_event() {
     let Some((ns, env)) = lab_netns("dropin_gids event", "gids-ev") else {
         return;
     };
-    // ibv_asyncwatch prints with printf: line-buffered through stdbuf, or a SIGTERM would
-    // lose what it printed.
+    // ibv_asyncwatch prints with printf: line-buffered through stdbuf, so that each line
+    // comes as it is printed.
     let mut c = ns.cmd("stdbuf");
     c.args([
         "-oL",
@@ -221,19 +245,22 @@ fn a_gid_that_goes_or_comes_is_an_event() {
     .env_remove("ROCE_EMU_DEVICES")
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let watch = Watch(Some(c.spawn().unwrap()));
-    // Its device open (the first reading of the table) before the change.
-    std::thread::sleep(Duration::from_millis(1500));
+    .stderr(Stdio::null());
+    let watch = Watch::new(c.spawn().unwrap());
+    const EV: &str = "IBV_EVENT_GID_CHANGE";
+    // The device is open (its table read) once it says where its events come from.
+    let open = watch.until("async event FD", 1, Duration::from_secs(20));
+    assert!(open.is_ok(), "ibv_asyncwatch did not open rxe0: {open:?}");
     ns.ip(&["addr", "del", "2001:db8:4791::11/64", "dev", "eth0"]);
-    std::thread::sleep(Duration::from_millis(2500));
+    let one = watch.until(EV, 1, Duration::from_secs(10));
+    assert!(one.is_ok(), "no event for a removed address: {one:?}");
     ns.ip(&["addr", "add", "198.18.0.12/24", "dev", "eth0"]);
-    std::thread::sleep(Duration::from_millis(2500));
-    let out = watch.stop();
-    let text = stdout(&out);
-    let events = text
-        .lines()
-        .filter(|l| l.contains("IBV_EVENT_GID_CHANGE") && l.contains("port 1"))
-        .count();
-    assert_eq!(events, 2, "{}", show(&out));
+    let two = watch.until(EV, 2, Duration::from_secs(10));
+    assert!(two.is_ok(), "no event for an added address: {two:?}");
+    // Two seconds more: no event without a change.
+    std::thread::sleep(Duration::from_secs(2));
+    let lines = watch.lines.lock().unwrap().clone();
+    let events: Vec<&String> = lines.iter().filter(|l| l.contains(EV)).collect();
+    assert_eq!(events.len(), 2, "{lines:?}");
+    assert!(events.iter().all(|l| l.contains("port 1")), "{lines:?}");
 }

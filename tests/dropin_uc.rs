@@ -132,14 +132,20 @@ fn perftest_uc(tag: &str, tool: &str, port: u16, args: &[&str]) -> Option<String
 
 #[test]
 fn perftest_uc_bandwidth_tools_complete() {
+    // 300 messages of 4 KiB in 1 KiB packets: 1.2 MiB in all, less than the receiving
+    // socket's buffer (4 MiB), so a receiver that falls behind cannot lose a packet. UC
+    // never retransmits and its sender completes on transmit, not on delivery: with
+    // `-s 524288 -a` a debug build on a loaded machine overflows the buffer (netstat -su
+    // "receive buffer errors"), a message is lost and ib_send_bw's server waits for it
+    // forever, as it would on rxe or any UC without a lossless link.
     for (i, tool) in ["ib_send_bw", "ib_write_bw"].into_iter().enumerate() {
-        let args = ["-s", "65536", "-n", "300"];
+        let args = ["-s", "4096", "-m", "1024", "-n", "300"];
         let tag = format!("{tool} -c UC");
         let Some(row) = perftest_uc(&tag, tool, 18870 + i as u16, &args) else {
             return;
         };
         let f: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!((f[0], f[1]), ("65536", "300"), "{tag}: {row}");
+        assert_eq!((f[0], f[1]), ("4096", "300"), "{tag}: {row}");
     }
 }
 

@@ -30,7 +30,7 @@ use common::rc::{pattern, Opts, Pair};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
-use roce_emu::mem::{Access, Sge};
+use roce_emu::mem::{Access, MwBind, MwType, Rereg, Sge};
 use roce_emu::sim::rule::Random;
 
 const A: usize = 0;
@@ -198,6 +198,9 @@ struct Case {
     /// Per direction: loss, duplication, reordering probabilities.
     fwd: (f64, f64, f64),
     back: (f64, f64, f64),
+    /// Property 1: the requests reach B's region through a type 2 memory window bound
+    /// over it (by a BIND_MW on B's QP) instead of the region's own rkey.
+    window: bool,
 }
 
 fn psn_near_wrap() -> impl Strategy<Value = u32> {
@@ -225,9 +228,10 @@ fn case(max_loss: f64) -> impl Strategy<Value = Case> {
             any::<u64>(),
             faults(max_loss),
             faults(max_loss),
+            any::<bool>(),
         )
     })
-    .prop_map(|(mtu, psn_a, psn_b, ops, seed, fwd, back)| Case {
+    .prop_map(|(mtu, psn_a, psn_b, ops, seed, fwd, back, window)| Case {
         mtu,
         psn_a,
         psn_b,
@@ -235,6 +239,7 @@ fn case(max_loss: f64) -> impl Strategy<Value = Case> {
         seed,
         fwd,
         back,
+        window,
     })
 }
 
@@ -305,7 +310,10 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         atomics: Vec::new(),
     };
     let mut snapshots = vec![m.clone()];
-    let b = pair.end(B).remote(0);
+    let mut b = pair.end(B).remote(0);
+    if c.window && faults.is_empty() {
+        b.rkey = bind_window(&mut pair);
+    }
     let mut nrecv = 0u64;
     let mut first_fault = None;
     let mut outcomes = Vec::new();
@@ -473,6 +481,44 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         outcomes,
         nrecv,
     }
+}
+
+/// Binds a type 2 window over the whole of B's buffer (every remote right) with a
+/// BIND_MW on B's QP, takes its completion off B's CQ, and gives its rkey. B's region gets
+/// IBV_ACCESS_MW_BIND by re-registration first (same lkey, same bytes).
+fn bind_window(pair: &mut Pair) -> u32 {
+    let end = pair.end(B).clone();
+    let mem = pair.engine(B).mem().clone();
+    let access = end.mr.access() | Access::MW_BIND;
+    let rereg = Rereg {
+        access: Some(access),
+        ..Rereg::default()
+    };
+    mem.rereg_mr(end.lkey(), rereg).unwrap();
+    let mw = mem.alloc_mw(end.pd, MwType::Type2).unwrap();
+    let old = mw.rkey().0;
+    let new_rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+    let op = SendOp::BindMw {
+        mw_rkey: old,
+        new_rkey,
+        bind: MwBind {
+            mr_lkey: end.lkey(),
+            va: end.iova(),
+            length: BUF,
+            access: Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
+            zero_based: false,
+        },
+    };
+    pair.post_sges(B, 999, op, &[]);
+    pair.net.run_idle(10_000).unwrap();
+    let c = pair.completions(B);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(
+        (c[0].status, c[0].opcode),
+        (WcStatus::Success, WcOpcode::BindMw)
+    );
+    assert_eq!(mw.rkey().0, new_rkey);
+    new_rkey
 }
 
 fn config() -> ProptestConfig {

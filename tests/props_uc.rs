@@ -12,6 +12,10 @@
 //!    detection: a duplicated ONLY packet starts a new message wherever its PSN is, as in
 //!    rxe's `check_psn`, so a message may arrive twice; that is UC, not a fault.)
 //!
+//! 3. Error paths over a clean link: some WRITEs carry a bad R_Key. Each is dropped alone
+//!    (no NAK, no completion, counted in `uc_drop_invalid`), every other message arrives
+//!    in order, the QPs stay in RTS.
+//!
 //! `PROPTEST_CASES` sets the number of cases (default 64 per property).
 
 mod common;
@@ -48,13 +52,17 @@ struct Case {
     psn_a: u32,
     psn_b: u32,
     ops: Vec<(Kind, u32)>,
+    /// Which WRITEs carry a bad R_Key (property 3).
+    bad: Vec<bool>,
     seed: u64,
     loss: f64,
     reorder: f64,
     duplicate: f64,
 }
 
-fn case(duplicate: bool) -> impl Strategy<Value = Case> {
+/// Faults: `duplicate` adds duplication; `bad_keys` makes a clean link and some WRITEs
+/// with a bad R_Key.
+fn case(duplicate: bool, bad_keys: bool) -> impl Strategy<Value = Case> {
     let kind = prop_oneof![
         Just(Kind::Send),
         Just(Kind::SendImm),
@@ -70,23 +78,35 @@ fn case(duplicate: bool) -> impl Strategy<Value = Case> {
     .prop_flat_map(move |mtu| {
         let op = (kind.clone(), 0..=3 * mtu.bytes());
         let dup = if duplicate { 0.0..=0.1 } else { 0.0..=0.0 };
+        let (loss, reorder) = if bad_keys {
+            (Just(0.0).boxed(), Just(0.0).boxed())
+        } else {
+            (
+                prop_oneof![Just(0.0), 0.0..=0.3f64].boxed(),
+                prop_oneof![Just(0.0), 0.0..=0.2f64].boxed(),
+            )
+        };
         (
             Just(mtu),
             prop_oneof![0xff_fff0u32..=0xff_ffff, 0u32..=0xff_ffff],
             0u32..=0xff_ffff,
-            prop::collection::vec(op, 1..=MAX_OPS),
+            prop::collection::vec((op, any::<bool>()), 1..=MAX_OPS),
             any::<u64>(),
-            prop_oneof![Just(0.0), 0.0..=0.3f64],
-            prop_oneof![Just(0.0), 0.0..=0.2f64],
+            loss,
+            reorder,
             dup,
         )
     })
     .prop_map(
-        |(mtu, psn_a, psn_b, ops, seed, loss, reorder, duplicate)| Case {
+        move |(mtu, psn_a, psn_b, ops, seed, loss, reorder, duplicate)| Case {
             mtu,
             psn_a,
             psn_b,
-            ops,
+            bad: ops
+                .iter()
+                .map(|&((k, _), b)| bad_keys && b && k != Kind::Send && k != Kind::SendImm)
+                .collect(),
+            ops: ops.into_iter().map(|(o, _)| o).collect(),
             seed,
             loss,
             reorder,
@@ -191,7 +211,10 @@ fn run(c: &Case) -> Result<(Pair, Vec<usize>), TestCaseError> {
     }
     for (i, &(kind, len)) in c.ops.iter().enumerate() {
         p.write_mem(A, SLOT * i as u64, &data(c, i));
-        let remote = p.end(B).remote(SLOT * i as u64);
+        let mut remote = p.end(B).remote(SLOT * i as u64);
+        if c.bad[i] {
+            remote.rkey ^= 0x100;
+        }
         let op = match kind {
             Kind::Send => SendOp::Send,
             Kind::SendImm => SendOp::SendWithImm { imm: i as u32 },
@@ -248,6 +271,22 @@ fn check_loss(c: Case) -> Result<usize, TestCaseError> {
     Ok(c.ops.len())
 }
 
+/// Property 3: over a clean link, exactly the messages without a fault arrive, in order;
+/// each WRITE with a bad R_Key (and data: C9-88 lets an empty one through) is dropped
+/// and counted, the QPs stay in RTS.
+fn check_bad_keys(c: Case) -> Result<usize, TestCaseError> {
+    let (p, got) = run(&c)?;
+    let refused = |i: usize| c.bad[i] && c.ops[i].1 > 0;
+    let want: Vec<usize> = (0..c.ops.len())
+        .filter(|&i| c.ops[i].0 != Kind::Write && !refused(i))
+        .collect();
+    prop_assert_eq!(&got, &want);
+    let n = (0..c.ops.len()).filter(|&i| refused(i)).count() as u64;
+    let b = p.net.nodes[B].engine.counters();
+    prop_assert_eq!(b.get(Counter::UcDropInvalid), n);
+    Ok(c.ops.len())
+}
+
 fn check_duplication(c: Case) -> Result<usize, TestCaseError> {
     run(&c)?;
     Ok(c.ops.len())
@@ -280,10 +319,15 @@ fn run_property<S: Strategy>(
 
 #[test]
 fn under_loss_and_reordering_uc_delivers_whole_messages_at_most_once() {
-    run_property("uc loss", case(false), check_loss);
+    run_property("uc loss", case(false, false), check_loss);
 }
 
 #[test]
 fn under_duplication_uc_still_delivers_only_whole_messages() {
-    run_property("uc duplication", case(true), check_duplication);
+    run_property("uc duplication", case(true, false), check_duplication);
+}
+
+#[test]
+fn a_write_with_a_bad_rkey_is_dropped_alone_and_the_rest_arrives() {
+    run_property("uc bad keys", case(false, true), check_bad_keys);
 }

@@ -310,3 +310,85 @@ fn modify_takes_ucs_attributes_and_refuses_rcs() {
     e.modify_qp(now, q, &rts).unwrap();
     assert_eq!(e.qp(q).unwrap().state, QpState::Rts);
 }
+
+#[test]
+fn a_bad_lkey_fails_locally_at_either_end_and_sends_nothing_back() {
+    use roce_emu::mem::{Lkey, Sge};
+    // The sender's own key: LOC_PROT_ERR, the rest flushed, nothing on the wire (as RC).
+    let mut p = Pair::new(uc());
+    let sge = Sge {
+        lkey: Lkey(0x7777_7700),
+        ..p.end(A).sge(0, 64)
+    };
+    p.post_sges(A, 1, SendOp::Send, &[sge]);
+    p.post_sges(A, 2, SendOp::Send, &[sge]);
+    p.settle();
+    assert!(p.net.trace.as_ref().unwrap().is_empty(), "nothing sent");
+    assert_eq!(
+        statuses(&p.completions(A)),
+        [(1, WcStatus::LocProtErr), (2, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(p.state(A), QpState::Err);
+
+    // The receiver's WQE with a bad key: it completes in error and B goes to ERR (rxe
+    // RESPST_ERR_MALFORMED_WQE, class A, for every QP type), with no NAK on UC; the
+    // sender's WR succeeded when it left.
+    let mut p = Pair::new(uc());
+    let (qpn, now) = (p.b.qpn, p.net.now);
+    let sge = Sge {
+        lkey: Lkey(p.end(B).lkey().0 ^ 0x55),
+        ..p.end(B).sge(0, 64)
+    };
+    let wr = RecvWr {
+        wr_id: 7,
+        sges: &[sge],
+    };
+    p.engine(B).post_recv(now, qpn, &wr).unwrap();
+    p.send(A, 1, SendOp::Send, 0, 64);
+    p.settle();
+    assert_eq!(statuses(&p.completions(B)), [(7, WcStatus::LocProtErr)]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.state(B), QpState::Err);
+    assert_eq!(p.opcodes(Some(B)), Vec::<String>::new(), "no NAK");
+}
+
+#[test]
+fn sqd_finishes_the_message_in_progress_then_reports_drained() {
+    let mut p = Pair::new(uc());
+    p.post_recv(B, 7, 0, 8192);
+    p.post_recv(B, 8, 8192, 64);
+    p.send(A, 1, SendOp::Send, 0, 3000);
+    // The FIRST leaves, then SQD is asked for: the message goes on to its LAST (it has
+    // started), nothing new starts, and the drain is reported once the LAST is out.
+    let first = p.transmit(A).expect("the FIRST");
+    assert_eq!(first.bth.opcode.name(), "UC_SEND_FIRST");
+    let sqd = QpAttr {
+        state: Some(QpState::Sqd),
+        sq_draining_notify: Some(true),
+        ..Default::default()
+    };
+    p.modify(A, &sqd).unwrap();
+    let qpn = p.a.qpn;
+    assert!(p.events(A).is_empty(), "not drained before its LAST");
+    p.send(A, 2, SendOp::Send, 0, 16);
+    let rest: Vec<String> = p
+        .drain(A)
+        .iter()
+        .map(|r| r.bth.opcode.name().into())
+        .collect();
+    assert_eq!(rest, ["UC_SEND_MIDDLE", "UC_SEND_LAST"]);
+    assert_eq!(statuses(&p.completions(A)), [(1, WcStatus::Success)]);
+    assert_eq!(p.events(A), [AsyncEvent::SqDrained { qpn }]);
+    // Back to RTS: the second WR goes.
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        ..Default::default()
+    };
+    p.modify(A, &rts).unwrap();
+    p.settle();
+    assert_eq!(statuses(&p.completions(A)), [(2, WcStatus::Success)]);
+    assert_eq!(
+        comps(&mut p, B),
+        [(7, WcStatus::Success, WcOpcode::Recv, 16)]
+    );
+}

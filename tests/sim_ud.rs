@@ -295,3 +295,69 @@ fn gsi_datagrams_go_to_qpn_1_with_the_gsi_qkey() {
     };
     assert_eq!(e.create_gsi_qp(&init), Err(VerbsError::GsiExists));
 }
+
+#[test]
+fn error_state_flushes_both_queues_and_reset_brings_the_qp_back() {
+    let mut u = Ud::new(2);
+    u.post_recv(B, 1, 0, 256);
+    u.post_recv(B, 2, 256, 256);
+    let qb = u.ends[B].qpn;
+    let now = u.net.now;
+    let err = QpAttr {
+        state: Some(QpState::Err),
+        ..Default::default()
+    };
+    u.engine(B).modify_qp(now, qb, &err).unwrap();
+    let c: Vec<_> = u
+        .completions(B)
+        .iter()
+        .map(|c| (c.wr_id, c.status))
+        .collect();
+    assert_eq!(c, [(1, WcStatus::WrFlushErr), (2, WcStatus::WrFlushErr)]);
+    // A datagram for a QP in ERR is dropped (counted), never delivered.
+    u.send(A, 1, B, 0, 16);
+    u.settle();
+    assert_eq!(u.completions(B), []);
+    assert_eq!(u.counter(B, Counter::DropBadState), 1);
+    // A send posted in ERR completes at once, flushed.
+    let d = u.dest(A, QKEY);
+    u.send_to(B, 9, SendOp::Send, 0, 8, &d).unwrap();
+    let c = u.completions(B);
+    assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::WrFlushErr));
+    // RESET, then the UD bring-up again: it receives.
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..Default::default()
+    };
+    u.engine(B).modify_qp(now, qb, &reset).unwrap();
+    let e = u.engine(B);
+    e.modify_qp(
+        now,
+        qb,
+        &QpAttr {
+            state: Some(QpState::Init),
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(QKEY),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    e.modify_qp(
+        now,
+        qb,
+        &QpAttr {
+            state: Some(QpState::Rtr),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    u.post_recv(B, 3, 0, 256);
+    u.send(A, 2, B, 0, 16);
+    u.settle();
+    let c = u.completions(B);
+    assert_eq!(
+        (c.len(), c[0].wr_id, c[0].status),
+        (1, 3, WcStatus::Success)
+    );
+}

@@ -193,6 +193,18 @@ for rec in (b"0000:000011:9e6004:00000000000000000000ffffc612000c\0",
             b"0000:0001:000011:8db1b9:00000225:000055e9d7deb000:00:00:00:00:00:00:00:00:"
             b"00:00:ff:ff:c6:12:00:0c:00000000:\0"):
     n["oob_records"] += save("oob_records", rec)
+# engine_rx: UD datagrams (no capture has one) for B's UD QP 0x12 and its QP1, right and
+# wrong Q_Keys, with and without immediate, sizes around the receive buffers (552-576 B).
+ud = b""
+for dqpn, qkey in ((0x12, 0x1EE7A330), (1, 0x80010000), (0x12, 0x80010000)):
+    for op, plen in ((0x64, 64), (0x65, 512), (0x64, 520), (0x64, 0)):
+        pad = -plen % 4
+        bth = struct.pack(">BBHI", op, pad << 4, 0xFFFF, dqpn) + struct.pack(">I", 7)
+        deth = struct.pack(">II", qkey, 0x11)
+        imm = struct.pack(">I", 0xABCD) if op == 0x65 else b""
+        pkt = bth + deth + imm + bytes(plen + pad) + bytes(4)
+        ud += struct.pack("<HB", len(pkt), 0) + pkt
+n["engine_rx"] += save("engine_rx", ud)
 # engine_rx_ud, engine_rx_uc_srq, engine_rx_mw: packets made here as each target's
 # peer would send them (BTH, extension headers, payload, a dummy ICRC: the fuzz build
 # skips the ICRC check), the control byte pointing them at the right QP, key and PSN

@@ -118,21 +118,22 @@ pub fn header_version(g: &[u8; 40]) -> Option<u8> {
     Some(if ipv4_header_ok(v4) { 4 } else { 6 })
 }
 
-/// The index of `gid` in port 1's GID table (all RoCE v2), through `ibv_query_gid`.
+/// The index of `gid` in port 1's GID table (all RoCE v2), through `ibv_query_gid`. The
+/// search ends at the first index that fails, as libibverbs' `ibv_find_gid_index` does.
 fn gid_index(c: *mut ffi::ibv_context, gid: [u8; 16]) -> Option<u8> {
-    (0..=255u8).find_map(|i| {
-        {
-            // SAFETY: plain C data.
-            let mut g: ffi::ibv_gid = unsafe { std::mem::zeroed() };
-            // SAFETY: a context we opened; `g` is ours.
-            let r = unsafe { crate::device::ibv_query_gid(c, 1, c_int::from(i), &mut g) };
-            // The table ends at the first index that fails (ibv_find_gid_index does the
-            // same); `None` stops the search there.
-            // SAFETY: a GID is 16 raw bytes.
-            (r == 0).then(|| (unsafe { g.raw } == gid).then_some(i))
+    for i in 0..=255u8 {
+        // SAFETY: plain C data.
+        let mut g: ffi::ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: a context we opened; `g` is ours.
+        if unsafe { crate::device::ibv_query_gid(c, 1, c_int::from(i), &mut g) } != 0 {
+            return None;
         }
-        .flatten()
-    })
+        // SAFETY: a GID is 16 raw bytes.
+        if unsafe { g.raw } == gid {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// `ibv_init_ah_from_wc` for a header `g`, without the C pointers.

@@ -136,6 +136,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         let mut v: ffi::verbs_context = unsafe { std::mem::zeroed() };
         v.query_port = Some(device::query_port);
         v.query_device_ex = Some(device::query_device_ex);
+        v.query_rt_values = Some(crate::clock::query_rt_values);
         v.create_cq_ex = Some(cq::create_cq_ex);
         v.create_qp_ex = Some(qp::create_qp_ex);
         v.create_srq_ex = Some(crate::srq::create_srq_ex);

@@ -88,6 +88,10 @@ struct Polled {
     head: usize,
     len: usize,
     cur: Completion,
+    /// When the buffered batch left the engine (`clock::ticks`), and so the stamp of `cur`
+    /// (`ibv_wc_read_completion_ts`).
+    stamp: u64,
+    cur_stamp: u64,
     spin: Option<Spin>,
 }
 
@@ -154,6 +158,9 @@ impl Cq {
             };
             p.head = 0;
             p.len = n;
+            if n > 0 {
+                p.stamp = crate::clock::ticks();
+            }
         }
         if p.len == 0 {
             return Ok(None);
@@ -162,6 +169,7 @@ impl Cq {
         p.head += 1;
         p.len -= 1;
         p.cur = c;
+        p.cur_stamp = p.stamp;
         Ok(Some(c))
     }
 
@@ -433,6 +441,7 @@ unsafe fn create(
     ex.read_slid = Some(read_zero_u32);
     ex.read_sl = Some(read_sl);
     ex.read_dlid_path_bits = Some(read_zero_u8);
+    ex.read_completion_ts = Some(read_completion_ts);
     let obj = Box::into_raw(Box::new(Cq {
         ex: UnsafeCell::new(ex),
         id,
@@ -442,6 +451,8 @@ unsafe fn create(
             head: 0,
             len: 0,
             cur: Completion::default(),
+            stamp: 0,
+            cur_stamp: 0,
             spin: spin_budget().map(Spin::new),
         }),
     }));
@@ -472,8 +483,9 @@ pub unsafe extern "C" fn ibv_create_cq(
     })
 }
 
-/// `verbs_context::create_cq_ex`. Completion timestamps, VLAN, flow tags and tag matching
-/// are not reported by this NIC: asking for them is EOPNOTSUPP, as on rxe.
+/// `verbs_context::create_cq_ex`. Completion timestamps are the library's (`clock`); wall
+/// clock timestamps, VLAN, flow tags and tag matching are not reported by this NIC: asking
+/// for them is EOPNOTSUPP, as on rxe.
 pub unsafe extern "C" fn create_cq_ex(
     c: *mut ffi::ibv_context,
     attr: *mut ffi::ibv_cq_init_attr_ex,
@@ -481,7 +493,9 @@ pub unsafe extern "C" fn create_cq_ex(
     crate::guard::null("create_cq_ex", move || {
         // SAFETY: the program's attributes.
         let a = unsafe { &*attr };
-        if a.wc_flags & !u64::from(ffi::IBV_WC_STANDARD_FLAGS) != 0 {
+        let known = u64::from(ffi::IBV_WC_STANDARD_FLAGS)
+            | u64::from(ffi::ibv_create_cq_wc_flags::IBV_WC_EX_WITH_COMPLETION_TIMESTAMP);
+        if a.wc_flags & !known != 0 {
             set_errno(libc::EOPNOTSUPP);
             return null_mut();
         }
@@ -724,6 +738,12 @@ unsafe extern "C" fn read_sl(cq: *mut ffi::ibv_cq_ex) -> u8 {
     crate::guard::value("read_sl", move || {
         // SAFETY: see `cur`.
         sl(&unsafe { cur(cq) })
+    })
+}
+unsafe extern "C" fn read_completion_ts(cq: *mut ffi::ibv_cq_ex) -> u64 {
+    crate::guard::value("read_completion_ts", move || {
+        // SAFETY: see `cur`.
+        unsafe { Cq::of(cq as *mut ffi::ibv_cq) }.polled().cur_stamp
     })
 }
 unsafe extern "C" fn read_zero_u32(_cq: *mut ffi::ibv_cq_ex) -> u32 {

@@ -9,7 +9,7 @@ use crate::ffi;
 use libc::{c_char, c_int, c_void};
 use roce_emu::verbs::discover::{self, PortConfig};
 use roce_emu::verbs::gids::{self, GidTable};
-use roce_emu::verbs::{Mtu, MAX_MSG};
+use roce_emu::verbs::{Counter, Mtu, MAX_MSG};
 use std::sync::{Arc, OnceLock};
 
 /// rxe's vendor id (`RXE_VENDOR_ID`): perftest and pyverbs take rxe's defaults for it.
@@ -240,9 +240,9 @@ pub unsafe extern "C" fn ibv_query_device(
     })
 }
 
-/// `verbs_context::query_device_ex`: the basic attributes and no extended capability
-/// (no ODP, TSO, RSS, timestamps, tag matching, device memory), zeroed up to the size the
-/// program knows.
+/// `verbs_context::query_device_ex`: the basic attributes, the completion timestamp clock
+/// (`clock`), and no other extended capability (no ODP, TSO, RSS, tag matching, device
+/// memory), zeroed up to the size the program knows.
 pub unsafe extern "C" fn query_device_ex(
     c: *mut ffi::ibv_context,
     input: *const ffi::ibv_query_device_ex_input,
@@ -266,6 +266,8 @@ pub unsafe extern "C" fn query_device_ex(
         ex.orig_attr = device_attr(ctx.dev);
         ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
         ex.phys_port_cnt_ex = 1;
+        ex.completion_timestamp_mask = u64::MAX;
+        ex.hca_core_clock = crate::clock::CORE_CLOCK_KHZ;
         // SAFETY: copy what fits of ours into the program's (possibly older, smaller) struct.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -311,7 +313,16 @@ pub unsafe extern "C" fn query_port(
         }
         // SAFETY: a context we opened; `attr` has `len` writable bytes.
         let ctx = unsafe { Ctx::of(c) };
-        let a = port_attr(ctx.dev);
+        let mut a = port_attr(ctx.dev);
+        // PortInfo's violation counters (IBA 14.2.5.6, 16 bits, saturating as rxe's
+        // set_qkey_viol_cntr): the engine's counts of the datagrams it dropped for them.
+        if let Ok(nic) = ctx.nic() {
+            let k = nic.counters();
+            let c16 = |n: u64| n.min(0xffff) as u32;
+            a.qkey_viol_cntr = c16(k.get(Counter::QkeyViolation));
+            a.bad_pkey_cntr = c16(k.get(Counter::DropPkeyMismatch));
+        }
+        // SAFETY: `attr` has `len` writable bytes (the caller's `ibv_port_attr`).
         unsafe {
             std::ptr::write_bytes(attr as *mut u8, 0, len);
             std::ptr::copy_nonoverlapping(

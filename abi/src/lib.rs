@@ -33,6 +33,7 @@
 #![allow(non_snake_case)]
 
 mod ah;
+mod clock;
 mod context;
 mod cq;
 mod device;

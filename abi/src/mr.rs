@@ -296,9 +296,9 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    use ffi::ibv_rereg_mr_err_code as code;
-    use ffi::ibv_rereg_mr_flags as f;
     crate::guard::errno("ibv_rereg_mr", move || {
+        use ffi::ibv_rereg_mr_err_code as code;
+        use ffi::ibv_rereg_mr_flags as f;
         let input = |e| {
             set_errno(e);
             code::IBV_REREG_MR_ERR_INPUT

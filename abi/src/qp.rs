@@ -305,6 +305,15 @@ pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &
     }
     if let Err(why) = ctx.dev.gids.source(u32::from(ah.grh.sgid_index)) {
         tracing::debug!("{why}");
+        // The likeliest mistake of a first hour: `-g 0` from an rxe tutorial, where index
+        // 0 is the link-local GID rxe can send from and this device cannot. The program
+        // itself says only "Failed to modify QP to RTR", so say why once, even unasked.
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("ROCE_EMU_LOG").is_none()
+            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!("roce-emu: {why}");
+        }
         return Err("sgid_index: not a GID the device sends from (ROCE_EMU_LOG=debug lists them)");
     }
     // SAFETY: a GID is 16 raw bytes, whichever union member was written.
@@ -463,6 +472,10 @@ pub unsafe extern "C" fn ibv_query_qp(
             a.ah_attr.is_global = 1;
             a.ah_attr.port_num = 1;
             a.ah_attr.grh.hop_limit = 64;
+            // The source GID: the device sends from its own address alone (modify_qp
+            // refuses any other index), so that address's index is the one the program
+            // set; pyverbs' test_mr re-applies the queried attributes after a reset.
+            a.ah_attr.grh.sgid_index = ctx.dev.gids.own_index().unwrap_or(0) as u8;
             a.ah_attr.grh.dgid.raw = match av.dest_ip {
                 IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
                 IpAddr::V6(v6) => v6.octets(),

@@ -25,6 +25,8 @@ expect COMPARE_SWAP compare=1 swap=2 va=0x10
 expect SEND_LAST_WITH_IMMEDIATE imm=9 pad=3 se
 expect SEND_ONLY_WITH_INVALIDATE inv=buf
 expect opcode=0x1f psn=0
+expect UD_SEND_ONLY qkey=0x11111111 src_qp=target len=16
+expect UC_SEND_FIRST psn=3 no_ackreq
 "#;
 
 fuzz_target!(|data: &[u8]| {
@@ -50,14 +52,13 @@ fuzz_target!(|data: &[u8]| {
             fill: ByteSpec::Index,
         },
     );
-    // One QP line: the target, as the runner fills Qpns for a one-QP script.
-    let mut q = Qpns {
+    let q = Qpns {
         target: 0x11,
         peer: 0x22,
+        targets: [0x11, 0, 0, 0],
         count: 1,
-        ..Default::default()
+        qkey: 0x1111_1111,
     };
-    q.targets[0] = 0x11;
     for icrc_ok in [true, false] {
         let g = Got {
             bytes: data.to_vec(),

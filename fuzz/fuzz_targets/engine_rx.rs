@@ -1,5 +1,6 @@
 //! Arbitrary datagrams into a connected RC engine (the fuzz build skips the ICRC check so
 //! the input reaches the transport), interleaved with the engine's own traffic to its peer.
+//! B also has a UD QP (QPN 0x12) and the GSI QP (QPN 1), receives posted, in the same PD.
 //! Invariants: no panic; nothing outside the registered buffer of either NIC changes (the
 //! guard regions registered around it, with every right, keep their fill); every WR the
 //! honest side posted completes at most once.
@@ -64,6 +65,53 @@ fuzz_target!(|data: &[u8]| {
                 sges: &[sge],
             },
         );
+    }
+    // A UD QP and QP1 on B, in RTS, with receives in B's buffer: datagrams for QPNs 0x12
+    // and 1 reach the UD receive path (Q_Key, header slot, lengths).
+    let ud_init = QpInit {
+        qp_type: QpType::Ud,
+        ..QpInit::rc(eb.pd, eb.cq, cap)
+    };
+    let uds = [
+        b.create_qp(&ud_init).unwrap(),
+        b.create_gsi_qp(&ud_init).unwrap(),
+    ];
+    for (k, &q) in uds.iter().enumerate() {
+        for st in [
+            QpAttr {
+                state: Some(QpState::Init),
+                pkey_index: Some(0),
+                port: Some(1),
+                qkey: Some(0x1ee7_a330),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rtr),
+                ..Default::default()
+            },
+            QpAttr {
+                state: Some(QpState::Rts),
+                sq_psn: Some(Psn::new(1)),
+                ..Default::default()
+            },
+        ] {
+            b.modify_qp(Instant::ZERO, q, &st).unwrap();
+        }
+        for i in 0..4u64 {
+            let sge = Sge {
+                addr: IOVA + 8192 + 4096 * k as u64 + 600 * i,
+                length: 40 + 512 + 8 * i as u32,
+                lkey: eb.mr.lkey(),
+            };
+            let _ = b.post_recv(
+                Instant::ZERO,
+                q,
+                &RecvWr {
+                    wr_id: 100 + i,
+                    sges: &[sge],
+                },
+            );
+        }
     }
     let mut d = Direct::new(a, b);
     // Honest traffic from A, so the fuzzed packets meet a QP with state in every role.

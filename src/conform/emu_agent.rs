@@ -4,9 +4,9 @@
 use super::agent::Reply;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
-    Access, AsyncEvent, Completion, Context, Device, Event, Local, MemoryRegion, Mtu, Pd, Psn,
-    QpAttr, QpCap, QpInit, QpState, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus,
+    Access, AsyncEvent, Completion, Context, Counter, Device, Event, Local, MemoryRegion, Mtu, Pd,
+    Psn, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
+    SrqInit, UdDest, WcOpcode, WcStatus,
 };
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 /// The longest request line: anything longer is refused unread.
 const MAX_LINE: usize = 4096;
+/// The most QPs a script may create (`qp` lines).
+const MAX_QPS: usize = crate::conform::script::MAX_QPS;
 /// The largest region a script may register.
 const MAX_MR: u64 = 16 << 20;
 /// The deepest queue a script may ask for.
@@ -95,7 +97,11 @@ struct State<'a> {
     ctx: &'a Context,
     pd: Option<Pd>,
     cq: Option<u32>,
+    /// The first QP: what modify, state and post act on.
     qpn: Option<u32>,
+    /// Every QP of the script (up to MAX_QPS, on one CQ) and its type.
+    qps: Vec<(u32, QpType)>,
+    srq: Option<u32>,
     mrs: HashMap<String, Mr>,
     /// The `qp` request's arguments, for later bring-up steps (`modify state=RTR`).
     qp_args: HashMap<String, String>,
@@ -114,6 +120,8 @@ impl<'a> State<'a> {
             pd: None,
             cq: None,
             qpn: None,
+            qps: Vec::new(),
+            srq: None,
             mrs: HashMap::new(),
             qp_args: HashMap::new(),
         }
@@ -148,11 +156,10 @@ impl<'a> State<'a> {
             "state" => self.state(),
             "read" => self.read(&a),
             "event" => self.event(&a),
-            // Shared receive queues and the port's violation counters: not on the verbs
-            // layer yet (issue 22); the scripts that need them are not applicable.
-            "srq" | "modify_srq" | "post_srq_recv" | "port" => Ok(Reply::Unsupported(format!(
-                "{cmd} (not in roce-emu's verbs yet)"
-            ))),
+            "srq" => self.srq(&a),
+            "modify_srq" => self.modify_srq(&a),
+            "post_srq_recv" => self.post_srq_recv(&a),
+            "port" => self.port(),
             "" => Err("empty request".into()),
             o => Err(format!("unknown request {o:?}")),
         };
@@ -164,8 +171,12 @@ impl<'a> State<'a> {
     }
 
     fn reset(&mut self) {
-        if let Some(q) = self.qpn.take() {
+        self.qpn = None;
+        for (q, _) in self.qps.drain(..) {
             let _ = self.ctx.destroy_qp(q);
+        }
+        if let Some(s) = self.srq.take() {
+            let _ = self.ctx.destroy_srq(s);
         }
         if let Some(c) = self.cq.take() {
             let _ = self.ctx.destroy_cq(c);
@@ -212,19 +223,18 @@ impl<'a> State<'a> {
     }
 
     fn qp(&mut self, a: &A) -> R {
-        match a.opt("type").unwrap_or("rc") {
-            "rc" => {}
-            t => {
-                return Ok(Reply::Unsupported(format!(
-                    "type={t} (roce-emu's verbs: RC only)"
-                )))
-            }
-        }
-        if a.opt("srq").is_some() {
-            return Ok(Reply::Unsupported("a QP on an SRQ".into()));
-        }
-        if self.qpn.is_some() {
-            return Ok(Reply::Unsupported("a second QP in one script".into()));
+        let ty = match a.opt("type").unwrap_or("rc") {
+            "rc" => QpType::Rc,
+            "uc" => QpType::Uc,
+            "ud" => QpType::Ud,
+            t => return Err(format!("type={t}: rc uc or ud")),
+        };
+        let srq = match a.opt("srq") {
+            Some(_) => Some(self.srq.ok_or("srq=1 needs an srq first")?),
+            None => None,
+        };
+        if self.qps.len() == MAX_QPS {
+            return Err(format!("{MAX_QPS} QPs exist: reset first"));
         }
         let sq = a.n_or("sq", 64)?;
         let rq = a.n_or("rq", 64)?;
@@ -232,10 +242,13 @@ impl<'a> State<'a> {
             return Err(format!("sq={sq} rq={rq}: 1 to {MAX_WR} each"));
         }
         let (sq, rq) = (sq as usize, rq as usize);
-        let cq = self
-            .ctx
-            .create_cq(sq + rq, None)
-            .map_err(|e| format!("create_cq: {e}"))?;
+        let cq = match self.cq {
+            Some(c) => c,
+            None => self
+                .ctx
+                .create_cq((sq + rq) * MAX_QPS, None)
+                .map_err(|e| format!("create_cq: {e}"))?,
+        };
         self.cq = Some(cq);
         let cap = QpCap {
             max_send_wr: sq,
@@ -245,15 +258,25 @@ impl<'a> State<'a> {
             max_inline_data: 256,
         };
         let pd = self.pd();
-        let qpn = self
-            .ctx
-            .create_qp(&QpInit::rc(pd, cq, cap))
-            .map_err(|e| format!("create_qp: {e}"))?;
-        self.qpn = Some(qpn);
-        self.qp_args =
-            a.0.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+        let mut init = QpInit::rc(pd, cq, cap);
+        init.qp_type = ty;
+        init.srq = srq;
+        let qpn = match self.ctx.create_qp(&init) {
+            Ok(q) => q,
+            // A QP type the engine lacks (UC before its branch): not applicable.
+            Err(e) if ty != QpType::Rc => {
+                return Ok(Reply::Unsupported(format!("create_qp {ty:?}: {e}")))
+            }
+            Err(e) => return Err(format!("create_qp: {e}")),
+        };
+        self.qps.push((qpn, ty));
+        if self.qpn.is_none() {
+            self.qpn = Some(qpn);
+            self.qp_args =
+                a.0.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+        }
         let steps: &[QpState] = match a.opt("state").unwrap_or("RTS") {
             "RESET" => &[],
             "INIT" => &[QpState::Init],
@@ -262,7 +285,7 @@ impl<'a> State<'a> {
             o => return Err(format!("state={o}: RESET INIT RTR or RTS")),
         };
         for &s in steps {
-            let attr = bring_up(s, a)?;
+            let attr = bring_up(s, ty, a)?;
             self.ctx
                 .modify_qp(qpn, &attr)
                 .map_err(|e| format!("modify_qp to {s}: {e}"))?;
@@ -295,7 +318,7 @@ impl<'a> State<'a> {
         let attr = match (from, to) {
             (QpState::Reset, QpState::Init)
             | (QpState::Init, QpState::Rtr)
-            | (QpState::Rtr, QpState::Rts) => bring_up(to, &kept)?,
+            | (QpState::Rtr, QpState::Rts) => bring_up(to, self.qps[0].1, &kept)?,
             _ => QpAttr {
                 state: Some(to),
                 ..Default::default()
@@ -413,6 +436,29 @@ impl<'a> State<'a> {
             local,
             flags,
         };
+        if self.qps[0].1 == QpType::Ud {
+            // To the peer (the qp line's peer_ip), its QP and the QP's own Q_Key unless the
+            // request names others: the address handle a program would make.
+            let kept = |k: &str| self.qp_args.get(k).map(String::as_str);
+            let dest = UdDest {
+                dest_ip: kept("peer_ip")
+                    .ok_or("a UD send needs the qp line's peer_ip")?
+                    .parse()
+                    .map_err(|_| "peer_ip: an address")?,
+                remote_qpn: match a.opt("qpn").or(kept("peer_qpn")) {
+                    Some(v) => Num::parse(v)?.0 as u32,
+                    None => 0,
+                },
+                remote_qkey: match a.opt("qkey").or(kept("qkey")) {
+                    Some(v) => Num::parse(v)?.0 as u32,
+                    None => 0,
+                },
+            };
+            self.ctx
+                .post_send_ud(qpn, &wr, &dest)
+                .map_err(|e| format!("post_send: {e}"))?;
+            return Ok(ok(&[]));
+        }
         self.ctx
             .post_send(qpn, &wr)
             .map_err(|e| format!("post_send: {e}"))?;
@@ -436,9 +482,16 @@ impl<'a> State<'a> {
                     ("status", status_name(c.status).into()),
                     ("op", op_name(c.opcode).into()),
                     ("len", c.byte_len.to_string()),
+                    ("qpn", format!("{:#x}", c.qpn)),
                 ];
                 if let Some(i) = c.imm {
                     kv.push(("imm", format!("{i:#x}")));
+                }
+                if self.qps.contains(&(c.qpn, QpType::Ud)) {
+                    kv.push(("src_qp", format!("{:#x}", c.src_qp)));
+                }
+                if c.network_hdr.is_some() {
+                    kv.push(("grh", String::new()));
                 }
                 return Ok(ok(&kv));
             }
@@ -462,10 +515,71 @@ impl<'a> State<'a> {
                 AsyncEvent::CqError { .. } => "CQ_ERR",
                 AsyncEvent::SqDrained { .. } => "SQ_DRAINED",
                 AsyncEvent::SrqLimitReached { .. } => "SRQ_LIMIT_REACHED",
-                AsyncEvent::QpLastWqeReached { .. } => "QP_LAST_WQE_REACHED",
+                // ibv_event_type's IBV_EVENT_QP_LAST_WQE_REACHED, named as the scripts
+                // and the rdma-core agent name it.
+                AsyncEvent::QpLastWqeReached { .. } => "LAST_WQE_REACHED",
             },
         };
         Ok(ok(&[("event", name.into())]))
+    }
+
+    fn srq(&mut self, a: &A) -> R {
+        if self.srq.is_some() {
+            return Err("an srq exists: reset first".into());
+        }
+        let max_wr = a.n("max_wr")?;
+        if !(1..=MAX_WR).contains(&max_wr) {
+            return Err(format!("max_wr={max_wr}: 1 to {MAX_WR}"));
+        }
+        let pd = self.pd();
+        let s = self
+            .ctx
+            .create_srq(&SrqInit {
+                pd,
+                max_wr: max_wr as usize,
+                max_sge: 4,
+                limit: 0,
+            })
+            .map_err(|e| format!("create_srq: {e}"))?;
+        self.srq = Some(s);
+        let limit = a.n_or("limit", 0)?;
+        if limit > 0 {
+            self.ctx
+                .modify_srq(s, None, Some(limit as u32))
+                .map_err(|e| format!("modify_srq: {e}"))?;
+        }
+        Ok(ok(&[]))
+    }
+
+    fn modify_srq(&mut self, a: &A) -> R {
+        let s = self.srq.ok_or("no srq")?;
+        self.ctx
+            .modify_srq(s, None, Some(a.n("limit")? as u32))
+            .map_err(|e| format!("modify_srq: {e}"))?;
+        Ok(ok(&[]))
+    }
+
+    fn post_srq_recv(&mut self, a: &A) -> R {
+        let s = self.srq.ok_or("no srq")?;
+        let sges = self.sges(a)?;
+        let wr = RecvWr {
+            wr_id: a.n_or("wr", 0)?,
+            sges: &sges,
+        };
+        self.ctx
+            .post_srq_recv(s, &wr)
+            .map_err(|e| format!("post_srq_recv: {e}"))?;
+        Ok(ok(&[]))
+    }
+
+    /// The port's Q_Key and P_Key violation counts (PortInfo's, as ibv_query_port gives
+    /// them): the engine's counters of those drops.
+    fn port(&self) -> R {
+        let c = self.ctx.counters();
+        Ok(ok(&[
+            ("qkey_viol", c.get(Counter::QkeyViolation).to_string()),
+            ("bad_pkey", c.get(Counter::DropPkeyMismatch).to_string()),
+        ]))
     }
 
     fn state(&self) -> R {
@@ -493,8 +607,39 @@ impl<'a> State<'a> {
     }
 }
 
-/// The attributes of the bring-up step to `s` (INIT, RTR or RTS) from a `qp` request.
-fn bring_up(s: QpState, a: &A) -> Result<QpAttr, String> {
+/// The attributes of the bring-up step to `s` (INIT, RTR or RTS) from a `qp` request, for
+/// a QP of type `ty`: UD takes a Q_Key and no path, UC a path without the RDMA READ and
+/// retry attributes (IBA 11.2.5.2's table, as the kernel's ib_modify_qp_is_ok has it).
+fn bring_up(s: QpState, ty: QpType, a: &A) -> Result<QpAttr, String> {
+    let rc = bring_up_rc(s, a)?;
+    Ok(match (ty, s) {
+        (QpType::Rc, _) => rc,
+        (QpType::Ud, QpState::Init) => QpAttr {
+            state: Some(s),
+            pkey_index: Some(0),
+            port: Some(1),
+            qkey: Some(a.n_or("qkey", 0)? as u32),
+            ..Default::default()
+        },
+        (QpType::Ud, QpState::Rtr) => QpAttr {
+            state: Some(s),
+            ..Default::default()
+        },
+        (QpType::Uc, QpState::Init) => rc,
+        (QpType::Uc, QpState::Rtr) => QpAttr {
+            max_dest_rd_atomic: None,
+            min_rnr_timer: None,
+            ..rc
+        },
+        (_, _) => QpAttr {
+            state: Some(s),
+            sq_psn: rc.sq_psn,
+            ..Default::default()
+        },
+    })
+}
+
+fn bring_up_rc(s: QpState, a: &A) -> Result<QpAttr, String> {
     Ok(match s {
         QpState::Init => QpAttr::init(access(
             a.opt("access")

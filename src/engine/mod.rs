@@ -410,6 +410,9 @@ impl Engine {
         }
         // Its heap entry, if any, is dead now (no slot); the top must stay live.
         self.prune_timers();
+        // Type 2 windows bound to it go free: a later QP given the same QPN must not
+        // find them usable.
+        self.mem.release_qp_windows(s.qp.pd, qpn);
         Ok(())
     }
 

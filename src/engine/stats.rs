@@ -82,7 +82,7 @@ counters! {
     DropReplayMissing => "drop_replay_missing",
     /// UC packets dropped by the responder for a PSN gap or an opcode out of sequence (a
     /// MIDDLE or LAST with no message in progress), and every later packet of a message
-    /// already being dropped, until the next FIRST or ONLY (IBA 9.8.3; rxe `check_psn`,
+    /// already being dropped, until the next FIRST or ONLY (IBA 9.8, UC; rxe `check_psn`,
     /// `check_op_seq` UC branches, `drop_msg`).
     UcDropOutOfSeq => "uc_drop_out_of_seq",
     /// UC messages dropped for want of a receive WQE (UC has no RNR NAK; rxe

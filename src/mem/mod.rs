@@ -94,8 +94,11 @@ impl Access {
     /// `IBV_ACCESS_MW_BIND`: memory windows may be bound to the region (IBA 10.6.7,
     /// C10-73). Grants no access by itself.
     pub const MW_BIND: Access = Access(16);
+    /// Every access right: LOCAL_WRITE and the three remote ones (not MW_BIND, which is
+    /// a permission to bind windows, not an access, and applies to regions only).
+    pub const ALL: Access = Access(0xf);
     /// Every flag this module knows.
-    pub const ALL: Access = Access(0x1f);
+    const KNOWN: Access = Access(0x1f);
     /// The rights a peer can use (an R_Key is issued only with one of them).
     pub const REMOTE: Access = Access(2 | 4 | 8);
 
@@ -121,7 +124,7 @@ impl Access {
     /// implement (zero-based, on-demand paging, ...), so that an
     /// unsupported request is refused rather than silently narrowed.
     pub const fn from_bits(bits: u32) -> Option<Access> {
-        if bits & !Access::ALL.0 == 0 {
+        if bits & !Access::KNOWN.0 == 0 {
             Some(Access(bits))
         } else {
             None
@@ -342,7 +345,8 @@ mod tests {
         assert_eq!(Access::REMOTE_READ.bits(), 4);
         assert_eq!(Access::REMOTE_ATOMIC.bits(), 8);
         assert_eq!(Access::MW_BIND.bits(), 16);
-        assert_eq!(Access::from_bits(0x1f), Some(Access::ALL));
+        assert_eq!(Access::from_bits(0xf), Some(Access::ALL));
+        assert_eq!(Access::from_bits(0x1f), Some(Access::ALL | Access::MW_BIND));
         // IBV_ACCESS_ZERO_BASED (32) and anything above is not implemented: refused.
         assert_eq!(Access::from_bits(32), None);
         assert_eq!(Access::from_bits(1 | 64), None);

@@ -158,11 +158,9 @@ impl MemoryRegion {
         self.lkey
     }
 
-    /// The remote key (for the peer): the lkey's value if the region has a remote
-    /// access right, else `Rkey(0)`, which names no region (index 0 is never used), as
-    /// rxe's `rxe_mr_init` does (`rkey = access & IB_ACCESS_REMOTE ? lkey : 0`). So a
-    /// local-only region cannot be reached from the network even by a peer that learns
-    /// its lkey: the lookup fails as an invalid R_Key, before any access check.
+    /// The remote key (for the peer): the lkey's value, remote rights or not (rxe's
+    /// `rxe_mr_init` after Linux 6.1, mlx5; 6.1 gave 0 without a remote right): what a peer may do with it is the region's
+    /// access rights' call, checked on every access.
     pub fn rkey(&self) -> Rkey {
         self.rkey
     }

@@ -297,13 +297,12 @@ impl MrTable {
             a.last_key.resize(slot + 1, 0);
         }
         a.last_key[slot] = key;
-        // rxe_mr_init: no remote right, no R_Key (0 names no region: index 0 is unused).
-        let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-        let rkey = if access.intersects(remote) {
-            Rkey::new(index, key)
-        } else {
-            Rkey(0)
-        };
+        // The R_Key is the lkey's value, remote rights or not, as rxe's `rxe_mr_init`
+        // since Linux 6.4 and mlx5 do: a program may add a remote right later with
+        // ibv_rereg_mr and use the key it already sent (pyverbs' test_mr_rereg_access).
+        // A region without the right is refused by the access check instead of by the
+        // key lookup: the same NAK (Remote Access Error), no byte touched.
+        let rkey = Rkey::new(index, key);
         let mr = Arc::new(MemoryRegion::new(
             pd,
             iova,
@@ -487,15 +486,11 @@ impl MrTable {
     /// succeeds and changes nothing (rxe does the same). Afterwards every lookup of the
     /// region fails with [`MemError::MrInvalid`] until it is deregistered.
     ///
-    /// The key to match is the rkey of a region with a remote right and the lkey of one
-    /// without (whose rkey is 0), as rxe's `rxe_invalidate_mr` (`remote ? rkey : lkey`):
-    /// a local-only region can still be invalidated, by the one key it has.
+    /// The key to match is the region's one key (its rkey is its lkey's value, remote
+    /// rights or not), as rxe's `rxe_invalidate_mr`.
     pub fn invalidate(&self, pd: Pd, rkey: Rkey) -> Result<(), MemError> {
-        self.find_as(pd, Key::Remote(rkey), |mr| match mr.rkey() {
-            Rkey(0) => mr.lkey().0,
-            r => r.0,
-        })?
-        .set_invalid();
+        self.find_as(pd, Key::Remote(rkey), |mr| mr.rkey().0)?
+            .set_invalid();
         Ok(())
     }
 

@@ -12,9 +12,12 @@
 //!   empty slot (`find_gid`'s `empty`): the indices of the others never move.
 //! - 1024 slots (`RXE_PORT_GID_TBL_LEN`), empty ones read as zero GIDs.
 //!
-//! No "IB/RoCE v1" entries: rxe lists none (the lab's rxe on Debian 12: index 1 is
-//! `::ffff:198.18.0.11`, index 2 `2001:db8:4791::11`, `RoCE v2` both; /work/shared/captures),
-//! and our NIC speaks only RoCE v2. So `-g 1` is the IPv4 GID here as on rxe (`-g 3` is
+//! No "IB/RoCE v1" entries: rxe lists none, and our NIC speaks only RoCE v2. The lab's rxe
+//! on Debian 12 (kernel 6.1; `tools/lab/interop.sh` test `dropin-gid-table` compares it
+//! with ours) shows for eth0 52:54:00:4c:ee:01 with 198.18.0.11/24 and
+//! 2001:db8:4791::11/64: 0 `fe80::5054:ff:fe4c:ee01`, 1 `::ffff:198.18.0.11`, 2
+//! `2001:db8:4791::11`, `RoCE v2` all, ndev eth0; 1024 `gids/N` files, an empty slot's
+//! GID zeros and its type unreadable (EINVAL). So `-g 1` is the IPv4 GID here as on rxe (`-g 3` is
 //! mlx5's IPv4 RoCE v2 index, where v1 and v2 entries alternate).
 //!
 //! One difference: a device serves one address (its port's socket), and that address
@@ -100,7 +103,11 @@ impl GidTable {
         addrs: &[IpAddr],
         watch: bool,
     ) -> GidTable {
-        let slots = layout(mac, port_ip, addrs).into_iter().map(Some).collect();
+        let slots = layout(mac, port_ip, addrs)
+            .into_iter()
+            .take(GID_TBL_LEN as usize)
+            .map(Some)
+            .collect();
         GidTable {
             name: name.into(),
             mac,

@@ -23,7 +23,8 @@
 //! Completion events: `req_notify_cq` arms a CQ in the engine (one-shot,
 //! solicited-only honoured); whoever drives the NIC moves fired events to the CQ's
 //! channel, whose eventfd then becomes readable. Async events (QP fatal, access errors,
-//! CQ overrun, port errors) go to [`Context::async_fd`]'s queue the same way.
+//! CQ overrun, SRQ limit, Last WQE Reached, port errors) go to [`Context::async_fd`]'s
+//! queue the same way.
 
 mod channel;
 pub mod discover;

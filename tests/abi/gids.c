@@ -1,6 +1,6 @@
 /* The GID table through the C API, as rxe's (src/verbs/gids.rs) for a device on an address
- * of no interface (ROCE_EMU_DEVICES=rxe0=127.0.21.3, MAC all zeros): gid_tbl_len 1024;
- * index 0 the link-local default GID fe80::200:ff:fe00:0, index 1 ::ffff:127.0.21.3, the
+ * of no interface (ROCE_EMU_DEVICES=rxe0=127.0.21.6, MAC all zeros): gid_tbl_len 1024;
+ * index 0 the link-local default GID fe80::200:ff:fe00:0, index 1 ::ffff:127.0.21.6, the
  * rest empty. ibv_query_gid succeeds on every index (zero GIDs for empty ones, as UCX
  * needs), ibv_query_gid_ex says ENODATA for an empty one, ibv_query_gid_table lists the
  * two in use, ibv_query_gid_type and the sysfs files (gids/N, gid_attrs/types/N,
@@ -78,7 +78,7 @@ int main(void)
 		if (i == 0)
 			expect_gid(&g, "fe80::200:ff:fe00:0");
 		if (i == 1) {
-			expect_gid(&g, "::ffff:127.0.21.3");
+			expect_gid(&g, "::ffff:127.0.21.6");
 			gid = g;
 		}
 	}
@@ -92,7 +92,7 @@ int main(void)
 	CHECK(!ibv_query_gid_ex(ctx, 1, 1, &e, 0), "ibv_query_gid_ex 1");
 	CHECK(e.gid_index == 1 && e.port_num == 1 && e.gid_type == IBV_GID_TYPE_ROCE_V2,
 	      "entry 1: index %u port %u type %u", e.gid_index, e.port_num, e.gid_type);
-	expect_gid(&e.gid, "::ffff:127.0.21.3");
+	expect_gid(&e.gid, "::ffff:127.0.21.6");
 	CHECK(!ibv_query_gid_ex(ctx, 1, 0, &e, 0), "ibv_query_gid_ex 0");
 	expect_gid(&e.gid, "fe80::200:ff:fe00:0");
 	CHECK(ibv_query_gid_ex(ctx, 1, 2, &e, 0) == ENODATA, "empty slot: ENODATA");
@@ -104,7 +104,7 @@ int main(void)
 	CHECK(k == 2, "ibv_query_gid_table: %zd entries", k);
 	CHECK(t[0].gid_index == 0 && t[1].gid_index == 1 && t[1].gid_type == IBV_GID_TYPE_ROCE_V2,
 	      "table indices %u %u", t[0].gid_index, t[1].gid_index);
-	expect_gid(&t[1].gid, "::ffff:127.0.21.3");
+	expect_gid(&t[1].gid, "::ffff:127.0.21.6");
 	CHECK(ibv_query_gid_table(ctx, t, 1, 0) < 0, "a table too small for the GIDs fails");
 	printf("PASS ibv_query_gid_table\n");
 
@@ -116,7 +116,7 @@ int main(void)
 	char buf[64];
 	const char *dir = list[0]->ibdev_path;
 	CHECK(ibv_read_sysfs_file(dir, "ports/1/gids/1", buf, sizeof buf) > 0 &&
-		      !strcmp(buf, "0000:0000:0000:0000:0000:ffff:7f00:1503"),
+		      !strcmp(buf, "0000:0000:0000:0000:0000:ffff:7f00:1506"),
 	      "gids/1: %s", buf);
 	CHECK(ibv_read_sysfs_file(dir, "ports/1/gids/0", buf, sizeof buf) > 0 &&
 		      !strcmp(buf, "fe80:0000:0000:0000:0200:00ff:fe00:0000"),
@@ -152,6 +152,14 @@ int main(void)
 	CHECK(rtr(qp, 0) == EINVAL, "sgid_index 0 (link-local) must be EINVAL");
 	CHECK(rtr(qp, 2) == EINVAL, "sgid_index 2 (empty) must be EINVAL");
 	CHECK(!rtr(qp, 1), "sgid_index 1 (the device's address)");
+	/* ibv_query_qp gives back the index set: a program that re-applies the queried
+	 * attributes after a reset (pyverbs' test_mr) must get a usable one. */
+	struct ibv_qp_attr q;
+	struct ibv_qp_init_attr qinit;
+	CHECK(!ibv_query_qp(qp, &q, IBV_QP_AV, &qinit), "ibv_query_qp");
+	CHECK(q.ah_attr.is_global && q.ah_attr.grh.sgid_index == 1 &&
+		      !memcmp(&q.ah_attr.grh.dgid, &gid, 16),
+	      "ibv_query_qp: sgid_index %d, want 1", q.ah_attr.grh.sgid_index);
 	printf("PASS sgid_index\n");
 
 	ibv_destroy_qp(qp);

@@ -232,7 +232,7 @@ int main(void)
 	CHECK(list && n >= 1, "ibv_get_device_list: %d", n);
 	ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "ibv_open_device");
-	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid");
+	CHECK(!ibv_query_gid(ctx, 1, GIDX, &gid), "ibv_query_gid");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "ibv_alloc_pd");
 	device_limits();

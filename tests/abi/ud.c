@@ -68,7 +68,7 @@ int main(void)
 	CHECK(ctx, "ibv_open_device");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "pd");
-	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "gid");
+	CHECK(!ibv_query_gid(ctx, 1, GIDX, &gid), "gid");
 	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
 	char *buf = calloc(1, 65536);
 	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 65536, ACCESS);
@@ -81,6 +81,7 @@ int main(void)
 	aa.is_global = 1;
 	aa.grh.dgid = gid;
 	aa.grh.hop_limit = 255;
+	aa.grh.sgid_index = GIDX;
 	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
 	CHECK(ah && ah->pd == pd && ah->context == ctx, "ibv_create_ah");
 	struct ibv_qp_attr qa = {.qkey = 0x80010000};
@@ -117,7 +118,7 @@ int main(void)
 	/* ---- the reply's address handle from the completion ---- */
 	struct ibv_ah_attr from;
 	CHECK(!ibv_init_ah_from_wc(ctx, 1, &r, (struct ibv_grh *)g, &from), "ibv_init_ah_from_wc");
-	CHECK(from.is_global && !memcmp(&from.grh.dgid, &gid, 16) && from.grh.sgid_index == 0 &&
+	CHECK(from.is_global && !memcmp(&from.grh.dgid, &gid, 16) && from.grh.sgid_index == GIDX &&
 		      from.grh.hop_limit == 64 && from.port_num == 1 && from.sl == 2,
 	      "the AH attributes from the completion");
 	struct ibv_ah *back = ibv_create_ah_from_wc(pd, &r, (struct ibv_grh *)g, 1);

@@ -135,8 +135,8 @@ int main(void)
 	struct ibv_cq_ex *b_cqx = ibv_create_cq_ex(ctx, &cx);
 	CHECK(b_cqx, "ibv_create_cq_ex");
 	struct ibv_cq *b_cq = ibv_cq_ex_to_cq(b_cqx);
-	cx.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
-	CHECK(!ibv_create_cq_ex(ctx, &cx) && errno == EOPNOTSUPP, "timestamps must be EOPNOTSUPP");
+	cx.wc_flags = IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+	CHECK(!ibv_create_cq_ex(ctx, &cx) && errno == EOPNOTSUPP, "wall clock timestamps must be EOPNOTSUPP");
 	struct ibv_qp *a = rc_qp(a_cq, 64);
 	struct ibv_qp_init_attr_ex qx = {
 		.send_cq = b_cq, .recv_cq = b_cq, .qp_type = IBV_QPT_RC,

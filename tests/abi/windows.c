@@ -4,7 +4,8 @@
  * nowhere else; SEND with Invalidate and IBV_WR_LOCAL_INV kill a type 2 window's key;
  * deregistering a region with a window bound is refused; a re-registered region keeps
  * its lkey and takes its new rights, PD and memory; a resized CQ keeps every completion
- * and refuses to shrink below what it holds. Prints "PASS <step>" per step; any failure
+ * and refuses to shrink below what it holds; completion timestamps count the clock
+ * ibv_query_rt_values_ex reads. Prints "PASS <step>" per step; any failure
  * exits 1 naming it. tests/abi_paths.rs builds and runs it. */
 #include <infiniband/verbs.h>
 #include <errno.h>
@@ -210,7 +211,7 @@ static void rereg(void)
 	struct ibv_qp *a, *b;
 	char *other = calloc(1, LEN);
 	struct ibv_mr *m = ibv_reg_mr(pd, buf_b, LEN, IBV_ACCESS_LOCAL_WRITE);
-	CHECK(m && m->rkey == 0, "reg_mr local only");
+	CHECK(m && m->rkey == m->lkey, "reg_mr local only: rkey = lkey (rxe after 6.1, mlx5)");
 	uint32_t lkey = m->lkey;
 	CHECK(ibv_rereg_mr(m, 0, NULL, NULL, 0, 0) == IBV_REREG_MR_ERR_CMD && errno == EINVAL,
 	      "flags 0");
@@ -280,6 +281,55 @@ static void resize(void)
 	printf("PASS resize\n");
 }
 
+static uint64_t rt_now(void)
+{
+	struct ibv_values_ex v = {.comp_mask = IBV_VALUES_MASK_RAW_CLOCK};
+	CHECK(!ibv_query_rt_values_ex(ctx, &v) && v.comp_mask == IBV_VALUES_MASK_RAW_CLOCK,
+	      "ibv_query_rt_values_ex");
+	return (uint64_t)v.raw_clock.tv_sec * 1000000000ull + v.raw_clock.tv_nsec;
+}
+
+/* Completion timestamps: ticks of the clock ibv_query_rt_values_ex reads, at
+ * hca_core_clock kHz, between the clock before the post and after the poll. */
+static void timestamps(void)
+{
+	struct ibv_device_attr_ex dx;
+	CHECK(!ibv_query_device_ex(ctx, NULL, &dx), "ibv_query_device_ex");
+	CHECK(dx.hca_core_clock == 1000000 && dx.completion_timestamp_mask == UINT64_MAX,
+	      "clock %llu kHz, mask %#llx", (unsigned long long)dx.hca_core_clock,
+	      (unsigned long long)dx.completion_timestamp_mask);
+	struct ibv_cq_init_attr_ex cx = {
+		.cqe = 16, .wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP};
+	struct ibv_cq_ex *cqx = ibv_create_cq_ex(ctx, &cx);
+	CHECK(cqx, "ibv_create_cq_ex with timestamps");
+	struct ibv_cq *saved = cq;
+	cq = ibv_cq_ex_to_cq(cqx);
+	struct ibv_qp *a, *b;
+	pair(&a, &b);
+	uint64_t t0 = rt_now();
+	struct ibv_sge s = {(uintptr_t)buf_a, 8, mr_a->lkey};
+	struct ibv_send_wr w = {.wr_id = 9, .sg_list = &s, .num_sge = 1,
+				.opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED}, *bad;
+	w.wr.rdma.remote_addr = (uintptr_t)buf_b;
+	w.wr.rdma.rkey = mr_b->rkey;
+	CHECK(!ibv_post_send(a, &w, &bad), "post");
+	struct ibv_poll_cq_attr pa = {0};
+	double end = now() + 10;
+	int r;
+	while ((r = ibv_start_poll(cqx, &pa)) == ENOENT && now() < end)
+		;
+	CHECK(r == 0 && cqx->wr_id == 9 && cqx->status == IBV_WC_SUCCESS, "start_poll %d", r);
+	uint64_t ts = ibv_wc_read_completion_ts(cqx);
+	ibv_end_poll(cqx);
+	uint64_t t1 = rt_now();
+	CHECK(t0 <= ts && ts <= t1, "timestamp %llu not in [%llu, %llu]",
+	      (unsigned long long)ts, (unsigned long long)t0, (unsigned long long)t1);
+	unpair(a, b);
+	cq = saved;
+	CHECK(!ibv_destroy_cq(ibv_cq_ex_to_cq(cqx)), "destroy cq_ex");
+	printf("PASS timestamps\n");
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -288,7 +338,7 @@ int main(int argc, char **argv)
 	CHECK(list && n >= 1, "ibv_get_device_list: %d", n);
 	ctx = ibv_open_device(list[0]);
 	CHECK(ctx, "ibv_open_device");
-	CHECK(!ibv_query_gid(ctx, 1, 0, &gid), "ibv_query_gid");
+	CHECK(!ibv_query_gid(ctx, 1, GIDX, &gid), "ibv_query_gid");
 	pd = ibv_alloc_pd(ctx);
 	CHECK(pd, "ibv_alloc_pd");
 	cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
@@ -309,6 +359,8 @@ int main(int argc, char **argv)
 		rereg();
 	if (!only || !strcmp(only, "resize"))
 		resize();
+	if (!only || !strcmp(only, "timestamps"))
+		timestamps();
 	CHECK(!ibv_dereg_mr(mr_a) && !ibv_dereg_mr(mr_b), "dereg");
 	CHECK(!ibv_destroy_cq(cq), "destroy_cq");
 	CHECK(!ibv_dealloc_pd(pd), "dealloc_pd");

@@ -50,7 +50,7 @@ command -v qemu-system-x86_64 >/dev/null || skip "qemu-system-x86_64 missing aft
 # debian.sh fetches the programs once, then only checks its stamp.
 DROPIN_TESTS="dropin-rc_pingpong-host-server dropin-rc_pingpong-host-client
 dropin-write_bw-host-server dropin-write_bw-host-client dropin-read_bw-host-server
-dropin-read_bw-host-client"
+dropin-read_bw-host-client dropin-gid-table"
 for t in ud uc srq; do DROPIN_TESTS="$DROPIN_TESTS dropin-${t}_pingpong-host-server dropin-${t}_pingpong-host-client"; done
 for k in tap afpacket; do
   for t in rc_pingpong write_bw; do DROPIN_TESTS="$DROPIN_TESTS daemon-$k-$t-host-server daemon-$k-$t-host-client"; done
@@ -446,6 +446,36 @@ qpt_rxe_rxe() { # ud|uc|srq SIZE ITERS
   [ $rc = 0 ] && qpt_done "$T/guest1.txt" && qpt_done "$T/guest2.txt"
 }
 
+# The GID table: rxe's in guest 1 (ibv_devinfo -v's GID lines) against the drop-in's, with
+# zero set-up, for an interface set up as the guest's eth0 (its MAC, IPv4 and IPv6
+# addresses) on a veth in a namespace of its own: the same lines (src/verbs/gids.rs).
+dropin_gids() {
+  g_run 1 'ip -o link show eth0; ip -o addr show eth0; ibv_devinfo -v -d rxe0' > "$T/guest.txt" 2>&1 || return 1
+  local mac ip4 ip6 ns=roceemu-gids-$$ rc
+  mac=$(grep -o 'link/ether [0-9a-f:]*' "$T/guest.txt" | head -1 | cut -d' ' -f2)
+  ip4=$(awk '$3 == "inet" { print $4; exit }' "$T/guest.txt")
+  ip6=$(awk '$3 == "inet6" && $4 !~ /^fe80/ { print $4; exit }' "$T/guest.txt")
+  [ -n "$mac" ] && [ -n "$ip4" ] && [ -n "$ip6" ] || { FIG="guest 1's eth0 unread"; return 1; }
+  ip netns add "$ns" || return 1
+  { ip -n "$ns" link set lo up &&
+    ip -n "$ns" link add eth0 type veth peer name eth9 &&
+    ip -n "$ns" link set eth0 address "$mac" &&
+    ip -n "$ns" addr add "$ip4" dev eth0 &&
+    ip -n "$ns" addr add "$ip6" dev eth0 nodad &&
+    ip -n "$ns" link set eth9 up && ip -n "$ns" link set eth0 up &&
+    echo "+ (eth0 $mac $ip4 $ip6) ibv_devinfo -v -d rxe0" > "$T/host.txt" &&
+    ip netns exec "$ns" env -u ROCE_EMU_DEVICES LD_LIBRARY_PATH="$DROPIN:$DEBIAN_LIBS" \
+      timeout 60 "$DEBIAN/usr/bin/ibv_devinfo" -v -d rxe0 < /dev/null >> "$T/host.txt" 2>&1; }
+  rc=$?
+  ip netns del "$ns"
+  [ $rc = 0 ] || return 1
+  diff <(grep 'GID\[' "$T/guest.txt") <(grep 'GID\[' "$T/host.txt") > "$T/diff.txt"
+  rc=$?
+  FIG="rxe: $(grep -c 'GID\[' "$T/guest.txt") GIDs ($(grep 'GID\[' "$T/guest.txt" | awk '{print $3}' | tr -d , | paste -sd' '))"
+  [ $rc = 0 ] || FIG="$FIG; the drop-in's differ (diff.txt)"
+  return $rc
+}
+
 # ---- daemons: Debian's programs on the drop-in, attached to a roce-emu daemon --------------
 # `roce-emu daemon` owns a port with its own L2 on the lab bridge: a TAP it creates (a MAC of
 # its own behind it), or an AF_PACKET socket on one end of a veth pair whose other end is on
@@ -639,6 +669,7 @@ for t in ud:1024:200 uc:4096:200 srq:4096:50; do
   run_test "dropin-${q}_pingpong-host-server" dropin_qpt "$q" host-server "$s" "$n"
   run_test "dropin-${q}_pingpong-host-client" dropin_qpt "$q" host-client "$s" "$n"
 done
+run_test "dropin-gid-table" dropin_gids
 
 # The same programs through a roce-emu daemon on its own L2 port on the bridge.
 run_test "daemon-tap-rc_pingpong-host-server" daemon_test tap pp host-server 4096 1024 300

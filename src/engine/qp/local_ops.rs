@@ -18,7 +18,7 @@ impl Qp {
     /// Executes the local WQE at the requester's position.
     pub(crate) fn do_local_op(&mut self, ctx: &mut Ctx<'_>, idx: usize) {
         let w = self.sq[idx];
-        let who = self.on_qp();
+        let who = self.who();
         let r = match w.op {
             SendOp::BindMw {
                 mw_rkey,
@@ -60,7 +60,7 @@ impl Qp {
 
     /// Who presents an R_Key arriving on this QP (its PD, and itself for type 2
     /// windows).
-    pub(crate) fn on_qp(&self) -> OnQp {
+    pub(crate) fn who(&self) -> OnQp {
         OnQp::new(self.pd, self.qpn)
     }
 

@@ -152,6 +152,11 @@ impl Qp {
             if !w.op.is_local() {
                 break (idx, w);
             }
+            if w.started {
+                // Executed already: a go-back-N retry passes over it (never twice).
+                self.req.sq_idx += 1;
+                continue;
+            }
             self.do_local_op(ctx, idx);
         };
         let mtu = self.mtu();

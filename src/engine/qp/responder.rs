@@ -432,21 +432,17 @@ impl Qp {
         if info.is(Flags::END) {
             let mut inv = None;
             if let Some(ieth) = r.ieth {
-                // SEND with invalidate (IBA 10.6.7.2.5): the named R_Key stops working.
-                // Only a type 2 window bound on this QP may be invalidated by the peer
-                // (roce-emu has no fast-registered regions); any other key (unknown,
-                // other PD or QP, a registered region, a type 1 window) is an R_Key
-                // violation (`MrTable::invalidate_remote`): NAK Remote Access Error and
-                // the QP goes to ERR. rxe fails the same way
+                // SEND with invalidate (IBA 10.6.7.2.5): only a type 2 window bound on
+                // this QP may be invalidated by the peer (there is no fast registration);
+                // any other key (unknown, other PD or QP, a registered region, a type 1
+                // window) is an R_Key violation (`MrTable::invalidate_remote`): NAK
+                // Remote Access Error and the QP goes to ERR. rxe fails the same way
                 // (`invalidate_rkey` -> RESPST_ERR_INVALIDATE_RKEY, "Class J") and
                 // completes the receive WQE with REM_INV_REQ_ERR, as here; it then sends
                 // a positive ACK (its aeth_syndrome is left at ACK), which would tell the
                 // sender its message was fine, so the NAK is ours.
-                if ctx
-                    .mem
-                    .invalidate_remote(self.on_qp(), Rkey(ieth.rkey))
-                    .is_err()
-                {
+                let who = self.who();
+                if ctx.mem.invalidate_remote(who, Rkey(ieth.rkey)).is_err() {
                     self.complete_recv(
                         ctx,
                         WcStatus::RemInvReqErr,
@@ -502,7 +498,7 @@ impl Qp {
             return self.responder_fail(ctx, psn, Fail::InvalidRequest);
         }
         if !payload.is_empty() {
-            let r = ctx.mem.write_remote(self.on_qp(), Rkey(rkey), va, payload);
+            let r = ctx.mem.write_remote(self.who(), Rkey(rkey), va, payload);
             ctx.stats.note_mem(&r);
             if let Err(e) = r {
                 let len = payload.len() as u64;
@@ -540,9 +536,7 @@ impl Qp {
         if len == 0 {
             return true;
         }
-        let r = ctx
-            .mem
-            .lookup_remote(self.on_qp(), Rkey(rkey), va, len, need);
+        let r = ctx.mem.lookup_remote(self.who(), Rkey(rkey), va, len, need);
         if let Err(e) = &r {
             refusal::access(self.qpn, refusal::op_of(need), psn, rkey, va, len, e);
         }
@@ -586,10 +580,10 @@ impl Qp {
         };
         let res = if r.bth.opcode == op::RC_COMPARE_SWAP {
             ctx.mem
-                .compare_swap(self.on_qp(), Rkey(a.rkey), a.va, a.compare, a.swap_add)
+                .compare_swap(self.who(), Rkey(a.rkey), a.va, a.compare, a.swap_add)
         } else {
-            ctx.mem
-                .fetch_add(self.on_qp(), Rkey(a.rkey), a.va, a.swap_add)
+            let who = self.who();
+            ctx.mem.fetch_add(who, Rkey(a.rkey), a.va, a.swap_add)
         };
         ctx.stats.note_mem(&res);
         // The R_Key, PD, rights and range are checked before the alignment (rxe
@@ -728,7 +722,7 @@ impl Qp {
                 let n = r
                     .emit_with(buf, |dst| {
                         if !dst.is_empty() {
-                            read = ctx.mem.read_remote(self.on_qp(), Rkey(rkey), va, dst);
+                            read = ctx.mem.read_remote(self.who(), Rkey(rkey), va, dst);
                         }
                     })
                     .ok()?;

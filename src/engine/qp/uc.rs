@@ -12,7 +12,7 @@ use crate::wire::opcode::Opcode;
 /// Required and optional attributes of a UC transition, or `None` if it does not exist:
 /// the UC rows of the kernel's `qp_state_table` (drivers/infiniband/core/verbs.c, checked
 /// by `ib_modify_qp_is_ok`). UC has no responder resources, RNR timer, ACK timeout or
-/// retry counts (IBA 11.2.5.2, Table 96 marks them RC only): INIT -> RTR needs the path,
+/// retry counts (the kernel table lists them for RC alone): INIT -> RTR needs the path,
 /// the peer's QPN and the receive PSN; RTR -> RTS needs only the send PSN.
 pub fn uc_rules(from: QpState, to: QpState) -> Option<(&'static [Attr], &'static [Attr])> {
     use Attr::*;
@@ -32,7 +32,7 @@ pub fn uc_rules(from: QpState, to: QpState) -> Option<(&'static [Attr], &'static
     })
 }
 
-/// The name of an operation UC cannot carry (IBA 9.8.1 and Table 35: UC has SEND and
+/// The name of an operation UC cannot carry (IBA 9.8 and the opcode table in `wire::opcode`: UC has SEND and
 /// RDMA WRITE, with or without immediate, and nothing else; rxe's `next_opcode_uc` has
 /// no opcode for the others). `None` when the operation is allowed.
 pub fn refused_on_uc(op: &SendOp) -> Option<&'static str> {
@@ -48,7 +48,7 @@ pub fn refused_on_uc(op: &SendOp) -> Option<&'static str> {
 }
 
 /// The UC opcode of a SEND or WRITE packet from its RC opcode: the same operation bits
-/// (the low five) under transport 001 (IBA Table 35: 0x00-0x0B -> 0x20-0x2B).
+/// (the low five) under transport 001 (0x00-0x0B -> 0x20-0x2B, `wire::opcode`).
 pub fn uc_opcode(rc: Opcode) -> Opcode {
     debug_assert!(rc.0 <= 0x0b, "only SEND and WRITE exist on UC");
     Opcode(0x20 | rc.0)
@@ -56,7 +56,7 @@ pub fn uc_opcode(rc: Opcode) -> Opcode {
 
 impl Qp {
     /// The last packet of the WQE at the front of the send queue was handed out: on UC it
-    /// completes now, successfully (IBA 9.8.2: no acknowledgement, the requester does not
+    /// completes now, successfully (IBA 9.8, UC: no acknowledgement, the requester does not
     /// know whether the message arrived; rxe: `update_wqe_state` in rxe_req.c leaves a
     /// non-RC WQE out of the pending state, and `rxe_xmit_packet` in rxe_net.c marks it
     /// done once its END packet is sent and runs the completer, which completes it

@@ -37,7 +37,7 @@ fn why(e: MemError) -> &'static str {
 
 #[test]
 fn alloc_keys_are_in_the_window_range() {
-    let (t, pd, mr) = setup(Access::ALL);
+    let (t, pd, mr) = setup(Access::ALL | Access::MW_BIND);
     let a = t.alloc_mw(pd, MwType::Type1).unwrap();
     let b = t.alloc_mw(pd, MwType::Type2).unwrap();
     assert!(is_window_key(a.rkey().0) && is_window_key(b.rkey().0));
@@ -62,7 +62,7 @@ fn alloc_keys_are_in_the_window_range() {
 
 #[test]
 fn type1_bind_rules_and_access() {
-    let (t, pd, mr) = setup(Access::ALL);
+    let (t, pd, mr) = setup(Access::ALL | Access::MW_BIND);
     let mw = t.alloc_mw(pd, MwType::Type1).unwrap();
     let k = mw.rkey();
     let w = bind(&mr, MR_IOVA + 0x100, 0x100, RW);
@@ -151,7 +151,9 @@ fn bind_refusals_name_the_rule() {
     let ro = t
         .reg_mr(pd, 0x20_0000, 64, Access::MW_BIND | Access::REMOTE_READ)
         .unwrap();
-    let good = t.reg_mr(pd, 0x30_0000, 64, Access::ALL).unwrap();
+    let good = t
+        .reg_mr(pd, 0x30_0000, 64, Access::ALL | Access::MW_BIND)
+        .unwrap();
     let mw = t.alloc_mw(pd, MwType::Type1).unwrap();
     let k = mw.rkey();
     let who = OnQp::from(pd);
@@ -191,7 +193,7 @@ fn bind_refusals_name_the_rule() {
 
 #[test]
 fn type2_belongs_to_its_qp_and_is_invalidated() {
-    let (t, pd, mr) = setup(Access::ALL);
+    let (t, pd, mr) = setup(Access::ALL | Access::MW_BIND);
     let mw = t.alloc_mw(pd, MwType::Type2).unwrap();
     let (q5, q6) = (OnQp::new(pd, 5), OnQp::new(pd, 6));
     let k = t
@@ -260,7 +262,7 @@ fn type2_belongs_to_its_qp_and_is_invalidated() {
 #[test]
 fn rereg_keeps_the_lkey() {
     let (t, pd, mr) = setup(Access::LOCAL_WRITE);
-    assert_eq!(mr.rkey(), Rkey(0));
+    assert_eq!(mr.rkey().0, mr.lkey().0);
     mr.write(MR_IOVA, &[5]).unwrap();
     assert!(matches!(
         t.rereg_mr(mr.lkey(), Rereg::default()),
@@ -278,7 +280,11 @@ fn rereg_keeps_the_lkey() {
         )
         .unwrap();
     assert_eq!(m2.lkey(), mr.lkey());
-    assert_eq!(m2.rkey().0, mr.lkey().0, "a remote right: rkey = lkey");
+    assert_eq!(
+        m2.rkey(),
+        mr.rkey(),
+        "the R_Key the program sent still names the region"
+    );
     assert_eq!(m2.pd(), pd2);
     let mut b = [0; 1];
     t.read_remote(pd2, m2.rkey(), MR_IOVA, &mut b).unwrap();
@@ -337,7 +343,7 @@ proptest! {
         zero_based in any::<bool>(),
     ) {
         let len = len.min(MR_LEN - off);
-        let (t, pd, mr) = setup(Access::ALL);
+        let (t, pd, mr) = setup(Access::ALL | Access::MW_BIND);
         let mw = t.alloc_mw(pd, MwType::Type2).unwrap();
         let q = OnQp::new(pd, 3);
         let access = Access::from_bits(grant << 1).unwrap();

@@ -62,11 +62,8 @@ impl MrTable {
             }
             self.uncount(old.pd());
         }
-        let rkey = if access.intersects(Access::REMOTE) {
-            Rkey(lkey.0)
-        } else {
-            Rkey(0)
-        };
+        // The R_Key stays the lkey's value whatever the new rights (see `reg_mr`).
+        let rkey = Rkey(lkey.0);
         let mr = Arc::new(old.rereg(pd, iova, access, rkey, bytes));
         self.mrs.insert(lkey.index(), Arc::clone(&mr));
         drop(a);

@@ -192,4 +192,22 @@ impl MrTable {
         b.clear(MwState::Free);
         Ok(())
     }
+
+    /// QP `qpn` of `pd` is destroyed: the type 2 windows bound to it become free (their
+    /// keys stop working), so that a QP later given the same QPN cannot use them. Goes
+    /// through every window: QP destruction is rare.
+    pub fn release_qp_windows(&self, pd: Pd, qpn: u32) {
+        let bound: Vec<Arc<MemoryWindow>> = self
+            .mws
+            .iter()
+            .filter(|w| w.pd() == pd && w.kind() == MwType::Type2)
+            .map(|w| Arc::clone(w.value()))
+            .collect();
+        for mw in bound {
+            let mut b = mw.lock();
+            if b.qpn == Some(qpn) && b.state == MwState::Valid {
+                b.clear(MwState::Free);
+            }
+        }
+    }
 }

@@ -7,6 +7,7 @@ use crate::engine::{
 };
 use crate::mem::{Access, Lkey, MwBind, MwState, MwType, Sge};
 use crate::sim::direct::{connect, rc_end_with, RcEnd, RcEndOpts, RcParams};
+use crate::sim::rule::DropNth;
 use crate::sim::Net;
 use crate::wire::Psn;
 
@@ -17,6 +18,7 @@ fn pair() -> (Net, [RcEnd; 2]) {
         let o = RcEndOpts {
             cq_depth: 64,
             sq_sig_all: true,
+            mr_access: Access::ALL | Access::MW_BIND,
             ..RcEndOpts::new(0x1000_0000 * (n as u64 + 1), 4096, QpCap::default())
         };
         rc_end_with(&mut net.nodes[n].engine, &o).unwrap()
@@ -302,4 +304,84 @@ fn refused_bind_fails_the_qp() {
     );
     assert_eq!(net.nodes[1].engine.qps[&s[1].qpn].qp.state, QpState::Err);
     assert_eq!(mw.rkey().0, new, "the refused bind changed nothing");
+}
+
+/// A go-back-N retry over an executed bind does not execute it again: B's WRITE is lost,
+/// the bind behind it is done, the SEND after it draws a sequence NAK; the retry resends
+/// the WRITE and the SEND and passes over the bind, and all three succeed in order.
+#[test]
+fn a_retry_passes_over_an_executed_bind() {
+    let (mut net, s) = pair();
+    let mw = net.nodes[1]
+        .engine
+        .mem()
+        .alloc_mw(s[1].pd, MwType::Type2)
+        .unwrap();
+    let old = mw.rkey().0;
+    let now = net.now;
+    let sge = [s[0].sge(0x800, 64)];
+    let rwr = RecvWr {
+        wr_id: 50,
+        sges: &sge,
+    };
+    net.nodes[0].engine.post_recv(now, s[0].qpn, &rwr).unwrap();
+    net.add_rule(1, 0, DropNth::new(&[1]));
+    let remote = s[0].remote(0);
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        1,
+        SendOp::Write { remote },
+        &[s[1].sge(0, 8)],
+    );
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        2,
+        bind_op(old, 9, s[1].lkey(), s[1].iova(), 64),
+        &[],
+    );
+    post(&mut net, 1, s[1].qpn, 3, SendOp::Send, &[s[1].sge(0, 8)]);
+    net.run_idle(100_000).unwrap();
+    let c = poll(&mut net, 1, s[1].cq);
+    let got: Vec<_> = c.iter().map(|c| (c.wr_id, c.status, c.opcode)).collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success, WcOpcode::RdmaWrite),
+            (2, WcStatus::Success, WcOpcode::BindMw),
+            (3, WcStatus::Success, WcOpcode::Send),
+        ]
+    );
+    assert_eq!(mw.state(), MwState::Valid);
+    assert_eq!(s[1].mr.windows(), 1);
+}
+
+/// Destroying the QP a type 2 window is bound to frees the window: its key dies with the
+/// QP (a later QP with the same QPN cannot use it) and the region can be deregistered.
+#[test]
+fn destroying_the_qp_frees_its_type2_windows() {
+    let (mut net, s) = pair();
+    let mw = net.nodes[1]
+        .engine
+        .mem()
+        .alloc_mw(s[1].pd, MwType::Type2)
+        .unwrap();
+    let old = mw.rkey().0;
+    post(
+        &mut net,
+        1,
+        s[1].qpn,
+        1,
+        bind_op(old, 5, s[1].lkey(), s[1].iova(), 64),
+        &[],
+    );
+    net.run_idle(10_000).unwrap();
+    assert_eq!((mw.state(), s[1].mr.windows()), (MwState::Valid, 1));
+    net.nodes[1].engine.destroy_qp(s[1].qpn).unwrap();
+    assert_eq!((mw.state(), s[1].mr.windows()), (MwState::Free, 0));
+    assert_eq!(mw.qpn(), None);
+    net.nodes[1].engine.mem().dereg_mr(s[1].lkey()).unwrap();
 }

@@ -1,4 +1,4 @@
-//! The UC responder (IBA 9.8.3; rxe_resp.c, the IB_QPT_UC branches of `check_psn`,
+//! The UC responder (IBA 9.8; rxe_resp.c, the IB_QPT_UC branches of `check_psn`,
 //! `check_op_seq`, `check_op_valid` and the error states): no ACK or NAK ever goes back,
 //! and nothing is retried, so a lost or refused packet costs its whole message. The
 //! message in progress is dropped, and every later packet with it, until a FIRST or ONLY
@@ -11,8 +11,9 @@
 //!   `do_class_d1e_error`, which resets the WQE and also drops the new FIRST/ONLY (and so
 //!   the whole next message, whose later packets then fail `check_psn`), although its
 //!   comment says the packet "may be the start of a new message and could be valid";
-//!   here the new message is delivered, as IBA 9.8.3 has the responder resume with the
-//!   next FIRST or ONLY. Conformance scripts comparing with rxe see one more message.
+//!   here the new message is delivered: a FIRST/ONLY is a valid start whatever came
+//!   before it, and the responder resumes with it. Against rxe, the message after a
+//!   lost MIDDLE or LAST arrives here and not there (conformance scripts see one more).
 //! - No receive WQE for a SEND (or WRITE with immediate): the message is dropped, no RNR
 //!   NAK (rxe RESPST_ERR_RNR, "UD/UC - class D").
 //! - Anything RC would NAK (QP rights, R_Key, range, length) drops the message and keeps
@@ -24,7 +25,7 @@
 //! A SEND's receive WQE stays at the head of the receive queue until a message completes
 //! into it: one dropped partway is written over by the next message from offset 0 (rxe
 //! `do_class_d1e_error` resets the WQE's DMA state the same way); it is never completed
-//! for the dropped message (IBA: a UC message is delivered whole or not at all). Data a
+//! for the dropped message (a UC message is delivered whole or not at all). Data a
 //! dropped WRITE already placed stays where it was written, as on any NIC.
 
 use super::{Fail, InMsg};
@@ -61,6 +62,17 @@ impl Qp {
             };
             if self.resp.drop_msg || psn != self.resp.epsn || !continues {
                 ctx.stats.inc(Counter::UcDropOutOfSeq);
+                if !self.resp.drop_msg {
+                    // Once per message lost (`ROCE_EMU_LOG=debug`): UC's only trace of it.
+                    tracing::debug!(
+                        "QP {:#x}: UC {} PSN {} dropped (expected PSN {}{}): its message                          is lost, the responder waits for the next FIRST or ONLY",
+                        self.qpn,
+                        r.bth.opcode,
+                        psn.value(),
+                        self.resp.epsn.value(),
+                        if in_msg { "" } else { ", no message in progress" },
+                    );
+                }
                 if in_msg {
                     self.uc_abandon(ctx);
                 }
@@ -74,6 +86,11 @@ impl Qp {
     /// Drops the message this packet belongs to (and the rest of it), counted in `why`.
     pub(super) fn uc_drop(&mut self, ctx: &mut Ctx<'_>, why: Counter) {
         ctx.stats.inc(why);
+        tracing::debug!(
+            "QP {:#x}: UC message dropped ({}; UC sends no NAK)",
+            self.qpn,
+            why.name()
+        );
         if !matches!(self.resp.cur, InMsg::None) {
             self.uc_abandon(ctx);
         }
