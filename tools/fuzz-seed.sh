@@ -226,6 +226,9 @@ for size in (0, 100, 1024, 1025):
         n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x64, 0) + deth() + body(size)))
         n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x65, 0) + deth() + b"\0\0\0\7" + body(size)))
 n["engine_rx_ud"] += save("engine_rx_ud", b"".join(rec((0x0A, 0x14)[i % 2], bth(0x64, 0) + deth() + body(64 * i)) for i in range(12)))
+# Eight datagrams past the port MTU to B's UD QP: only the port-MTU rule keeps the last
+# from B's largest receive WQE (room for twice the MTU).
+n["engine_rx_ud"] += save("engine_rx_ud", b"".join(rec(0x0A, bth(0x64, 0) + deth() + body(1100)) for i in range(8)))
 # UC and SRQ: ctl: QP in bits 1-3, the open region's key and address (bit 4), PSN (bit 7).
 RC, UC, UD, UC2 = 1 << 1, 2 << 1, 3 << 1, 4 << 1
 uc_srq = [

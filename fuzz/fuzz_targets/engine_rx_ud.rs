@@ -31,7 +31,8 @@ const QKEY: u32 = 0x1ee7_a330;
 const MTU: u32 = 1024;
 /// B's receive WQEs: (wr_id, offset, lengths of its SGEs). Stride 2 KiB, so gaps lie
 /// between buffers; one WQE splits the 40-byte slot over two SGEs, one is too short for
-/// a full-MTU datagram, one is shorter than the slot.
+/// a full-MTU datagram, one is shorter than the slot, one has room for twice the port
+/// MTU (so that only the port-MTU rule stops a longer datagram).
 const RECVS: [(u64, u64, &[u32]); 8] = [
     (0, 0, &[40 + MTU]),
     (1, 2048, &[40 + 300]),
@@ -40,7 +41,7 @@ const RECVS: [(u64, u64, &[u32]); 8] = [
     (4, 8192, &[32]),
     (5, 10240, &[40 + MTU]),
     (6, 12288, &[40 + 512, 512]),
-    (7, 14336, &[40 + MTU]),
+    (7, 14336, &[40 + 2 * MTU]),
 ];
 
 /// Where WQE `off` of RECVS lies for the QP whose WR IDs start at `base` (QP1's in the
