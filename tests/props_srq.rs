@@ -16,74 +16,11 @@ mod common;
 
 use common::rc::pattern;
 use common::srq::{SrqNet, SrqOpts, A, B};
+use common::srq_case::{case, rule, Case, MAX_MSGS, RECV, SLOT};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use roce_emu::engine::*;
-use roce_emu::sim::rule::Random;
 use std::collections::{BTreeMap, BTreeSet};
-
-const SLOT: u64 = 12 * 1024; // 3 x 4096
-const RECV: u64 = 0; // B: one slot per WQE
-const MAX_MSGS: usize = 40;
-
-#[derive(Debug, Clone)]
-struct Msg {
-    qp: usize,
-    len: u32,
-    /// WRITE with immediate (into B's buffer past the receive slots) instead of SEND.
-    write: bool,
-}
-
-#[derive(Debug, Clone)]
-struct Case {
-    qps: usize,
-    mtu: Mtu,
-    msgs: Vec<Msg>,
-    /// WQEs posted before any message, then the size of each refill of an empty SRQ.
-    first: usize,
-    refill: usize,
-    fwd: (f64, f64, f64),
-    back: (f64, f64, f64),
-    seed: u64,
-}
-
-fn case() -> impl Strategy<Value = Case> {
-    let mtu = prop_oneof![Just(Mtu::M256), Just(Mtu::M1024), Just(Mtu::M4096)];
-    let fault = (0.0..0.3f64, 0.0..0.1f64, 0.0..0.2f64);
-    (2usize..=4, mtu, fault.clone(), fault, any::<u64>()).prop_flat_map(
-        |(qps, mtu, fwd, back, seed)| {
-            let m = mtu.bytes();
-            let msg = (0..qps, 0..=3 * m, any::<bool>()).prop_map(|(qp, len, write)| Msg {
-                qp,
-                len,
-                write,
-            });
-            (
-                proptest::collection::vec(msg, 1..=MAX_MSGS),
-                0usize..=MAX_MSGS,
-                1usize..=8,
-            )
-                .prop_map(move |(msgs, first, refill)| Case {
-                    qps,
-                    mtu,
-                    first: first.min(msgs.len()),
-                    msgs,
-                    refill,
-                    fwd,
-                    back,
-                    seed,
-                })
-        },
-    )
-}
-
-fn rule((drop, duplicate, reorder): (f64, f64, f64), seed: u64) -> Random {
-    let mut r = Random::new(seed);
-    r.drop = drop;
-    r.duplicate = duplicate;
-    r.reorder = reorder;
-    r
-}
 
 fn check(c: Case) -> Result<usize, TestCaseError> {
     let n = c.msgs.len();

@@ -275,6 +275,11 @@ impl Producer {
         let mut off = self.m.offset(self.tail);
         let pad = if off + rec > cap { cap - off } else { 0 };
         let need = (pad + rec) as u64;
+        // The indices only grow; a region that starts with a tail a capacity short of
+        // 2^64 (written by a hostile process before we attached) would wrap it.
+        let Some(new_tail) = self.tail.checked_add(need) else {
+            return Err(self.fail(Corrupt::OutOfRange));
+        };
         if cap as u64 - (self.tail - self.head) < need {
             self.load_head().map_err(|c| broke(&mut self.broken, c))?;
             if cap as u64 - (self.tail - self.head) < need {
@@ -295,7 +300,7 @@ impl Producer {
             // Offsets are below the capacity read at attach, so this cannot happen.
             return Err(self.fail(Corrupt::OutOfRange));
         }
-        self.tail += need;
+        self.tail = new_tail;
         self.stats.pushed += 1;
         Ok(())
     }

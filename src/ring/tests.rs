@@ -264,6 +264,23 @@ fn a_hostile_head_breaks_the_producer_not_the_process() {
     );
 }
 
+/// Found by the `ring_consume` fuzz target: a region whose indices start a few bytes
+/// short of 2^64 (a consistent pair, so attach accepts it) made the producer's tail wrap
+/// on its first push (an overflow panic in debug builds).
+#[test]
+fn indices_near_the_end_of_u64_break_the_ring_not_the_process() {
+    let fd = create_region(MIN_CAPACITY).unwrap();
+    let f = File::from(fd.try_clone().unwrap());
+    let near = u64::MAX - 15;
+    put(&f, OFF_TAIL, near);
+    put(&f, OFF_HEAD, near);
+    let mut p = Producer::attach(fd.as_fd(), bell()).unwrap();
+    assert_eq!(
+        p.try_push(&meta(0), &[0u8; 100]),
+        Err(PushError::Broken(Corrupt::OutOfRange))
+    );
+}
+
 #[test]
 fn attach_checks_the_header() {
     let b = bell();

@@ -10,6 +10,7 @@ pub mod nic;
 pub mod proc;
 pub mod rc;
 pub mod srq;
+pub mod srq_case;
 pub mod ud;
 pub mod wire_gen;
 

@@ -13,6 +13,8 @@ use std::sync::Arc;
 pub const A: usize = 0;
 pub const B: usize = 1;
 pub const BUF: u64 = 1024 * 1024;
+/// The Q_Key of the UD QPs of [`SrqNet::add_ud`].
+pub const UD_QKEY: u32 = 0x0005_a00d;
 
 /// One node's objects.
 pub struct Side {
@@ -40,6 +42,9 @@ pub struct SrqOpts {
     pub min_rnr_timer: u8,
     /// rxe's "retry_cnt 7 retries forever" (loss tests).
     pub retry7_forever: bool,
+    /// Node 0's QPs (bit i: the i-th) that give up after 6 retries of a short timeout
+    /// instead (error-path tests: a requester whose responder went to ERR must end).
+    pub finite_retry: u32,
 }
 
 impl Default for SrqOpts {
@@ -51,6 +56,7 @@ impl Default for SrqOpts {
             mtu: Mtu::M1024,
             min_rnr_timer: 1,
             retry7_forever: false,
+            finite_retry: 0,
         }
     }
 }
@@ -114,7 +120,16 @@ impl SrqNet {
         let (ia, ib) = (net.nodes[A].ip, net.nodes[B].ip);
         for (i, (&x, &y)) in qa.iter().zip(&qb).enumerate() {
             let (px, py) = (Psn::new(0x100 + i as u32), Psn::new(0xff_fff0 - i as u32));
-            direct::connect(&mut net.nodes[A].engine, x, ib, y, px, py, &p).unwrap();
+            let pa = if o.finite_retry & (1 << i) != 0 {
+                RcParams {
+                    retry_cnt: 6,
+                    timeout: 10,
+                    ..p
+                }
+            } else {
+                p
+            };
+            direct::connect(&mut net.nodes[A].engine, x, ib, y, px, py, &pa).unwrap();
             direct::connect(&mut net.nodes[B].engine, y, ia, x, py, px, &p).unwrap();
         }
         SrqNet {
@@ -133,6 +148,52 @@ impl SrqNet {
             },
             srq,
         }
+    }
+
+    /// A UD QP on node 0 and one on node 1 on the SRQ (Q_Key [`UD_QKEY`]), both in RTS,
+    /// with node 0's CQ and node 1's; returns their QPNs.
+    pub fn add_ud(&mut self) -> (u32, u32) {
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 0,
+            max_send_sge: 2,
+            max_recv_sge: 0,
+            max_inline_data: 0,
+        };
+        let srq = self.srq;
+        let mut qpns = [0; 2];
+        for (node, qpn) in qpns.iter_mut().enumerate() {
+            let side = self.side(node);
+            let init = QpInit {
+                qp_type: QpType::Ud,
+                srq: (node == B).then_some(srq),
+                ..QpInit::rc(side.pd, side.cq, cap)
+            };
+            let e = self.engine(node);
+            *qpn = e.create_qp(&init).unwrap();
+            let steps = [
+                QpAttr {
+                    state: Some(QpState::Init),
+                    pkey_index: Some(0),
+                    port: Some(1),
+                    qkey: Some(UD_QKEY),
+                    ..QpAttr::default()
+                },
+                QpAttr {
+                    state: Some(QpState::Rtr),
+                    ..QpAttr::default()
+                },
+                QpAttr {
+                    state: Some(QpState::Rts),
+                    sq_psn: Some(Psn::new(0x77)),
+                    ..QpAttr::default()
+                },
+            ];
+            for a in &steps {
+                e.modify_qp(Instant::ZERO, *qpn, a).unwrap();
+            }
+        }
+        (qpns[0], qpns[1])
     }
 
     pub fn side(&self, which: usize) -> &Side {
