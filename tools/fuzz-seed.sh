@@ -8,6 +8,11 @@
 #                             first RoCE frame (MAC, IPv4 or IPv6, VLAN), then every frame
 #                             as a receive record, a send and a time step (the format is in
 #                             fuzz/fuzz_targets/iface_rx.rs)
+#   fuzz/corpus/engine_rx_ud/, engine_rx_uc_srq/, engine_rx_mw/
+#                             every capture's RoCE packets as engine_rx's records, each
+#                             with the control byte that points it at the target's QP of
+#                             its transport (and, for the windows, at each remote key in
+#                             turn); the formats are in fuzz/fuzz_targets/engine_rx_*.rs
 #   fuzz/corpus/control_report/ daemon control messages: a process's counter reports (as
 #                             daemon::report::messages makes them), a Hello, a Counters
 #                             answer
@@ -17,7 +22,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw
 
 python3 - fuzz/corpus tests/data/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -80,7 +85,35 @@ def udp_payload(f):
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "share_proto": 0, "iface_rx": 0,
-     "ring_consume": 0, "conform_peer": 0, "control_report": 0}
+     "ring_consume": 0, "conform_peer": 0, "control_report": 0,
+     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0}
+
+def is_resp(opc):
+    """RC/UC responses (READ responses, ACKs, atomic ACKs) go to the requester, A."""
+    return 0x0d <= (opc & 0x1f) <= 0x12
+
+def ctl_ud(opc, i):
+    # UD packets alternately to B's UD QP with its Q_Key, to QP1 with the GSI Q_Key, as is.
+    if opc >> 5 == 3:
+        return (0x0a, 0x14, 0x00)[i % 3]
+    return i & 1
+
+def ctl_uc_srq(opc, i):
+    if is_resp(opc):
+        return 0x80 | 1 | (5 << 1)                 # A's RC, PSN near A's first
+    qp = {0: 1, 1: 2, 3: 3}.get(opc >> 5, 0)       # B's RC, UC, UD by transport
+    if qp == 2 and i % 2:
+        qp = 4                                     # B's second UC QP
+    return 0x80 | (qp << 1) | (1 << 4) | (0x40 if qp == 3 else 0)
+
+def ctl_mw(opc, i):
+    if is_resp(opc):
+        return 0x80 | 1 | (3 << 4)                 # A's RC, PSN near A's first
+    qp = {0: 1, 1: 2}.get(opc >> 5, 0)             # B's RC, UC by transport
+    return 0x80 | ((1 + i % 7) << 1) | (qp << 4)   # every key in turn
+
+def targeted(packets, ctl):
+    return b"".join(struct.pack("<HB", len(p), ctl(p[0], i)) + p for i, p in enumerate(packets))
 
 def iface_header(f):
     """iface_rx's 29-byte header making the interface the receiver of RoCE frame f:
@@ -172,6 +205,64 @@ for dqpn, qkey in ((0x12, 0x1EE7A330), (1, 0x80010000), (0x12, 0x80010000)):
         pkt = bth + deth + imm + bytes(plen + pad) + bytes(4)
         ud += struct.pack("<HB", len(pkt), 0) + pkt
 n["engine_rx"] += save("engine_rx", ud)
+# engine_rx_ud, engine_rx_uc_srq, engine_rx_mw: packets made here as each target's
+# peer would send them (BTH, extension headers, payload, a dummy ICRC: the fuzz build
+# skips the ICRC check), the control byte pointing them at the right QP, key and PSN
+# (a signed offset in the PSN's low byte from where A's QPs started: the first record
+# arrives before any of A's honest packets, so 0 is in sequence).
+def bth(opc, psn_lo):
+    return bytes([opc, 0, 0xFF, 0xFF, 0, 0, 0, 0, 0, 0, 0, psn_lo & 0xFF])
+def rec(ctl, pkt):
+    pkt += bytes(4)
+    return struct.pack("<HB", len(pkt), ctl) + pkt
+def deth(qkey=0, src=0x11):
+    return struct.pack(">II", qkey, src)
+def reth(off, ln):
+    return struct.pack(">QII", off, 0, ln)
+body = lambda ln: bytes((i * 7) & 0xFF for i in range(ln))
+# UD: datagrams to B's UD QP (ctl 0x0a) and QP1 (0x14), up to and past the port MTU.
+for size in (0, 100, 1024, 1025):
+    for ctl in (0x0A, 0x14):
+        n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x64, 0) + deth() + body(size)))
+        n["engine_rx_ud"] += save("engine_rx_ud", rec(ctl, bth(0x65, 0) + deth() + b"\0\0\0\7" + body(size)))
+n["engine_rx_ud"] += save("engine_rx_ud", b"".join(rec((0x0A, 0x14)[i % 2], bth(0x64, 0) + deth() + body(64 * i)) for i in range(12)))
+# Eight datagrams past the port MTU to B's UD QP: only the port-MTU rule keeps the last
+# from B's largest receive WQE (room for twice the MTU).
+n["engine_rx_ud"] += save("engine_rx_ud", b"".join(rec(0x0A, bth(0x64, 0) + deth() + body(1100)) for i in range(8)))
+# UC and SRQ: ctl: QP in bits 1-3, the open region's key and address (bit 4), PSN (bit 7).
+RC, UC, UD, UC2 = 1 << 1, 2 << 1, 3 << 1, 4 << 1
+uc_srq = [
+    rec(0x80 | RC, bth(0x04, 0) + body(100)),
+    rec(0x80 | RC | 0x10, bth(0x0B, 0) + reth(0x100, 16) + b"\0\0\0\1" + body(16)),
+    rec(0x80 | RC | 0x10, bth(0x0C, 0) + reth(0x100, 64)),
+    rec(0x80 | RC | 0x10, bth(0x14, 0) + struct.pack(">QIQQ", 0x10, 0, 1, 0)),
+    rec(0x80 | UC, bth(0x24, 0) + body(100)),
+    rec(0x80 | UC, bth(0x20, 0) + body(256)) + rec(0x80 | UC, bth(0x21, 1) + body(256))
+        + rec(0x80 | UC, bth(0x22, 2) + body(10)),
+    rec(0x80 | UC | 0x10, bth(0x2A, 0) + reth(0x200, 16) + body(16)),
+    rec(0x80 | UC | 0x10, bth(0x2B, 0) + reth(0x200, 16) + b"\0\0\0\2" + body(16)),
+    rec(0x80 | UC2, bth(0x24, 0) + body(100)),
+    rec(0x40 | UD, bth(0x64, 0) + deth() + body(100)),
+    # Twenty datagrams: the SRQ crosses its limit.
+    b"".join(rec(0x40 | UD, bth(0x64, 0) + deth() + body(50)) for _ in range(20)),
+]
+for x in uc_srq:
+    n["engine_rx_uc_srq"] += save("engine_rx_uc_srq", x)
+# Windows: every key choice (bits 1-3) on B's RC QP (bits 4-5 = 1) and UC QP (2): WRITE,
+# READ, FETCH_ADD, SEND with Invalidate, inside the key's range.
+for k in range(1, 8):
+    for qp, psn, ops in ((1, 0, (0x0A, 0x0C, 0x14, 0x17)), (2, 0, (0x2A,))):
+        ctl = 0x80 | (k << 1) | (qp << 4)
+        for opc in ops:
+            if opc in (0x0A, 0x2A):
+                pkt = bth(opc, psn) + reth(0x100, 16) + body(16)
+            elif opc == 0x0C:
+                pkt = bth(opc, psn) + reth(0x100, 64)
+            elif opc == 0x14:
+                pkt = bth(opc, psn) + struct.pack(">QIQQ", 0x10, 0, 1, 0)
+            else:
+                pkt = bth(opc, psn) + b"\0\0\0\0" + body(8)
+            n["engine_rx_mw"] += save("engine_rx_mw", rec(ctl, pkt))
 for path in files:
     n["pcap_decode"] += save("pcap_decode", open(path, "rb").read())
     # engine_rx: the capture's RoCE packets as records [len u16 LE][direction][bytes],
@@ -189,6 +280,11 @@ for path in files:
             records += struct.pack("<HB", len(p), len(records) & 1) + p
     if records:
         n["engine_rx"] += save("engine_rx", records[:16384])
+        pkts = [p for link, f in frames(path) if link == ETH
+                for p in [udp_payload(f)] if p]
+        for kind, ctl in (("engine_rx_ud", ctl_ud), ("engine_rx_uc_srq", ctl_uc_srq),
+                          ("engine_rx_mw", ctl_mw)):
+            n[kind] += save(kind, targeted(pkts, ctl)[:16384])
     eth = [f for link, f in frames(path) if link == ETH]
     head = next((h for h in map(iface_header, eth) if h is not None), None)
     if head is not None:

@@ -45,7 +45,12 @@ fuzz_target!(|data: &[u8]| {
     let mut mrs = Mrs::default();
     mrs.0.insert(
         "buf".into(),
-        MrInfo { addr: 0x1000, rkey: 0x42, len: 4096, fill: ByteSpec::Index },
+        MrInfo {
+            addr: 0x1000,
+            rkey: 0x42,
+            len: 4096,
+            fill: ByteSpec::Index,
+        },
     );
     let q = Qpns {
         target: 0x11,
@@ -55,7 +60,10 @@ fuzz_target!(|data: &[u8]| {
         qkey: 0x1111_1111,
     };
     for icrc_ok in [true, false] {
-        let g = Got { bytes: data.to_vec(), icrc_ok };
+        let g = Got {
+            bytes: data.to_vec(),
+            icrc_ok,
+        };
         let _ = g.describe();
         let _ = g.is_plain_ack();
         for f in fields {

@@ -193,6 +193,31 @@ pub fn uc_connect(
     e.modify_qp(Instant::ZERO, qpn, &rts)
 }
 
+/// A UD QP's RESET -> INIT -> RTR -> RTS at engine time zero with Q_Key `qkey`: the
+/// attributes UD takes (ibv_ud_pingpong's masks: P_Key index, port and Q_Key; nothing for
+/// RTR; the send PSN for RTS). QP1 takes the GSI Q_Key whatever `qkey` says.
+pub fn ud_ready(e: &mut Engine, qpn: u32, qkey: u32, sq_psn: Psn) -> Result<(), VerbsError> {
+    let init = QpAttr {
+        state: Some(QpState::Init),
+        pkey_index: Some(0),
+        port: Some(1),
+        qkey: Some(qkey),
+        ..Default::default()
+    };
+    e.modify_qp(Instant::ZERO, qpn, &init)?;
+    let rtr = QpAttr {
+        state: Some(QpState::Rtr),
+        ..Default::default()
+    };
+    e.modify_qp(Instant::ZERO, qpn, &rtr)?;
+    let rts = QpAttr {
+        state: Some(QpState::Rts),
+        sq_psn: Some(sq_psn),
+        ..Default::default()
+    };
+    e.modify_qp(Instant::ZERO, qpn, &rts)
+}
+
 /// Two engines back to back.
 pub struct Direct {
     pub a: Engine,

@@ -5,6 +5,7 @@
 use roce_emu::engine::*;
 use roce_emu::mem::MrTable;
 use roce_emu::mem::{Access, Sge};
+use roce_emu::sim::direct::ud_ready;
 pub use roce_emu::sim::direct::RcEnd as End;
 use roce_emu::sim::{Net, Node};
 use roce_emu::wire::Psn;
@@ -38,38 +39,7 @@ pub fn ud_end(e: &mut Engine, node: usize, gsi: bool, qkey: u32) -> End {
     } else {
         e.create_qp(&init).unwrap()
     };
-    let t = Instant::ZERO;
-    e.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Init),
-            pkey_index: Some(0),
-            port: Some(1),
-            qkey: Some(qkey),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    e.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Rtr),
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    e.modify_qp(
-        t,
-        qpn,
-        &QpAttr {
-            state: Some(QpState::Rts),
-            sq_psn: Some(Psn::new(0x100 * (node as u32 + 1))),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    ud_ready(e, qpn, qkey, Psn::new(0x100 * (node as u32 + 1))).unwrap();
     End { pd, cq, qpn, mr }
 }
 
