@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::dropin::{self, pair, show, stdout};
+use common::dropin::{self, pair, stdout};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -60,41 +60,6 @@ fn ibv_srq_pingpong_65536_bytes_mtu_1024_with_events() {
 
 #[test]
 fn ibv_srq_pingpong_zero_set_up() {
-    // No ROCE_EMU_DEVICES: in a namespace of its own the machine is `lo` alone, so the
-    // device is rxe_lo on 127.0.0.1 (as tests/dropin_debian.rs's zero set-up test).
-    if !nix::unistd::geteuid().is_root() {
-        common::netns::skip("srq_zero_set_up", "needs root for a network namespace");
-        return;
-    }
-    let Some(env) = dropin::setup("srq_zero_set_up") else {
-        return;
-    };
-    let ns = common::netns::Netns::new("dropinsrq");
-    let run = |args: &[&str]| {
-        let mut c = ns.cmd(env.bin("ibv_srq_pingpong").to_str().unwrap());
-        c.args(args)
-            .env("LD_LIBRARY_PATH", env.library_path())
-            .env_remove("ROCE_EMU_DEVICES")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        c
-    };
-    let server = run(&["-g", "1", "-n", "100"]).spawn().unwrap();
-    // ibv_srq_pingpong's default TCP port, in the namespace's table.
-    assert!(
-        dropin::wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
-        "the server never listened"
-    );
-    let client = run(&["-g", "1", "-n", "100", "127.0.0.1"]).spawn().unwrap();
-    let c = dropin::finish(client, LIMIT, "srq zero set-up client");
-    let s = dropin::finish(server, LIMIT, "srq zero set-up server");
-    assert!(
-        c.status.success() && s.status.success(),
-        "{}\n{}",
-        show(&s),
-        show(&c)
-    );
-    assert!(stdout(&c).contains("100 iters in"), "{}", show(&c));
-    assert_eq!(stdout(&c).matches("local address").count(), 16);
+    // As tests/dropin_debian.rs's zero set-up test for RC.
+    dropin::pingpong_with_zero_set_up("srq_zero_set_up", "dropinsrq", "ibv_srq_pingpong", LIMIT);
 }

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::dropin::{self, pair, show, stdout};
+use common::dropin::{self, pair, stdout};
 use std::time::Duration;
 
 const LIMIT: Duration = Duration::from_secs(60);
@@ -60,43 +60,8 @@ fn ibv_uc_pingpong_with_completion_events() {
 
 #[test]
 fn ibv_uc_pingpong_with_zero_set_up() {
-    // No ROCE_EMU_DEVICES: in a namespace of its own the machine is `lo` alone and the
-    // device rxe_lo on 127.0.0.1, as tests/dropin_debian.rs's zero set-up test for RC.
-    if !nix::unistd::geteuid().is_root() {
-        common::netns::skip("uc_zero_set_up", "needs root for a network namespace");
-        return;
-    }
-    let Some(env) = dropin::setup("uc_zero_set_up") else {
-        return;
-    };
-    let ns = common::netns::Netns::new("dropin-uc");
-    let run = |args: &[&str]| {
-        let mut c = ns.cmd(env.bin("ibv_uc_pingpong").to_str().unwrap());
-        c.args(args)
-            .env("LD_LIBRARY_PATH", env.library_path())
-            .env_remove("ROCE_EMU_DEVICES")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        c
-    };
-    let server = run(&["-g", "1", "-n", "100"]).spawn().unwrap();
-    // ibv_uc_pingpong's default TCP port, in the namespace's table (the server's view).
-    assert!(
-        dropin::wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
-        "the server never listened"
-    );
-    let client = run(&["-g", "1", "-n", "100", "127.0.0.1"]).spawn().unwrap();
-    let c = dropin::finish(client, LIMIT, "UC zero set-up client");
-    let s = dropin::finish(server, LIMIT, "UC zero set-up server");
-    assert!(
-        c.status.success() && s.status.success(),
-        "{}\n{}",
-        show(&s),
-        show(&c)
-    );
-    assert!(stdout(&c).contains("100 iters in"), "{}", show(&c));
-    assert!(stdout(&s).contains("100 iters in"), "{}", show(&s));
+    // As tests/dropin_debian.rs's zero set-up test for RC.
+    dropin::pingpong_with_zero_set_up("uc_zero_set_up", "dropin-uc", "ibv_uc_pingpong", LIMIT);
 }
 
 /// perftest `tool -c UC ARGS` between two processes; the client's result table row.

@@ -174,3 +174,45 @@ pub fn stdout(o: &Output) -> String {
 pub fn exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// One of Debian's pingpongs with zero set-up: no ROCE_EMU_DEVICES, in a network namespace
+/// of its own (named `ns`), where the machine is `lo` alone and the device rxe_lo on
+/// 127.0.0.1. Server, then client, 100 iterations with `-g 1` and the program's default TCP
+/// port; both must report them. Root only (a loud skip otherwise).
+pub fn pingpong_with_zero_set_up(tag: &str, ns: &str, program: &str, limit: Duration) {
+    if !nix::unistd::geteuid().is_root() {
+        super::netns::skip(tag, "needs root for a network namespace");
+        return;
+    }
+    let Some(env) = setup(tag) else {
+        return;
+    };
+    let ns = super::netns::Netns::new(ns);
+    let run = |args: &[&str]| {
+        let mut c = ns.cmd(env.bin(program).to_str().unwrap());
+        c.args(args)
+            .env("LD_LIBRARY_PATH", env.library_path())
+            .env_remove("ROCE_EMU_DEVICES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = run(&["-g", "1", "-n", "100"]).spawn().unwrap();
+    // The pingpongs' default TCP port, in the namespace's table (the server's view).
+    assert!(
+        wait_listening_in(Some(server.id()), 18515, Duration::from_secs(20)),
+        "{tag}: the server never listened"
+    );
+    let client = run(&["-g", "1", "-n", "100", "127.0.0.1"]).spawn().unwrap();
+    let c = finish(client, limit, &format!("{tag} client"));
+    let s = finish(server, limit, &format!("{tag} server"));
+    assert!(
+        c.status.success() && s.status.success(),
+        "{}\n{}",
+        show(&s),
+        show(&c)
+    );
+    assert!(stdout(&c).contains("100 iters in"), "{}", show(&c));
+    assert!(stdout(&s).contains("100 iters in"), "{}", show(&s));
+}
