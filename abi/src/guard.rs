@@ -122,10 +122,23 @@ mod tests {
     /// cannot panic and are exempt; ffi.rs is bindgen's declarations.
     #[test]
     fn every_extern_c_entry_is_guarded() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
+        let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
         let mut missing = Vec::new();
-        for e in std::fs::read_dir(dir).unwrap() {
-            let path = e.unwrap().path();
+        // Every source file, in subfolders too (`wr/ex.rs`).
+        let mut files = Vec::new();
+        let mut dirs = vec![dir];
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(d).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    files.push(path);
+                }
+            }
+        }
+        assert!(files.iter().any(|f| f.ends_with("wr/ex.rs")), "{files:?}");
+        for path in files {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             if ["ffi.rs", "strings.rs", "stubs.rs", "fork.rs", "guard.rs"].contains(&name.as_str())
             {
