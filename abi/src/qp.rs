@@ -1,5 +1,5 @@
 //! Queue pairs: create (plain and extended), modify, query, destroy. Every QP is an
-//! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr.rs), so `ibv_qp_to_qp_ex` works for
+//! `ibv_qp_ex` whose `ibv_wr_*` pointers are ours (wr/ex.rs), so `ibv_qp_to_qp_ex` works for
 //! any QP. RC, UC and UD, each on its own receive queue or an SRQ (srq.rs): XRC and raw
 //! packet are EOPNOTSUPP.
 

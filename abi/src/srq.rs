@@ -57,7 +57,7 @@ unsafe fn create(
     let c = pd_obj.pd.context;
     // SAFETY: a context we opened.
     let ctx = unsafe { Ctx::of(c) };
-    // The drop-in's receive WRs carry at most MAX_SGE SGEs (wr.rs): more is EINVAL, as
+    // The drop-in's receive WRs carry at most MAX_SGE SGEs (wr/mod.rs): more is EINVAL, as
     // rxe's max_srq_sge (`rxe_srq_chk_init`).
     if attr.max_sge as usize > MAX_SGE {
         return Err(libc::EINVAL);
