@@ -28,6 +28,7 @@
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
 pub mod cnp;
 pub mod deth;
 pub mod error;
@@ -37,6 +38,7 @@ pub mod icrc;
 pub mod ieth;
 pub mod immdt;
 pub mod layout;
+pub mod mad;
 pub mod opcode;
 pub mod pretty;
 pub mod psn;
