@@ -51,7 +51,7 @@ macro_rules! cm_get {
         $crate::wire::cm::RejReason::from_code($crate::wire::field::u16_at($b, $o..$o + 2))
     };
     ($b:expr, path($o:expr)) => {
-        $crate::wire::cm::req::Path::read(&$b[$o..$o + $crate::wire::cm::req::PATH_LEN])
+        $crate::wire::cm::path::Path::read(&$b[$o..$o + $crate::wire::cm::path::PATH_LEN])
     };
 }
 
@@ -88,7 +88,7 @@ macro_rules! cm_set {
         $crate::wire::field::set_u16($b, $o..$o + 2, $v.code())
     };
     ($b:expr, $v:expr, path($o:expr)) => {
-        $v.write(&mut $b[$o..$o + $crate::wire::cm::req::PATH_LEN])
+        $v.write(&mut $b[$o..$o + $crate::wire::cm::path::PATH_LEN])
     };
 }
 

@@ -15,6 +15,7 @@
 pub mod cma;
 mod conn;
 pub(crate) mod fields;
+mod path;
 pub mod rep;
 pub mod req;
 mod sidr;
