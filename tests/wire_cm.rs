@@ -459,3 +459,18 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn sap_supported_shares_the_alternate_paths_last_byte() {
+    let mut b = [0u8; MSG_LEN];
+    let mut p = req::Packet::new_unchecked(&mut b[..]);
+    p.set_sap_supported(true);
+    let alt = req::Path {
+        local_ack_timeout: 0x1f,
+        ..req::Path::default()
+    };
+    p.set_alternate_path(alt);
+    assert_eq!(p.as_bytes()[139], 0xfc);
+    assert!(p.sap_supported());
+    assert_eq!(p.alternate_path(), alt);
+}

@@ -1,6 +1,6 @@
-//! The short connection messages: RTU, DREQ, DREP, MRA and REJ (IBA 12.6.6-12.6.11;
-//! Linux `CM_RTU_*`, `CM_DREQ_*`, `CM_DREP_*`, `CM_MRA_*`, `CM_REJ_*`). Their private
-//! data is the user's, without an rdma_cm header.
+//! The short connection messages: RTU, DREQ, DREP, MRA and REJ (IBA 12.6, Tables 107,
+//! 108 and 111-113; Linux `CM_RTU_*`, `CM_DREQ_*`, `CM_DREP_*`, `CM_MRA_*`, `CM_REJ_*`).
+//! Their private data is the user's, without an rdma_cm header.
 
 /// ReadyToUse (attribute 0x0014).
 pub mod rtu {

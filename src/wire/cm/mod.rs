@@ -32,7 +32,8 @@ pub const MSG_LEN: usize = mad::DATA_LEN;
 
 macro_rules! rej_reasons {
     ($($(#[$doc:meta])* $name:ident = $code:expr, $text:expr;)+) => {
-        /// Why a REJ rejects (IBA 12.6.7.2, Table 112; Linux `enum ib_cm_rej_reason`).
+        /// Why a REJ rejects (IBA 12.6.7.2, the reason table after Table 108, REJ contents;
+        /// Linux `enum ib_cm_rej_reason`).
         /// Codes this table does not name are kept as `Other`, so every value round-trips.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum RejReason {

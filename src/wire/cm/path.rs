@@ -50,7 +50,8 @@ impl Path {
         }
     }
 
-    /// Writes all 44 bytes; reserved bits become zero.
+    /// Writes the 44 bytes but the low 3 bits of the last (see below); the message's
+    /// `emit` zeroes those first.
     pub fn write(&self, b: &mut [u8]) {
         set_u16(b, 0..2, self.local_lid);
         set_u16(b, 2..4, self.remote_lid);
@@ -64,6 +65,8 @@ impl Path {
         b[40] = self.traffic_class;
         b[41] = self.hop_limit;
         b[42] = ((self.sl & 0x0f) << 4) | if self.subnet_local { 0x08 } else { 0 };
-        b[43] = (self.local_ack_timeout & 0x1f) << 3;
+        // The low 3 bits of the last byte are reserved in the primary path and hold the
+        // REQ's SAP Supported bit (0x04) in the alternate one: kept, for that setter.
+        b[43] = (b[43] & 0x07) | ((self.local_ack_timeout & 0x1f) << 3);
     }
 }

@@ -1,4 +1,4 @@
-//! ConnectReply (REP, attribute 0x0013; IBA 12.6.8, Table 103; Linux `CM_REP_*`).
+//! ConnectReply (REP, attribute 0x0013; IBA 12.6.8, Table 110; Linux `CM_REP_*`).
 
 /// Where the private data starts.
 pub const PRIVATE_DATA_OFFSET: usize = 36;

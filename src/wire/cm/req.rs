@@ -1,4 +1,4 @@
-//! ConnectRequest (REQ, attribute 0x0010; IBA 12.6.5, Table 99; Linux
+//! ConnectRequest (REQ, attribute 0x0010; IBA 12.6.5, Table 106; Linux
 //! `CM_REQ_*` in `include/rdma/ibta_vol1_c12.h`).
 
 pub use super::path::{Path, PATH_LEN};
@@ -51,5 +51,7 @@ super::fields::cm_message! {
     extended_transport_type / set_extended_transport_type: u8 = bits(51, 0, 3),
     primary_path / set_primary_path: Path = path(52),
     alternate_path / set_alternate_path: Path = path(96),
+    /// SAP Supported (byte 139, bit 2, after the alternate path's local ACK timeout).
+    sap_supported / set_sap_supported: bool = flag(139, 2),
     private_data / set_private_data: [u8; PRIVATE_DATA_LEN] = bytes(PRIVATE_DATA_OFFSET, PRIVATE_DATA_LEN),
 }

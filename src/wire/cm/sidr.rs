@@ -24,7 +24,7 @@ pub mod sidr_rep {
     pub const ADD_INFO_LEN: usize = 72;
     pub const PRIVATE_DATA_OFFSET: usize = 96;
     pub const PRIVATE_DATA_LEN: usize = 136;
-    /// `status` values (IBA Table 119).
+    /// `status` values (IBA 12.11.2; Linux `enum ib_cm_sidr_status`).
     pub const STATUS_SUCCESS: u8 = 0;
     pub const STATUS_UNSUPPORTED: u8 = 1;
     pub const STATUS_REJECT: u8 = 2;
