@@ -70,7 +70,13 @@ fn capture_cm_mads_match_tshark_and_reemit_byte_exact() {
         assert_eq!(h.attr_id, m.msg.attr_id());
 
         match (*n, m.msg) {
-            (1, Message::Req(r)) => check_req(&r),
+            (1, Message::Req(r)) => {
+                check_req(&r);
+                assert_eq!(
+                    m.msg.to_string(),
+                    "CM REQ lcid=0x47d0da68 sid=0x0000000001061c06 qpn=0x11 psn=0x297dc6 mtu=3"
+                );
+            }
             (2, Message::Rep(r)) => check_rep(&r),
             (3, Message::Rtu(r)) => {
                 assert_eq!(
@@ -100,6 +106,11 @@ fn capture_cm_mads_match_tshark_and_reemit_byte_exact() {
         m.emit(&mut out);
         assert_eq!(&out[..], &bytes[..], "frame {n} re-emitted");
         assert_eq!(CmMad::new(TID, 0, m.msg), m, "frame {n}: CmMad::new");
+        let line = m.to_string();
+        assert!(
+            line.starts_with("CM ") && line.ends_with("tid=0x268dad047"),
+            "{line}"
+        );
     }
 }
 

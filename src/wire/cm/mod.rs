@@ -275,3 +275,78 @@ impl CmMad {
         self.msg.emit(&mut bytes[mad::HEADER_LEN..mad::MAD_LEN]);
     }
 }
+
+impl Message {
+    /// The IBA's short name of the message.
+    pub const fn name(&self) -> &'static str {
+        match self {
+            Message::Req(_) => "REQ",
+            Message::Mra(_) => "MRA",
+            Message::Rej(_) => "REJ",
+            Message::Rep(_) => "REP",
+            Message::Rtu(_) => "RTU",
+            Message::Dreq(_) => "DREQ",
+            Message::Drep(_) => "DREP",
+            Message::SidrReq(_) => "SIDR_REQ",
+            Message::SidrRep(_) => "SIDR_REP",
+        }
+    }
+}
+
+/// One line: the message, its communication IDs and the fields a connection trace needs.
+impl fmt::Display for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CM {}", self.name())?;
+        match self {
+            Message::Req(r) => write!(
+                f,
+                " lcid={:#010x} sid={:#018x} qpn={:#x} psn={:#x} mtu={}",
+                r.local_comm_id, r.service_id, r.local_qpn, r.starting_psn, r.path_mtu
+            ),
+            Message::Rep(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x} qpn={:#x} psn={:#x}",
+                r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn
+            ),
+            Message::Rtu(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x}",
+                r.local_comm_id, r.remote_comm_id
+            ),
+            Message::Dreq(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x} qpn={:#x}",
+                r.local_comm_id, r.remote_comm_id, r.remote_qpn
+            ),
+            Message::Drep(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x}",
+                r.local_comm_id, r.remote_comm_id
+            ),
+            Message::Mra(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x} mraed={} timeout={}",
+                r.local_comm_id, r.remote_comm_id, r.message_mraed, r.service_timeout
+            ),
+            Message::Rej(r) => write!(
+                f,
+                " lcid={:#010x} rcid={:#010x} rejected={} reason={}",
+                r.local_comm_id, r.remote_comm_id, r.message_rejected, r.reason
+            ),
+            Message::SidrReq(r) => {
+                write!(f, " id={:#010x} sid={:#018x}", r.request_id, r.service_id)
+            }
+            Message::SidrRep(r) => write!(
+                f,
+                " id={:#010x} status={} qpn={:#x} qkey={:#x}",
+                r.request_id, r.status, r.qpn, r.qkey
+            ),
+        }
+    }
+}
+
+impl fmt::Display for CmMad {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} tid={:#x}", self.msg, self.header.tid)
+    }
+}
