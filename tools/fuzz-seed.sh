@@ -13,6 +13,8 @@
 #                             with the control byte that points it at the target's QP of
 #                             its transport (and, for the windows, at each remote key in
 #                             turn); the formats are in fuzz/fuzz_targets/engine_rx_*.rs
+#   fuzz/corpus/cm_parse/     the MAD (after BTH and DETH, before the ICRC) of every UD SEND
+#                             ONLY to QP1, from tests/data/cm/*.pcap as well
 #   fuzz/corpus/control_report/ daemon control messages: a process's counter reports (as
 #                             daemon::report::messages makes them), a Hello, a Counters
 #                             answer
@@ -22,9 +24,9 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw fuzz/corpus/cm_parse
 
-python3 - fuzz/corpus tests/data/*.pcap <<'PY'
+python3 - fuzz/corpus tests/data/*.pcap tests/data/cm/*.pcap <<'PY'
 import hashlib, os, struct, sys
 
 out, files = sys.argv[1], sys.argv[2:]
@@ -86,7 +88,7 @@ def udp_payload(f):
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "share_proto": 0, "iface_rx": 0,
      "ring_consume": 0, "conform_peer": 0, "control_report": 0,
-     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0}
+     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0, "cm_parse": 0}
 
 def is_resp(opc):
     """RC/UC responses (READ responses, ACKs, atomic ACKs) go to the requester, A."""
@@ -277,6 +279,9 @@ for path in files:
             n["roce_parse"] += save("roce_parse", p)
             # conform_peer: what a target sends the conformance peer, BTH through ICRC.
             n["conform_peer"] += save("conform_peer", p)
+            # cm_parse: UD SEND ONLY (0x64) to QP 1: the MAD after BTH (12) and DETH (8).
+            if len(p) >= 24 and p[0] == 0x64 and p[5:8] == b"\0\0\1":
+                n["cm_parse"] += save("cm_parse", p[20:-4])
             records += struct.pack("<HB", len(p), len(records) & 1) + p
     if records:
         n["engine_rx"] += save("engine_rx", records[:16384])

@@ -22,6 +22,13 @@ pub enum Header {
     /// Payload and pad bytes, as announced by the BTH pad count.
     Payload,
     Icrc,
+    /// The 24-byte MAD common header (IBA 13.4.2) of a QP1 datagram.
+    Mad,
+    /// A communication manager message, the 232 bytes after the MAD header (IBA 12.6).
+    Cm,
+    /// The rdma_cm private-data header (`struct cma_hdr`) at the start of a REQ or
+    /// SIDR_REQ's private data.
+    CmaHdr,
 }
 
 impl Header {
@@ -44,6 +51,9 @@ impl Header {
             Header::Cnp => "CNP",
             Header::Payload => "payload",
             Header::Icrc => "ICRC",
+            Header::Mad => "MAD",
+            Header::Cm => "CM",
+            Header::CmaHdr => "cma_hdr",
         }
     }
 }

@@ -24,10 +24,15 @@
 //! then BTH, the extension headers the opcode calls for (in the order DETH, RETH,
 //! AtomicETH, AETH, AtomicAckETH, ImmDt, IETH), payload, 0-3 pad bytes, and the 4-byte
 //! invariant CRC.
+//!
+//! Management datagrams ride on that as the payload of a UD SEND ONLY to QP1: the 256-byte
+//! MAD, its common header in [`mad`], the communication manager's messages and rdma_cm's
+//! private-data header in [`cm`].
 
 pub mod aeth;
 pub mod atomic;
 pub mod bth;
+pub mod cm;
 pub mod cnp;
 pub mod deth;
 pub mod error;
@@ -37,6 +42,7 @@ pub mod icrc;
 pub mod ieth;
 pub mod immdt;
 pub mod layout;
+pub mod mad;
 pub mod opcode;
 pub mod pretty;
 pub mod psn;
@@ -47,12 +53,14 @@ mod view;
 pub use aeth::{NakCode, Repr as AethRepr, Syndrome};
 pub use atomic::{AckRepr as AtomicAckEthRepr, Repr as AtomicEthRepr};
 pub use bth::Repr as BthRepr;
+pub use cm::CmMad;
 pub use deth::Repr as DethRepr;
 pub use error::{Header, WireError};
 pub use frame::{FrameRepr, IpRepr, RoceFrame, ROCE_UDP_PORT};
 pub use icrc::ICRC_LEN;
 pub use ieth::Repr as IethRepr;
 pub use immdt::Repr as ImmDtRepr;
+pub use mad::Repr as MadRepr;
 pub use opcode::{Opcode, OpcodeInfo, Transport};
 pub use psn::Psn;
 pub use reth::Repr as RethRepr;
