@@ -47,6 +47,7 @@
 
 pub mod backend;
 pub mod cli;
+pub mod cm;
 pub mod conform;
 pub mod daemon;
 pub mod driver;
