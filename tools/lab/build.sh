@@ -29,7 +29,7 @@ fi
 # Guest user space. Each ELF's libraries are checked against this root (below), so nothing
 # from the host is ever copied in.
 GUEST="busybox-static libc6 libgcc-s1 libibverbs1 ibverbs-providers ibverbs-utils librdmacm1
-perftest libibumad3 libpci3 libudev1 zlib1g libnl-3-200 libnl-route-3-200 iproute2 libbpf1
+rdmacm-utils perftest libibumad3 libpci3 libudev1 zlib1g libnl-3-200 libnl-route-3-200 iproute2 libbpf1
 libbsd0 libmd0 libcap2 libdb5.3 libelf1 libmnl0 libselinux1 libpcre2-8-0 libtirpc3
 libgssapi-krb5-2 libkrb5-3 libk5crypto3 libcom-err2 libkrb5support0 libkeyutils1 libxtables12
 tcpdump libpcap0.8 libdbus-1-3 libsystemd0 libgcrypt20 libgpg-error0 liblz4-1 liblzma5

@@ -175,6 +175,48 @@ rxe_rxe() {
   [ $rc1 = 0 ] && [ $rc2 = 0 ]
 }
 
+# ---- rdma_cm -------------------------------------------------------------------------------
+# Debian's rdmacm-utils between two guests: the kernel's CM on both sides (REQ/REP/RTU/DREQ/
+# DREP, SIDR for udaddy) is the baseline the drop-in librdmacm and the daemon's CM must meet.
+cm_cmd() { # rping|ucmatose|udaddy server|client: the program and its arguments
+  case "$1:$2" in
+    rping:server) echo "rping -s -a 0.0.0.0 -C 10 -V" ;;
+    rping:client) echo "rping -c -C 10 -V -a" ;;
+    ucmatose:server) echo "ucmatose -C 10" ;;
+    ucmatose:client) echo "ucmatose -C 10 -s" ;;
+    udaddy:server) echo "udaddy -C 10" ;;
+    udaddy:client) echo "udaddy -C 10 -s" ;;
+  esac
+}
+cm_done() { # PROGRAM FILE: the program's own success line
+  case "$1" in
+    rping) ! grep -qi "error\|fail" "$2" ;;
+    ucmatose|udaddy) grep -q "^test complete" "$2" && grep -q "return status 0" "$2" ;;
+  esac
+}
+# CM MADs on the wire: PROGRAM's exchange decoded (REQ/REP/RTU/DREQ/DREP, SIDR_REQ/SIDR_REP).
+cm_seen() {
+  "$BIN" pcap "$T/capture.pcap" > "$T/decoded.txt" 2>&1 || true
+  CM_MADS=$(grep -c "UD_SEND_ONLY QP=0x000001 .*qkey=0x80010000" "$T/decoded.txt" 2>/dev/null)
+}
+cm_rxe_rxe() { # PROGRAM
+  POST=icrc_ok
+  rxe_rxe "$(cm_cmd "$1" server)" "$(cm_cmd "$1" client)"
+  local rc=$?
+  cm_seen; FIG="$CM_MADS CM MADs"
+  [ $rc = 0 ] && cm_done "$1" "$T/guest1.txt" && cm_done "$1" "$T/guest2.txt"
+}
+# rping to a port nobody listens on: the kernel's CM answers REJ (reason 8, invalid service
+# ID) and rping reports the reject.
+cm_rej_rxe_rxe() {
+  POST=icrc_ok
+  local k2 rc2
+  k2=$(g_start 2 "rping -c -C 1 -p 9999 -a $S1" 60)
+  g_wait 2 "$k2" 70; rc2=$?; g_out 2 "$k2" > "$T/guest2.txt"
+  FIG="rping exit $rc2"
+  [ $rc2 != 0 ] && grep -qi "reject\|error" "$T/guest2.txt"
+}
+
 # ---- pingpong -----------------------------------------------------------------------------
 rcpp() { echo "ibv_rc_pingpong -d rxe0 -g $1 -s $2 -m $3 -n $4 ${5:-}"; }
 pp_emu_client() { # SIZE MTU ITERS [-c]
@@ -670,6 +712,10 @@ for t in ud:1024:200 uc:4096:200 srq:4096:50; do
   run_test "dropin-${q}_pingpong-host-client" dropin_qpt "$q" host-client "$s" "$n"
 done
 run_test "dropin-gid-table" dropin_gids
+
+# rdma_cm: Debian's rdmacm-utils rxe against rxe (the baseline of the drop-in librdmacm).
+for p in rping ucmatose udaddy; do run_test "$p-rxe-rxe" cm_rxe_rxe "$p"; done
+run_test "rping-rej-rxe-rxe" cm_rej_rxe_rxe
 
 # The same programs through a roce-emu daemon on its own L2 port on the bridge.
 run_test "daemon-tap-rc_pingpong-host-server" daemon_test tap pp host-server 4096 1024 300
