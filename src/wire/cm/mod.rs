@@ -20,7 +20,7 @@ pub(crate) mod fields;
 mod path;
 pub mod rep;
 pub mod req;
-mod show;
+pub mod show;
 mod sidr;
 
 pub use alt::{apr, lap};

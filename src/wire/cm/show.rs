@@ -29,7 +29,7 @@ fn cma_hdr(sid: u64, pd: &[u8]) -> Option<cma::Repr> {
 }
 
 /// The name of a `message_mraed` / `message_rejected` value.
-pub(crate) const fn which_message(v: u8) -> &'static str {
+pub const fn which_message(v: u8) -> &'static str {
     match v {
         0 => "REQ",
         1 => "REP",
@@ -39,7 +39,7 @@ pub(crate) const fn which_message(v: u8) -> &'static str {
 }
 
 /// MRA calls its third value LAP where REJ calls it "other".
-pub(crate) const fn mraed_name(v: u8) -> &'static str {
+pub const fn mraed_name(v: u8) -> &'static str {
     match v {
         mra::MRAED_LAP => "LAP",
         v => which_message(v),
@@ -47,7 +47,7 @@ pub(crate) const fn mraed_name(v: u8) -> &'static str {
 }
 
 /// A SIDR_REP status by name (IBA 12.11.2; Linux `enum ib_cm_sidr_status`).
-pub(crate) const fn sidr_status_name(v: u8) -> Option<&'static str> {
+pub const fn sidr_status_name(v: u8) -> Option<&'static str> {
     Some(match v {
         sidr_rep::STATUS_SUCCESS => "success",
         sidr_rep::STATUS_UNSUPPORTED => "unsupported",
