@@ -79,8 +79,9 @@ pub const GSI_QPN: u32 = 1;
 /// What could be read of a MAD sent to QP1.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MadDecode {
-    /// A communication manager MAD (class 0x07) whose message reads.
-    Cm(CmMad),
+    /// A communication manager MAD (class 0x07) whose message reads (boxed: a REQ's
+    /// Repr is ~270 bytes, the other variants a few dozen).
+    Cm(Box<CmMad>),
     /// A CM MAD whose attribute is not one of the CM's, or too short for its message.
     CmBad(mad::Repr, WireError),
     /// Another management class: only its common header is read.
@@ -102,7 +103,7 @@ impl MadDecode {
             return MadDecode::Other(header);
         }
         match CmMad::parse(payload) {
-            Ok(m) => MadDecode::Cm(m),
+            Ok(m) => MadDecode::Cm(Box::new(m)),
             Err(e) => MadDecode::CmBad(header, e),
         }
     }
