@@ -4,17 +4,19 @@
 //! ClassPortInfo, an IPv6 REQ and an SA MAD), written with the daemon's pcapng writer.
 //!
 //! Compared with tshark (4.0's `infiniband` dissector, `parse_COM_MGT`): the MAD header
-//! (class, method, attribute, TID) of every MAD; comm IDs, service ID, QPN, starting PSN
-//! and the `cma_hdr` addresses and port of REQ; comm IDs, QPN and PSN of REP; comm IDs of
-//! RTU, DREQ (and its QPN) and DREP; comm IDs and reason of REJ. tshark 4.0 dissects no
-//! field of MRA, SIDR_REQ, SIDR_REP, LAP, APR or a CM ClassPortInfo: for those it
-//! agrees on the header and the message name, and our fields are checked against the
-//! values the MADs were built with.
+//! (class, method, attribute, TID) and message name of every MAD; a REQ's local comm ID,
+//! service ID (port space and port), local CA GUID, QPN, starting PSN, path MTU, primary
+//! GIDs and `cma_hdr` addresses and source port; a REP's comm IDs, QPN, PSN and CA GUID;
+//! the comm IDs of RTU, DREQ (and its QPN) and DREP; a REJ's comm IDs, rejected message
+//! and reason (and its name). tshark 4.0 dissects no field of MRA, SIDR_REQ, SIDR_REP,
+//! LAP, APR or a CM ClassPortInfo ("Dissector Not Implemented"): for those our fields are
+//! compared with tshark's "MAD Data Payload" bytes at the IBA offsets, and, in
+//! `json_carries_the_built_values`, with the values the MADs were built with.
 //!
-//! Not compared: the REQ's primary flow label and packet rate. tshark 4.0 reads the flow
-//! label as the 20 bits of bytes 88-90 and the packet rate from byte 90 rather than 91
-//! (`CM_REQ_PRIMARY_FLOW_LABEL` is the top 20 bits of the word at 88, the rate the low 6
-//! bits of byte 91): it misreads both (see tests/wire_cm.rs).
+//! Not compared: the REQ's primary flow label and packet rate, which tshark 4.0 misreads.
+//! Bytes 88-91 of frame 1 are `fb b8 20 00`: the flow label is their top 20 bits, 0xfbb82,
+//! and the packet rate the low 6 bits of byte 91, 0 (`CM_REQ_PRIMARY_FLOW_LABEL`,
+//! `CM_REQ_PRIMARY_PACKET_RATE`); tshark shows 0x00fbb and 0x3b (see tests/wire_cm.rs).
 //!
 //! Without tshark the test prints SKIPPED loudly and passes, unless `CI` is set (CI
 //! installs tshark), where it fails.
