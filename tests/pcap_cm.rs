@@ -724,3 +724,22 @@ fn json_carries_the_built_values() {
     assert_eq!(ours[&11]["mad"]["mgmt_class"], 3);
     assert!(ours[&11].get("cm").is_none());
 }
+
+/// A MAD cut short and a CM attribute the class does not define: named, not dropped.
+#[test]
+fn short_mad_and_unknown_cm_attribute() {
+    use roce_emu::wire::pretty::MadDecode;
+    let d = MadDecode::read(&[0u8; 100]);
+    assert_eq!(d, MadDecode::Short(100));
+    assert_eq!(d.to_string(), "MAD truncated: 100 of 256 bytes");
+    let mut b = [0u8; mad::MAD_LEN];
+    let h = mad::Repr::cm_send(5, 0x001b, 0);
+    h.emit(&mut mad::Packet::new_unchecked(&mut b[..mad::HEADER_LEN]));
+    let d = MadDecode::read(&b);
+    assert!(matches!(d, MadDecode::CmBad(..)), "{d:?}");
+    assert_eq!(
+        d.to_string(),
+        "MAD class=0x07 v2 method=0x03 attr=0x001b tid=0x5 [CM message unreadable: \
+         MAD field attribute ID holds reserved value 0x1b]"
+    );
+}

@@ -62,7 +62,7 @@ impl RoceDecode<'_> {
         self.frame.roce.get(start..start + r.payload_len)
     }
 
-    /// The MAD a packet to QP1 (the GSI: a UD SEND ONLY, IBA 13.5.1) carries, read as far
+    /// The MAD a packet to QP1 (the GSI, IBA chapter 13: a UD SEND ONLY) carries, read as far
     /// as it goes; `None` for any other packet.
     pub fn mad(&self) -> Option<MadDecode> {
         let r = self.repr.as_ref().ok()?;
