@@ -1,13 +1,14 @@
 //! MAD and CM message wire views (`wire::mad`, `wire::cm`): the five CM MADs of a real
 //! rping connection (kernel rxe on both sides, `tests/data/cm/rping_cm_s64.pcap`) parse
 //! to what tshark decodes and re-emit byte for byte; every message round-trips
-//! (Repr -> emit -> parse), and every length short of a message is a `Truncated` error.
+//! (Repr -> emit -> parse), LAP, APR and ClassPortInfo included, and every length short of
+//! a message is a `Truncated` error.
 
 use proptest::prelude::*;
 use roce_emu::cli::pcap::for_each_record;
 use roce_emu::wire::cm::{
-    cma, drep, dreq, mra, rej, rep, req, rtu, service_id, sidr_rep, sidr_req, CmMad, Message,
-    RejReason, MSG_LEN,
+    apr, cma, cpi, drep, dreq, lap, mra, rej, rep, req, rtu, service_id, sidr_rep, sidr_req, CmMad,
+    Message, RejReason, MSG_LEN,
 };
 use roce_emu::wire::mad::{self, attr, MAD_LEN};
 use roce_emu::wire::opcode::op;
@@ -74,7 +75,8 @@ fn capture_cm_mads_match_tshark_and_reemit_byte_exact() {
                 check_req(&r);
                 assert_eq!(
                     m.msg.to_string(),
-                    "CM REQ lcid=0x47d0da68 sid=0x0000000001061c06 qpn=0x11 psn=0x297dc6 mtu=3"
+                    "CM REQ lcid=0x47d0da68 sid=0x0000000001061c06 (TCP port 7174) qpn=0x11 \
+                     psn=0x297dc6 mtu=3 cma_hdr 198.18.0.12:33028 -> 198.18.0.11"
                 );
             }
             (2, Message::Rep(r)) => check_rep(&r),
@@ -230,6 +232,9 @@ fn every_short_length_is_truncated() {
         assert_eq!(drep::Packet::new_checked(b).unwrap_err(), e);
         assert_eq!(sidr_req::Packet::new_checked(b).unwrap_err(), e);
         assert_eq!(sidr_rep::Packet::new_checked(b).unwrap_err(), e);
+        assert_eq!(lap::Packet::new_checked(b).unwrap_err(), e);
+        assert_eq!(apr::Packet::new_checked(b).unwrap_err(), e);
+        assert_eq!(cpi::Packet::new_checked(b).unwrap_err(), e);
         assert_eq!(
             req::Repr::parse(&req::Packet::new_unchecked(b)).unwrap_err(),
             e
@@ -244,6 +249,9 @@ fn every_short_length_is_truncated() {
             attr::DREP,
             attr::SIDR_REQ,
             attr::SIDR_REP,
+            attr::LAP,
+            attr::APR,
+            attr::CLASS_PORT_INFO,
         ] {
             assert_eq!(Message::parse(id, b).unwrap_err(), e);
         }
@@ -282,13 +290,13 @@ fn bad_class_attribute_and_cma_header_are_errors() {
         })
     ));
     let mut b = bytes.clone();
-    b[17] = 0x19; // LAP: not read here
+    b[17] = 0x1b; // past APR: not a CM attribute
     assert!(matches!(
         CmMad::parse(&b),
         Err(WireError::Reserved {
             header: Header::Mad,
             field: "attribute ID",
-            value: 0x19
+            value: 0x1b
         })
     ));
     let pd = mad::HEADER_LEN + req::PRIVATE_DATA_OFFSET;
@@ -405,6 +413,9 @@ round_trip!(dreq_round_trips, dreq);
 round_trip!(drep_round_trips, drep);
 round_trip!(sidr_req_round_trips, sidr_req);
 round_trip!(sidr_rep_round_trips, sidr_rep);
+round_trip!(lap_round_trips, lap);
+round_trip!(apr_round_trips, apr);
+round_trip!(class_port_info_round_trips, cpi);
 
 proptest! {
     #![proptest_config(config())]
@@ -446,11 +457,11 @@ proptest! {
 
     #[test]
     fn whole_cm_mad_round_trips(
-        which in 0usize..9, body in msg_bytes(), tid in any::<u64>(), attr_mod in any::<u32>(),
+        which in 0usize..12, body in msg_bytes(), tid in any::<u64>(), attr_mod in any::<u32>(),
     ) {
         let id = [
             attr::REQ, attr::MRA, attr::REJ, attr::REP, attr::RTU, attr::DREQ, attr::DREP,
-            attr::SIDR_REQ, attr::SIDR_REP,
+            attr::SIDR_REQ, attr::SIDR_REP, attr::LAP, attr::APR, attr::CLASS_PORT_INFO,
         ][which];
         let msg = Message::parse(id, &body).unwrap();
         let m = CmMad::new(tid, attr_mod, msg);
@@ -484,4 +495,111 @@ fn sap_supported_shares_the_alternate_paths_last_byte() {
     assert_eq!(p.as_bytes()[139], 0xfc);
     assert!(p.sap_supported());
     assert_eq!(p.alternate_path(), alt);
+}
+
+/// LAP (IBA Table 115, `CM_LAP_*`): every field at its kernel offset, MSB-first bits.
+#[test]
+fn lap_fields_sit_where_the_kernel_puts_them() {
+    let mut b = [0u8; MSG_LEN];
+    let mut p = lap::Packet::new_unchecked(&mut b[..]);
+    p.set_local_comm_id(0x1122_3344);
+    p.set_remote_comm_id(0x5566_7788);
+    p.set_remote_qpn(0xab_cdef);
+    p.set_remote_cm_response_timeout(0x1f);
+    p.set_alt_local_lid(0xfffe);
+    p.set_alt_remote_lid(0x0102);
+    p.set_alt_local_gid(mapped(CLIENT));
+    p.set_alt_remote_gid(mapped(SERVER));
+    p.set_alt_flow_label(0xf_ffff);
+    p.set_alt_traffic_class(0x2a);
+    p.set_alt_hop_limit(64);
+    p.set_alt_packet_rate(0x3f);
+    p.set_alt_sl(0xf);
+    p.set_alt_subnet_local(true);
+    p.set_alt_local_ack_timeout(0x1f);
+    let b = p.as_bytes();
+    assert_eq!(b[0..8], [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88]);
+    assert_eq!(b[8..12], [0; 4], "reserved");
+    assert_eq!(b[12..16], [0xab, 0xcd, 0xef, 0xf8]);
+    assert_eq!(b[16..20], [0; 4], "reserved");
+    assert_eq!(b[20..24], [0xff, 0xfe, 0x01, 0x02]);
+    assert_eq!(b[24..40], mapped(CLIENT));
+    assert_eq!(b[40..56], mapped(SERVER));
+    // Flow label: 20 bits, then 4 reserved, then the traffic class in byte 59.
+    assert_eq!(b[56..64], [0xff, 0xff, 0xf0, 0x2a, 64, 0x3f, 0xf8, 0xf8]);
+    let r = lap::Repr::parse(&lap::Packet::new_checked(b).unwrap()).unwrap();
+    assert_eq!(r.alt_flow_label, 0xf_ffff);
+    assert_eq!(r.alt_traffic_class, 0x2a);
+    let m = CmMad::new(7, 0, Message::Lap(r));
+    assert_eq!(m.header.attr_id, 0x0019);
+    assert_eq!(
+        m.to_string(),
+        "CM LAP lcid=0x11223344 rcid=0x55667788 qpn=0xabcdef tid=0x7"
+    );
+}
+
+/// APR (IBA Table 116, `CM_APR_*`) and its status names (`enum ib_cm_apr_status`).
+#[test]
+fn apr_fields_and_status() {
+    let mut b = [0u8; MSG_LEN];
+    let mut p = apr::Packet::new_unchecked(&mut b[..]);
+    p.set_local_comm_id(1);
+    p.set_remote_comm_id(2);
+    p.set_additional_info_length(72);
+    p.set_ap_status(5);
+    p.set_additional_info([0xaa; apr::INFO_LEN]);
+    p.set_private_data([0xbb; apr::PRIVATE_DATA_LEN]);
+    let b = p.as_bytes();
+    assert_eq!(b[8..12], [72, 5, 0, 0]);
+    assert_eq!(b[12..84], [0xaa; 72]);
+    assert_eq!(b[84..232], [0xbb; 148]);
+    let r = apr::Repr::parse(&apr::Packet::new_checked(b).unwrap()).unwrap();
+    assert_eq!(
+        Message::Apr(r).to_string(),
+        "CM APR lcid=0x00000001 rcid=0x00000002 status=is current (5)"
+    );
+    assert_eq!(apr::Status(13).name(), Some("invalid SL"));
+    assert_eq!(apr::Status(14).to_string(), "status 14");
+}
+
+/// ClassPortInfo (IBA 13.4.8.1; `struct ib_class_port_info`): CapabilityMask2 is the top 27
+/// bits of bytes 4-7 and RespTimeValue the low 5; TC, SL and FL share a word.
+#[test]
+fn class_port_info_fields() {
+    let mut b = [0u8; MSG_LEN];
+    let mut p = cpi::Packet::new_unchecked(&mut b[..]);
+    p.set_base_version(1);
+    p.set_class_version(2);
+    p.set_capability_mask(0x0100);
+    p.set_capability_mask2(0x7ff_ffff);
+    p.set_resp_time_value(0x12);
+    p.set_redirect_tc(0xab);
+    p.set_redirect_sl(0xc);
+    p.set_redirect_fl(0xd_ef01);
+    p.set_redirect_qp(0x12_3456);
+    p.set_trap_hl(0xff);
+    p.set_trap_qp(0x00_0001);
+    p.set_trap_qkey(0x8001_0000);
+    let b = p.as_bytes();
+    assert_eq!(b[0..8], [1, 2, 0x01, 0x00, 0xff, 0xff, 0xff, 0xf2]);
+    assert_eq!(b[24..28], [0xab, 0xcd, 0xef, 0x01]);
+    assert_eq!(b[32..36], [0, 0x12, 0x34, 0x56]);
+    assert_eq!(b[64..72], [0xff, 0, 0, 1, 0x80, 0x01, 0, 0]);
+    assert_eq!(b[cpi::ATTR_LEN..], [0; MSG_LEN - cpi::ATTR_LEN]);
+    let r = cpi::Repr::parse(&cpi::Packet::new_checked(b).unwrap()).unwrap();
+    assert_eq!(
+        (r.capability_mask2, r.resp_time_value, r.redirect_fl),
+        (0x7ff_ffff, 0x12, 0xd_ef01)
+    );
+    let mut m = CmMad::new(9, 0, Message::ClassPortInfo(r));
+    m.header.method = mad::METHOD_GET_RESP;
+    let mut out = [0u8; MAD_LEN];
+    m.emit(&mut out);
+    assert_eq!(out[3], 0x81);
+    assert_eq!(u16::from_be_bytes([out[16], out[17]]), 0x0001);
+    assert_eq!(CmMad::parse(&out).unwrap(), m);
+    assert_eq!(
+        m.to_string(),
+        "CM ClassPortInfo v2 cap=0x0100 resp_time=18 method=0x81 tid=0x9"
+    );
 }

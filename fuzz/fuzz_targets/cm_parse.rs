@@ -1,7 +1,11 @@
 //! Arbitrary bytes as a CM MAD (the payload of a UD SEND ONLY to QP1), and as a
-//! `cma_hdr`.
+//! `cma_hdr`. Every attribute the CM class defines is read: REQ, MRA, REJ, REP, RTU,
+//! DREQ, DREP, SIDR_REQ, SIDR_REP, LAP, APR and ClassPortInfo (the attribute ID is the
+//! input's bytes 16-17, so the fuzzer reaches each).
 //!
 //! Properties, for every input that `CmMad::parse` accepts:
+//! - its one-line `Display` (what `roce-emu pcap` prints, `cma_hdr` of REQ/SIDR_REQ
+//!   private data included) never panics;
 //! - `emit` writes the 256 bytes (into a buffer pre-filled with the input's complement),
 //!   and they re-parse to an equal `CmMad`;
 //! - emit is a fixed point: emitting the re-parsed value gives the same bytes (reserved
@@ -20,6 +24,7 @@ fuzz_target!(|data: &[u8]| {
             let _ = e.to_string();
         }
         Ok(m) => {
+            let _ = m.to_string();
             let mut buf: Vec<u8> = data[..MAD_LEN].iter().map(|b| !b).collect();
             m.emit(&mut buf);
             let again = CmMad::parse(&buf)

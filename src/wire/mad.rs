@@ -34,8 +34,12 @@ pub const BASE_VERSION: u8 = 1;
 pub const CLASS_CM: u8 = 0x07;
 /// Class version of the CM in the IBA 1.2+ format (`IB_CM_CLASS_VERSION`).
 pub const CM_CLASS_VERSION: u8 = 2;
-/// Method Send: the only method the CM uses.
+/// Method Send: the CM's messages (all but ClassPortInfo).
 pub const METHOD_SEND: u8 = 0x03;
+/// Method Get: a ClassPortInfo query (IBA 13.4.5).
+pub const METHOD_GET: u8 = 0x01;
+/// Method GetResp: the answer to a Get (the R bit set).
+pub const METHOD_GET_RESP: u8 = 0x81;
 /// The R bit of the method byte: the MAD is a response.
 pub const METHOD_RESPONSE: u8 = 0x80;
 

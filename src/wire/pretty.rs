@@ -5,8 +5,10 @@
 //! `LaxSlicedPacket` idea). [`decode`] never panics and never fails: every outcome,
 //! including "not RoCEv2", is a [`FrameDecode`].
 
+use super::cm::CmMad;
 use super::frame::RoceFrame;
-use super::{bth, icrc, BthRepr, RocePacket, RoceRepr, WireError, ICRC_LEN};
+use super::opcode::op;
+use super::{bth, icrc, mad, BthRepr, RocePacket, RoceRepr, WireError, ICRC_LEN};
 use core::fmt;
 
 /// How a captured frame starts.
@@ -58,6 +60,63 @@ impl RoceDecode<'_> {
         let r = self.repr.as_ref().ok()?;
         let start = r.info().ok()?.header_len();
         self.frame.roce.get(start..start + r.payload_len)
+    }
+
+    /// The MAD a packet to QP1 (the GSI, IBA chapter 13: a UD SEND ONLY) carries, read as far
+    /// as it goes; `None` for any other packet.
+    pub fn mad(&self) -> Option<MadDecode> {
+        let r = self.repr.as_ref().ok()?;
+        if r.bth.opcode != op::UD_SEND_ONLY || r.bth.dqpn != GSI_QPN {
+            return None;
+        }
+        Some(MadDecode::read(self.payload()?))
+    }
+}
+
+/// QP1, the General Services Interface: where the CM (and every class but the SM's) sends.
+pub const GSI_QPN: u32 = 1;
+
+/// What could be read of a MAD sent to QP1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MadDecode {
+    /// A communication manager MAD (class 0x07) whose message reads (boxed: a REQ's
+    /// Repr is ~270 bytes, the other variants a few dozen).
+    Cm(Box<CmMad>),
+    /// A CM MAD whose attribute is not one of the CM's, or too short for its message.
+    CmBad(mad::Repr, WireError),
+    /// Another management class: only its common header is read.
+    Other(mad::Repr),
+    /// Fewer bytes than a MAD (256); the count.
+    Short(usize),
+}
+
+impl MadDecode {
+    /// Reads the payload of a UD SEND ONLY to QP1.
+    pub fn read(payload: &[u8]) -> MadDecode {
+        if payload.len() < mad::MAD_LEN {
+            return MadDecode::Short(payload.len());
+        }
+        let Ok(header) = mad::Repr::parse(&mad::Packet::new_unchecked(payload)) else {
+            return MadDecode::Short(payload.len());
+        };
+        if header.mgmt_class != mad::CLASS_CM {
+            return MadDecode::Other(header);
+        }
+        match CmMad::parse(payload) {
+            Ok(m) => MadDecode::Cm(Box::new(m)),
+            Err(e) => MadDecode::CmBad(header, e),
+        }
+    }
+}
+
+impl fmt::Display for MadDecode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MadDecode::Cm(m) => write!(f, "{m}"),
+            MadDecode::CmBad(h, e) => write!(f, "{h} [CM message unreadable: {e}]"),
+            MadDecode::Other(h) => write!(f, "{h}"),
+            MadDecode::Short(n) => write!(f, "MAD truncated: {n} of {} bytes", mad::MAD_LEN),
+        }
     }
 }
 
@@ -143,7 +202,13 @@ impl fmt::Display for FrameDecode<'_> {
                     d.frame.udp.destination_port()
                 )?;
                 match (&d.repr, &d.bth) {
-                    (Ok(r), _) => write!(f, "{r}")?,
+                    (Ok(r), _) => {
+                        write!(f, "{r}")?;
+                        // A MAD to QP1: what it says, before the ICRC.
+                        if let Some(m) = d.mad() {
+                            write!(f, " {m}")?;
+                        }
+                    }
                     (Err(e), Some(b)) => write!(f, "{b} [malformed: {e}]")?,
                     (Err(e), None) => write!(f, "[malformed: {e}]")?,
                 }

@@ -6,13 +6,14 @@ use serde_json::{json, Map, Value};
 /// A 64-bit field as a JSON string, `"0x..."`: jq (and JavaScript) read JSON numbers as
 /// doubles, which keep 53 bits, so a VA like 0x7f00_0000_0001_2345 or an atomic operand
 /// would come out altered. The 32-bit and smaller fields stay numbers.
-fn u64_json(v: u64) -> Value {
+pub(super) fn u64_json(v: u64) -> Value {
     Value::String(format!("{v:#x}"))
 }
 
 /// The JSON object of one frame. Keys follow the list; numbers are JSON numbers,
 /// except the 64-bit fields (`reth.va`, `atomiceth.va`, `.swap_add`, `.compare`,
-/// `atomicacketh.orig`), which are `"0x..."` strings (see `u64_json`).
+/// `atomicacketh.orig`), which are `"0x..."` strings (see `u64_json`). A packet to QP1
+/// gets `mad` and, for the CM, `cm` ([`super::mad_json`]).
 pub fn to_json(n: usize, d: &FrameDecode<'_>) -> Value {
     let mut o = Map::new();
     o.insert("frame".into(), json!(n));
@@ -96,6 +97,9 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
             }
         }
         Err(e) => error_fields(o, e),
+    }
+    if let Some(m) = r.mad() {
+        super::mad_json::mad_fields(o, &m);
     }
     if let Some(i) = &r.icrc {
         o.insert("icrc".into(), json!(i.wire_be()));

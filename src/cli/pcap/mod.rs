@@ -13,6 +13,7 @@
 //! are named on stderr), or 2 if the file cannot be read.
 
 mod json;
+mod mad_json;
 mod read;
 pub mod train;
 

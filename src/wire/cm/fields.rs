@@ -5,7 +5,9 @@
 //! `u8(o)`, `u16(o)`, `u24(o)`, `u32(o)`, `u64(o)`, big-endian; `bits(o, shift, width)`,
 //! a bit field of byte `o` (bit 0 is the least significant: the IBA's MSB-first
 //! "[7:3]" is `bits(o, 3, 5)`); `flag(o, bit)`; `bytes(o, n)`, raw bytes (GIDs, private
-//! data); `reason(o)`, a REJ reason; `path(o)`, a REQ's 44-byte path.
+//! data); `reason(o)`, a REJ reason; `path(o)`, a REQ's 44-byte path; `u32bits(o, shift,
+//! width)`, a bit field of the big-endian 32-bit word at `o` (a flow label's 20 bits, or
+//! ClassPortInfo's CapabilityMask2), bit 0 again the least significant.
 
 /// Reads bits `shift..shift + width` of `b`.
 #[inline]
@@ -41,6 +43,9 @@ macro_rules! cm_get {
     };
     ($b:expr, flag($o:expr, $bit:expr)) => {
         $b[$o] & (1u8 << $bit) != 0
+    };
+    ($b:expr, u32bits($o:expr, $s:expr, $w:expr)) => {
+        ($crate::wire::field::u32_at($b, $o..$o + 4) >> $s) & ((1u64 << $w) - 1) as u32
     };
     ($b:expr, bytes($o:expr, $n:expr)) => {{
         let mut a = [0u8; $n];
@@ -84,6 +89,11 @@ macro_rules! cm_set {
     ($b:expr, $v:expr, bytes($o:expr, $n:expr)) => {
         $b[$o..$o + $n].copy_from_slice(&$v)
     };
+    ($b:expr, $v:expr, u32bits($o:expr, $s:expr, $w:expr)) => {{
+        let m = ((1u64 << $w) - 1) as u32;
+        let old = $crate::wire::field::u32_at($b, $o..$o + 4);
+        $crate::wire::field::set_u32($b, $o..$o + 4, (old & !(m << $s)) | (($v & m) << $s))
+    }};
     ($b:expr, $v:expr, reason($o:expr)) => {
         $crate::wire::field::set_u16($b, $o..$o + 2, $v.code())
     };

@@ -12,14 +12,18 @@
 //! 256-byte MAD. [`cma`] is rdma_cm's header inside REQ/SIDR_REQ private data, and
 //! [`service_id`] its service IDs.
 
+mod alt;
 pub mod cma;
 mod conn;
+pub mod cpi;
 pub(crate) mod fields;
 mod path;
 pub mod rep;
 pub mod req;
+pub mod show;
 mod sidr;
 
+pub use alt::{apr, lap};
 pub use conn::{drep, dreq, mra, rej, rtu};
 pub use sidr::{sidr_rep, sidr_req};
 
@@ -141,6 +145,29 @@ pub mod service_id {
             Some(((sid >> 16) as u16, sid as u16))
         }
     }
+
+    /// The name of a port space (`enum rdma_ucm_port_space` without `RDMA_PS_`), or
+    /// `None` for one rdma_cm does not define.
+    pub const fn ps_name(ps: u16) -> Option<&'static str> {
+        match ps {
+            PS_IPOIB => Some("IPOIB"),
+            PS_TCP => Some("TCP"),
+            PS_UDP => Some("UDP"),
+            PS_IB => Some("IB"),
+            _ => None,
+        }
+    }
+
+    /// The port space and port of an rdma_cm service ID in a port space rdma_cm defines.
+    pub const fn rdma_cm(sid: u64) -> Option<(&'static str, u16)> {
+        match split(sid) {
+            Some((ps, port)) => match ps_name(ps) {
+                Some(name) => Some((name, port)),
+                None => None,
+            },
+            None => None,
+        }
+    }
 }
 
 /// One CM message, chosen by the MAD's attribute ID.
@@ -155,6 +182,9 @@ pub enum Message {
     Drep(drep::Repr),
     SidrReq(sidr_req::Repr),
     SidrRep(sidr_rep::Repr),
+    Lap(lap::Repr),
+    Apr(apr::Repr),
+    ClassPortInfo(cpi::Repr),
 }
 
 impl Message {
@@ -170,12 +200,14 @@ impl Message {
             Message::Drep(_) => attr::DREP,
             Message::SidrReq(_) => attr::SIDR_REQ,
             Message::SidrRep(_) => attr::SIDR_REP,
+            Message::Lap(_) => attr::LAP,
+            Message::Apr(_) => attr::APR,
+            Message::ClassPortInfo(_) => attr::CLASS_PORT_INFO,
         }
     }
 
     /// Reads the message `attr_id` names from `data` (the bytes after the MAD header).
-    /// An attribute this module does not read (ClassPortInfo, LAP, APR, unknown) is
-    /// `Reserved`.
+    /// An attribute the CM class does not define is `Reserved`.
     pub fn parse(attr_id: u16, data: &[u8]) -> Result<Message> {
         Ok(match attr_id {
             attr::REQ => Message::Req(req::Repr::parse(&req::Packet::new_checked(data)?)?),
@@ -191,6 +223,11 @@ impl Message {
             attr::SIDR_REP => Message::SidrRep(sidr_rep::Repr::parse(
                 &sidr_rep::Packet::new_checked(data)?,
             )?),
+            attr::LAP => Message::Lap(lap::Repr::parse(&lap::Packet::new_checked(data)?)?),
+            attr::APR => Message::Apr(apr::Repr::parse(&apr::Packet::new_checked(data)?)?),
+            attr::CLASS_PORT_INFO => {
+                Message::ClassPortInfo(cpi::Repr::parse(&cpi::Packet::new_checked(data)?)?)
+            }
             other => {
                 return Err(WireError::Reserved {
                     header: Header::Mad,
@@ -218,6 +255,9 @@ impl Message {
             Message::Drep(r) => r.emit(&mut drep::Packet::new_unchecked(data)),
             Message::SidrReq(r) => r.emit(&mut sidr_req::Packet::new_unchecked(data)),
             Message::SidrRep(r) => r.emit(&mut sidr_rep::Packet::new_unchecked(data)),
+            Message::Lap(r) => r.emit(&mut lap::Packet::new_unchecked(data)),
+            Message::Apr(r) => r.emit(&mut apr::Packet::new_unchecked(data)),
+            Message::ClassPortInfo(r) => r.emit(&mut cpi::Packet::new_unchecked(data)),
         }
     }
 }
@@ -230,7 +270,9 @@ pub struct CmMad {
 }
 
 impl CmMad {
-    /// A CM Send MAD carrying `msg` (the attribute ID comes from the message).
+    /// A CM Send MAD carrying `msg` (the attribute ID comes from the message). A
+    /// ClassPortInfo travels in a Get or GetResp instead: set `header.method` to
+    /// [`mad::METHOD_GET`] or [`mad::METHOD_GET_RESP`].
     pub const fn new(tid: u64, attr_mod: u32, msg: Message) -> CmMad {
         CmMad {
             header: mad::Repr::cm_send(tid, msg.attr_id(), attr_mod),
@@ -273,80 +315,5 @@ impl CmMad {
             &mut bytes[..mad::HEADER_LEN],
         ));
         self.msg.emit(&mut bytes[mad::HEADER_LEN..mad::MAD_LEN]);
-    }
-}
-
-impl Message {
-    /// The IBA's short name of the message.
-    pub const fn name(&self) -> &'static str {
-        match self {
-            Message::Req(_) => "REQ",
-            Message::Mra(_) => "MRA",
-            Message::Rej(_) => "REJ",
-            Message::Rep(_) => "REP",
-            Message::Rtu(_) => "RTU",
-            Message::Dreq(_) => "DREQ",
-            Message::Drep(_) => "DREP",
-            Message::SidrReq(_) => "SIDR_REQ",
-            Message::SidrRep(_) => "SIDR_REP",
-        }
-    }
-}
-
-/// One line: the message, its communication IDs and the fields a connection trace needs.
-impl fmt::Display for Message {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "CM {}", self.name())?;
-        match self {
-            Message::Req(r) => write!(
-                f,
-                " lcid={:#010x} sid={:#018x} qpn={:#x} psn={:#x} mtu={}",
-                r.local_comm_id, r.service_id, r.local_qpn, r.starting_psn, r.path_mtu
-            ),
-            Message::Rep(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x} qpn={:#x} psn={:#x}",
-                r.local_comm_id, r.remote_comm_id, r.local_qpn, r.starting_psn
-            ),
-            Message::Rtu(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x}",
-                r.local_comm_id, r.remote_comm_id
-            ),
-            Message::Dreq(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x} qpn={:#x}",
-                r.local_comm_id, r.remote_comm_id, r.remote_qpn
-            ),
-            Message::Drep(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x}",
-                r.local_comm_id, r.remote_comm_id
-            ),
-            Message::Mra(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x} mraed={} timeout={}",
-                r.local_comm_id, r.remote_comm_id, r.message_mraed, r.service_timeout
-            ),
-            Message::Rej(r) => write!(
-                f,
-                " lcid={:#010x} rcid={:#010x} rejected={} reason={}",
-                r.local_comm_id, r.remote_comm_id, r.message_rejected, r.reason
-            ),
-            Message::SidrReq(r) => {
-                write!(f, " id={:#010x} sid={:#018x}", r.request_id, r.service_id)
-            }
-            Message::SidrRep(r) => write!(
-                f,
-                " id={:#010x} status={} qpn={:#x} qkey={:#x}",
-                r.request_id, r.status, r.qpn, r.qkey
-            ),
-        }
-    }
-}
-
-impl fmt::Display for CmMad {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} tid={:#x}", self.msg, self.header.tid)
     }
 }
