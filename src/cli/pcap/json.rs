@@ -13,7 +13,7 @@ pub(super) fn u64_json(v: u64) -> Value {
 /// The JSON object of one frame. Keys follow the list; numbers are JSON numbers,
 /// except the 64-bit fields (`reth.va`, `atomiceth.va`, `.swap_add`, `.compare`,
 /// `atomicacketh.orig`), which are `"0x..."` strings (see `u64_json`). A packet to QP1
-/// gets `mad` and, for the CM, `cm` ([`super::mad_json`]).
+/// gets `mad` and, for the CM, `cm` (`mad_json.rs`).
 pub fn to_json(n: usize, d: &FrameDecode<'_>) -> Value {
     let mut o = Map::new();
     o.insert("frame".into(), json!(n));

@@ -9,7 +9,9 @@
 //! `infiniband` dissector shows. A capture still being written (its last record cut
 //! short) is read up to there. A UDP datagram holding a GSO train (several RoCE packets,
 //! captured on `lo` before segmentation) is named as such and, when its packets verify,
-//! decoded one by one ([`train`]). Exit status: 0, or 1 if any ICRC was bad (the frames
+//! decoded one by one ([`train`]). A packet to QP1 also shows the MAD it carries: a CM
+//! message by name with its IDs and key fields (`wire::cm`'s one-line `Display`), another
+//! class by its header; `--json` adds `mad` and `cm` objects (`mad_json.rs`). Exit status: 0, or 1 if any ICRC was bad (the frames
 //! are named on stderr), or 2 if the file cannot be read.
 
 mod json;

@@ -16,7 +16,7 @@ pub mod lap {
         remote_comm_id / set_remote_comm_id: u32 = u32(4),
         /// 24 bits: the receiver's QPN (or EECN).
         remote_qpn / set_remote_qpn: u32 = u24(12),
-        /// 5 bits (byte 15 [7:3]): 4.096 µs · 2^t.
+        /// 5 bits (byte 15, bits 7-3): 4.096 µs · 2^t.
         remote_cm_response_timeout / set_remote_cm_response_timeout: u8 = bits(15, 3, 5),
         alt_local_lid / set_alt_local_lid: u16 = u16(20),
         alt_remote_lid / set_alt_remote_lid: u16 = u16(22),
@@ -26,7 +26,7 @@ pub mod lap {
         alt_flow_label / set_alt_flow_label: u32 = u32bits(56, 12, 20),
         alt_traffic_class / set_alt_traffic_class: u8 = u8(59),
         alt_hop_limit / set_alt_hop_limit: u8 = u8(60),
-        /// IB static rate enum, 6 bits (byte 61 [5:0]).
+        /// IB static rate enum, 6 bits (byte 61, bits 5-0).
         alt_packet_rate / set_alt_packet_rate: u8 = bits(61, 0, 6),
         /// 4 bits.
         alt_sl / set_alt_sl: u8 = bits(62, 4, 4),

@@ -12,9 +12,9 @@ super::fields::cm_message! {
     base_version / set_base_version: u8 = u8(0),
     class_version / set_class_version: u8 = u8(1),
     capability_mask / set_capability_mask: u16 = u16(2),
-    /// 27 bits (bytes 4-7 [31:5]).
+    /// 27 bits (bits 31-5 of bytes 4-7).
     capability_mask2 / set_capability_mask2: u32 = u32bits(4, 5, 27),
-    /// 5 bits (byte 7 [4:0]): 4.096 µs · 2^t.
+    /// 5 bits (byte 7, bits 4-0): 4.096 µs · 2^t.
     resp_time_value / set_resp_time_value: u8 = bits(7, 0, 5),
     redirect_gid / set_redirect_gid: [u8; 16] = bytes(8, 16),
     redirect_tc / set_redirect_tc: u8 = u8(24),

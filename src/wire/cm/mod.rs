@@ -4,7 +4,7 @@
 //!
 //! Each message is a module with the wire contract's two levels: `Packet`, a view over
 //! the message (offset 0 = MAD byte 24), and `Repr` with `parse`/`emit`. Bit fields are
-//! numbered from the least significant bit, so the IBA's MSB-first "byte 43 [7:3]" is
+//! numbered from the least significant bit, so the IBA's MSB-first `byte 43 [7:3]` is
 //! `bits(43, 3, 5)` in the field lists. Every message is [`MSG_LEN`] bytes long (private
 //! data fills the rest), so one length check covers every accessor.
 //!
