@@ -553,3 +553,283 @@ fn loopback_in_one_manager() {
     assert_eq!(errno(net.cmd(0, CO, Command::ResolveRoute { id: x, timeout_ms: 1 })), 22);
     let _ = QpType::Rc;
 }
+
+// ---- the kernel's own MADs (tests/data/cm/rping_cm_s64.pcap, Debian 12 rxe) ----
+
+mod capture {
+    use super::*;
+    use roce_emu::cli::pcap::for_each_record;
+    use roce_emu::cm::{Cm, CmConfig, MadPeer, Resolved};
+    use roce_emu::engine::Instant;
+    use roce_emu::wire::cm::CmMad;
+    use roce_emu::wire::opcode::op;
+    use roce_emu::wire::RoceFrame;
+
+    const SERVER_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 11);
+    const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 12);
+    const SERVER_GUID: u64 = 0x5054_00ff_fe4c_ab01;
+    const CLIENT_GUID: u64 = 0x5054_00ff_fe4c_ab02;
+
+    /// The CM MADs of the capture: REQ, REP, RTU, DREQ, DREP.
+    fn mads() -> Vec<CmMad> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/cm/rping_cm_s64.pcap");
+        let bytes = std::fs::read(path).unwrap();
+        let mut out = Vec::new();
+        for_each_record(&bytes, |r| {
+            let f = RoceFrame::parse_ethernet(r.data).unwrap();
+            let p = f.packet().unwrap();
+            if p.opcode() == op::UD_SEND_ONLY && p.bth().dqpn() == 1 {
+                out.push(CmMad::parse(p.payload()).unwrap());
+            }
+        })
+        .unwrap();
+        assert_eq!(out.len(), 5);
+        out
+    }
+
+    fn bytes(m: &CmMad) -> [u8; 256] {
+        let mut b = [0u8; 256];
+        m.emit(&mut b);
+        b
+    }
+
+    fn cm(guid: u64, ip: Ipv4Addr) -> Cm {
+        Cm::new(CmConfig { node_guid: guid, addrs: vec![ip.into()], mtu: 1024, seed: 3 })
+    }
+
+    #[test]
+    fn replayed_rping_req_gives_the_request_and_a_kernel_shaped_rep() {
+        let m = mads();
+        let now = Instant::from_nanos(1);
+        let mut s = cm(SERVER_GUID, SERVER_IP);
+        let Reply::Id { id: l } = s.command(now, 1, Command::CreateId { ps: PortSpace::Tcp, qp_type: QpType::Rc }) else { panic!() };
+        s.command(now, 1, Command::Bind { id: l, addr: SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 7174) });
+        assert_eq!(s.command(now, 1, Command::Listen { id: l, backlog: 1 }), Reply::Done);
+        let peer = MadPeer { remote: CLIENT_IP.into(), local: SERVER_IP.into() };
+        s.handle_mad(now, peer, &bytes(&m[0]));
+        assert!(s.poll_transmit().is_none(), "no MRA until a duplicate REQ");
+        let (owner, e) = s.poll_event().expect("CONNECT_REQUEST");
+        assert_eq!((owner, e.kind, e.listen_id), (1, EventKind::ConnectRequest, Some(l)));
+        let p = e.param.unwrap();
+        assert_eq!((p.qp_num, p.responder_resources, p.initiator_depth), (0x11, 1, 1));
+        assert_eq!((p.retry_count, p.rnr_retry_count, p.srq, p.flow_control), (7, 7, false, 0));
+        assert_eq!(p.private_data, vec![0; 56]);
+        let c = e.id;
+        let Reply::Info(i) = s.command(now, 1, Command::Query { id: c }) else { panic!() };
+        assert_eq!(i.src, Some(SocketAddr::new(SERVER_IP.into(), 7174)));
+        assert_eq!(i.dst, Some(SocketAddr::new(CLIENT_IP.into(), 0x8104)), "from the cma_hdr");
+        let q = |s: &mut Cm, st| match s.command(now, 1, Command::InitQpAttr { id: c, state: st }) {
+            Reply::QpAttrs(a) => a,
+            r => panic!("{r:?}"),
+        };
+        let (rtr, rts) = (q(&mut s, QpState::Rtr), q(&mut s, QpState::Rts));
+        assert_eq!(rts.sq_psn, 0x29_7dc6, "the REQ's starting PSN");
+        assert_eq!((rtr.dest_qp_num, rtr.path_mtu, rts.timeout), (0x11, 3, 19));
+        let ah = rtr.ah.unwrap();
+        assert_eq!((ah.flow_label, ah.hop_limit, ah.dgid), (0xf_bb82, 64, CLIENT_IP.to_ipv6_mapped().octets()));
+
+        assert_eq!(s.command(now, 1, Command::Accept { id: c, param: rping_param(0x11, b"") }), Reply::Done);
+        let (to, rep) = s.poll_transmit().expect("REP");
+        assert_eq!(to, peer);
+        let ours = CmMad::parse(&rep).unwrap();
+        let Message::Rep(mut r) = ours.msg else { panic!("{ours}") };
+        let Message::Rep(k) = m[1].msg else { panic!() };
+        assert_eq!(ours.header, m[1].header, "REP header: the REQ's TID, attribute modifier 0");
+        let (our_comm, our_psn) = (r.local_comm_id, r.starting_psn);
+        assert!(our_psn < 1 << 24);
+        r.local_comm_id = k.local_comm_id;
+        r.starting_psn = k.starting_psn;
+        assert_eq!(r, k, "the REP is the kernel's but for our comm ID and PSN");
+        assert_eq!(bytes(&CmMad::new(k_tid(&m), 0, Message::Rep(r)))[..], bytes(&m[1])[..]);
+        let rtr_c = q(&mut s, QpState::Rtr);
+        assert_eq!(rtr_c.rq_psn, our_psn, "the REP's PSN is what the server receives with");
+
+        // The client's RTU, DREQ as the kernel sent them (to our comm ID).
+        let mut rtu = m[2];
+        if let Message::Rtu(ref mut x) = rtu.msg {
+            x.remote_comm_id = our_comm;
+        }
+        s.handle_mad(now, peer, &bytes(&rtu));
+        assert_eq!(s.poll_event().unwrap().1.kind, EventKind::Established);
+        let mut dreq = m[3];
+        if let Message::Dreq(ref mut x) = dreq.msg {
+            x.remote_comm_id = our_comm;
+        }
+        s.handle_mad(now, peer, &bytes(&dreq));
+        assert_eq!(s.poll_event().unwrap().1.kind, EventKind::Disconnected);
+        assert_eq!(s.command(now, 1, Command::Disconnect { id: c }), Reply::Done);
+        let (_, drep) = s.poll_transmit().expect("DREP");
+        let mut drep = CmMad::parse(&drep).unwrap();
+        if let Message::Drep(ref mut x) = drep.msg {
+            assert_eq!(x.local_comm_id, our_comm);
+            x.local_comm_id = match m[4].msg {
+                Message::Drep(k) => k.local_comm_id,
+                _ => panic!(),
+            };
+        }
+        assert_eq!(bytes(&drep)[..], bytes(&m[4])[..], "DREP as the kernel's, the DREQ's TID");
+        assert_eq!(s.stats().dropped(), 0);
+    }
+
+    fn k_tid(m: &[CmMad]) -> u64 {
+        m[0].header.tid
+    }
+
+    #[test]
+    fn our_req_is_the_kernels() {
+        let m = mads();
+        let now = Instant::from_nanos(1);
+        let mut c = cm(CLIENT_GUID, CLIENT_IP);
+        let Reply::Id { id } = c.command(now, 1, Command::CreateId { ps: PortSpace::Tcp, qp_type: QpType::Rc }) else { panic!() };
+        // The capture's client port, so that the flow label hash is the same.
+        c.command(now, 1, Command::Bind { id, addr: SocketAddr::new(CLIENT_IP.into(), 0x8104) });
+        let dst = SocketAddr::new(SERVER_IP.into(), 7174);
+        c.command(now, 1, Command::ResolveAddr { id, src: None, dst, timeout_ms: 2000 });
+        let (rid, src, d) = c.poll_resolve().unwrap();
+        assert_eq!((rid, src, d), (id, Some(CLIENT_IP.into()), SERVER_IP.into()));
+        c.resolved(now, id, Ok(Resolved { src: CLIENT_IP.into(), hop_limit: 64 }));
+        assert_eq!(c.poll_event().unwrap().1.kind, EventKind::AddrResolved);
+        c.command(now, 1, Command::ResolveRoute { id, timeout_ms: 2000 });
+        assert_eq!(c.poll_event().unwrap().1.kind, EventKind::RouteResolved);
+        let Reply::Info(i) = c.command(now, 1, Command::Query { id }) else { panic!() };
+        let path = i.path.unwrap();
+        assert_eq!((path.packet_life_time, path.mtu, path.flow_label, path.hop_limit), (18, 3, 0xf_bb82, 64));
+        assert_eq!(i.node_guid, CLIENT_GUID);
+        // rping connects with QP 0x11, responder resources / initiator depth 1, retries 7.
+        c.command(now, 1, Command::Connect { id, param: rping_param(0x11, b"") });
+        let (to, req) = c.poll_transmit().unwrap();
+        assert_eq!(to, MadPeer { remote: SERVER_IP.into(), local: CLIENT_IP.into() });
+        let ours = CmMad::parse(&req).unwrap();
+        let Message::Req(mut r) = ours.msg else { panic!() };
+        let Message::Req(k) = m[0].msg else { panic!() };
+        assert_eq!(ours.header.tid & 0xffff_ffff, u64::from(r.local_comm_id.swap_bytes()), "cm_form_tid");
+        let psn = r.starting_psn;
+        r.local_comm_id = k.local_comm_id;
+        r.starting_psn = k.starting_psn;
+        assert_eq!(r, k, "every REQ field as the kernel's: timeouts, retries, path, cma_hdr");
+        let mut h = ours.header;
+        h.tid = m[0].header.tid;
+        assert_eq!(h, m[0].header);
+        let q = |c: &mut Cm, st| match c.command(now, 1, Command::InitQpAttr { id, state: st }) {
+            Reply::QpAttrs(a) => a,
+            r => panic!("{r:?}"),
+        };
+        let init = q(&mut c, QpState::Init);
+        assert_eq!(init.qp_access_flags, 2 | 4 | 8);
+        // Its RTR receive PSN is the REQ's starting PSN, before any REP.
+        assert_eq!(errno(c.command(now, 1, Command::InitQpAttr { id, state: QpState::Rtr })), 22);
+        let _ = psn;
+    }
+}
+
+// ---- lossy wires: a connect establishes on both sides exactly once, or fails cleanly ----
+
+mod lossy {
+    use super::*;
+    use proptest::prelude::*;
+    use roce_emu::rng::Rng;
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Outcome {
+        Connected,
+        Failed,
+    }
+
+    /// Runs one connect where each MAD is lost with `loss` and duplicated with `dup`
+    /// (seeded), both programs answering at once as rping does; then every timer runs out.
+    fn run(seed: u64, loss: f64, dup: f64) -> (Outcome, Outcome, Net) {
+        let mut net = Net::new(2, seed);
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        net.fault = Some(Box::new(move |_| {
+            if rng.chance(loss) {
+                Fate::Drop
+            } else if rng.chance(dup) {
+                Fate::Duplicate
+            } else {
+                Fate::Deliver
+            }
+        }));
+        let l = net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+        let c = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b"p"));
+        let mut seen = 0;
+        for _ in 0..100_000 {
+            // The programs: accept each request and each response as it comes.
+            while seen < net.events.len() {
+                let (h, _, e, _) = net.events[seen].clone();
+                seen += 1;
+                match (h, e.kind) {
+                    (SERVER, EventKind::ConnectRequest) => {
+                        net.cmd(SERVER, SO, Command::Accept { id: e.id, param: rping_param(0x22, b"q") });
+                    }
+                    (CLIENT, EventKind::ConnectResponse) => {
+                        net.cmd(CLIENT, CO, Command::Accept { id: e.id, param: ConnParam::default() });
+                    }
+                    _ => {}
+                }
+            }
+            if !net.step() {
+                break;
+            }
+        }
+        assert!(net.next_at().is_none(), "every timer ran out");
+        let ck = net.kinds(CLIENT, c);
+        let once = |k: &[EventKind], e| k.iter().filter(|&&x| x == e).count() <= 1;
+        let errs = [EventKind::Rejected, EventKind::Unreachable];
+        let client = if ck.contains(&EventKind::ConnectResponse) {
+            assert!(!ck.iter().any(|k| errs.contains(k)), "client both ways: {ck:?}");
+            Outcome::Connected
+        } else {
+            assert!(ck.iter().any(|k| errs.contains(k)), "client left hanging: {ck:?}");
+            Outcome::Failed
+        };
+        assert!(once(&ck, EventKind::ConnectResponse), "{ck:?}");
+        let reqs: Vec<IdNum> = net
+            .events
+            .iter()
+            .filter(|e| e.0 == SERVER && e.2.kind == EventKind::ConnectRequest && e.2.listen_id == Some(l))
+            .map(|e| e.2.id)
+            .collect();
+        assert!(reqs.len() <= 1, "one request per connect: {reqs:?}");
+        let server = match reqs.first() {
+            None => Outcome::Failed,
+            Some(&s) => {
+                let sk = net.kinds(SERVER, s);
+                assert!(once(&sk, EventKind::Established), "{sk:?}");
+                if sk.contains(&EventKind::Established) {
+                    assert!(!sk.iter().any(|k| errs.contains(k)), "server both ways: {sk:?}");
+                    Outcome::Connected
+                } else {
+                    assert!(sk.iter().any(|k| errs.contains(k)), "server left hanging: {sk:?}");
+                    Outcome::Failed
+                }
+            }
+        };
+        (client, server, net)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+        #[test]
+        fn connect_is_all_or_nothing(seed in any::<u64>(), loss in 0.0f64..0.25, dup in 0.0f64..0.2) {
+            let (client, server, _) = run(seed, loss, dup);
+            prop_assert_eq!(client, server, "half-open connection");
+        }
+    }
+
+    #[test]
+    fn heavy_loss_still_ends_cleanly() {
+        // Some seeds connect, some fail, and no side is left waiting. At 60% loss the IB
+        // CM's own limit shows: when the RTU and all 16 REPs are lost the passive side
+        // gives up (UNREACHABLE) while the active one has sent its RTU, as with the
+        // kernel; never the other way round (the server establishes only on an RTU).
+        let mut outcomes = Vec::new();
+        for seed in 0..40 {
+            let (c, s, _) = run(seed, 0.6, 0.1);
+            if s == Outcome::Connected {
+                assert_eq!(c, Outcome::Connected, "seed {seed}");
+            }
+            outcomes.push(c);
+        }
+        assert!(outcomes.contains(&Outcome::Connected) && outcomes.contains(&Outcome::Failed));
+    }
+}
