@@ -3,7 +3,7 @@
 //! the IB CM events rdma_cm turns into ucma events (`cma_ib_handler`).
 
 use super::id::{CmState, Outstanding, RdmaState};
-use super::stats::Drop;
+use super::stats::DropReason;
 use super::timers::{self, after_ms, convert_to_ms};
 use super::ucma::{self, ConnParam, EventKind, IdNum, PortSpace, QpType};
 use super::{cma_takes, Cm, MadPeer};
@@ -28,7 +28,10 @@ pub(super) enum IbEv {
     DreqReceived,
     DrepReceived,
     TimewaitExit,
-    RejReceived { reason: u16, private_data: Vec<u8> },
+    RejReceived {
+        reason: u16,
+        private_data: Vec<u8>,
+    },
 }
 
 /// `n` bytes of `data`, zero-padded (private data areas).
@@ -42,12 +45,11 @@ pub(super) fn padded<const N: usize>(data: &[u8]) -> [u8; N] {
 impl Cm {
     pub(super) fn recv_mad(&mut self, now: Instant, peer: MadPeer, bytes: &[u8]) {
         if bytes.len() < mad::MAD_LEN {
-            self.stats.drop(Drop::Malformed);
+            self.stats.drop(DropReason::Malformed);
             return;
         }
-        let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&bytes[..mad::HEADER_LEN]))
-        else {
-            self.stats.drop(Drop::Malformed);
+        let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&bytes[..mad::HEADER_LEN])) else {
+            self.stats.drop(DropReason::Malformed);
             return;
         };
         if h.base_version != mad::BASE_VERSION
@@ -55,16 +57,16 @@ impl Cm {
             || h.class_version != mad::CM_CLASS_VERSION
             || h.method != mad::METHOD_SEND
         {
-            self.stats.drop(Drop::NotCm);
+            self.stats.drop(DropReason::NotCm);
             return;
         }
         if !(attr::REQ..=attr::SIDR_REP).contains(&h.attr_id) {
             // LAP/APR: "not supported for RoCE link layer" (cm_lap_handler).
-            self.stats.drop(Drop::Unsupported);
+            self.stats.drop(DropReason::Unsupported);
             return;
         }
         let Ok(m) = CmMad::parse(bytes) else {
-            self.stats.drop(Drop::Malformed);
+            self.stats.drop(DropReason::Malformed);
             return;
         };
         self.stats.mads_in.bump(h.attr_id);
@@ -143,7 +145,12 @@ impl Cm {
 
     /// A message of `id`'s connection to its peer, not retransmitted.
     fn send_conn(&mut self, id: IdNum, m: &CmMad) {
-        if let Some(peer) = self.ids.get(&id).and_then(|i| i.conn.as_ref()).map(|c| c.peer) {
+        if let Some(peer) = self
+            .ids
+            .get(&id)
+            .and_then(|i| i.conn.as_ref())
+            .map(|c| c.peer)
+        {
             self.send(peer, m);
         }
     }
@@ -330,16 +337,18 @@ impl Cm {
                         self.stats.duplicates_answered += 1;
                     }
                 }
-                _ => self.stats.drop(Drop::Duplicate),
+                _ => self.stats.drop(DropReason::Duplicate),
             }
             return;
         }
         let listener_ps = service_id::split(r.service_id)
             .and_then(|(ps, port)| Some((PortSpace::from_raw(u32::from(ps))?, port)));
         let Some((ps, port)) = listener_ps.filter(|&(ps, port)| {
-            self.ports
-                .ids(ps, port)
-                .any(|i| self.ids.get(&i).is_some_and(|x| x.state == RdmaState::Listen))
+            self.ports.ids(ps, port).any(|i| {
+                self.ids
+                    .get(&i)
+                    .is_some_and(|x| x.state == RdmaState::Listen)
+            })
         }) else {
             // No listener on the service ID (cm_match_req).
             self.issue_rej(peer, tid, raw, RejReason::InvalidServiceId);
@@ -356,7 +365,7 @@ impl Cm {
             .ok()
             .and_then(|p| cma::Repr::parse(&p).ok());
         let Some(hdr) = hdr else {
-            self.stats.drop(Drop::BadCmaHeader);
+            self.stats.drop(DropReason::BadCmaHeader);
             self.issue_rej(peer, tid, raw, RejReason::ConsumerDefined);
             return;
         };
@@ -370,7 +379,7 @@ impl Cm {
             return;
         };
         if !self.backlog_room(listener) {
-            self.stats.drop(Drop::Backlog);
+            self.stats.drop(DropReason::Backlog);
             return;
         }
         let p = r.primary_path;
@@ -455,7 +464,7 @@ impl Cm {
             _ => None,
         };
         let Some(id) = id else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         let c = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut());
@@ -465,17 +474,17 @@ impl Cm {
             (CmState::ReqSent, mra::MRAED_REQ) => CmState::MraReqRcvd,
             (CmState::RepSent, mra::MRAED_REP) => CmState::MraRepRcvd,
             (CmState::MraReqRcvd | CmState::MraRepRcvd, _) => {
-                self.stats.drop(Drop::Duplicate);
+                self.stats.drop(DropReason::Duplicate);
                 return;
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         };
         // ib_modify_mad: the wait restarts with the longer timeout, for every retry left.
         let Some(m) = c.msg.as_mut() else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         m.timeout_ms = timeout;
@@ -498,7 +507,7 @@ impl Cm {
             self.acquire(r.remote_comm_id, r.local_comm_id)
         };
         let Some(id) = id else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         use CmState::*;
@@ -518,7 +527,7 @@ impl Cm {
                 self.enter_timewait(now, id);
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         }
@@ -537,7 +546,7 @@ impl Cm {
         let Some(id) = self.acquire(r.remote_comm_id, 0) else {
             // cm_dup_rep_handler: the RTU again, or the MRA again.
             let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             };
             let m = match self.conn_state(id) {
@@ -550,17 +559,17 @@ impl Cm {
                     self.send(peer, &m);
                     self.stats.duplicates_answered += 1;
                 }
-                None => self.stats.drop(Drop::Duplicate),
+                None => self.stats.drop(DropReason::Duplicate),
             }
             return;
         };
         if !matches!(self.conn_state(id), CmState::ReqSent | CmState::MraReqRcvd) {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         }
         let key = (r.local_comm_id, r.local_ca_guid);
         if self.remote_ids.contains_key(&key) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.remote_ids.insert(key, id);
@@ -594,11 +603,11 @@ impl Cm {
 
     fn rtu_handler(&mut self, r: &rtu::Repr) {
         let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         if !matches!(self.conn_state(id), CmState::RepSent | CmState::MraRepRcvd) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.set_state(id, CmState::Established);
@@ -640,7 +649,7 @@ impl Cm {
             return;
         };
         if c.local_qpn != r.remote_qpn {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         }
         use CmState::*;
@@ -655,11 +664,11 @@ impl Cm {
                 return;
             }
             DreqRcvd => {
-                self.stats.drop(Drop::Duplicate);
+                self.stats.drop(DropReason::Duplicate);
                 return;
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         }
@@ -673,11 +682,11 @@ impl Cm {
 
     fn drep_handler(&mut self, now: Instant, r: &drep::Repr) {
         let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         if !matches!(self.conn_state(id), CmState::DreqSent | CmState::DreqRcvd) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.enter_timewait(now, id);
@@ -736,7 +745,9 @@ impl Cm {
     /// `cma_ib_handler`: an IB CM event becomes the owner's event if the rdma_cm id is
     /// still connecting (or, for TIMEWAIT_EXIT, disconnected).
     pub(super) fn cma_event(&mut self, id: IdNum, ev: IbEv) {
-        let Some(i) = self.ids.get_mut(&id) else { return };
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
         if !cma_takes(i.state, matches!(ev, IbEv::TimewaitExit)) {
             return;
         }

@@ -5,7 +5,7 @@
 use super::cmd::{cma_header, EINVAL};
 use super::conn::padded;
 use super::id::{CmState, Conn, RdmaState};
-use super::stats::Drop;
+use super::stats::DropReason;
 use super::timers::{self, convert_to_ms, RDMA_UDP_QKEY};
 use super::ucma::{self, ConnParam, EventKind, IdNum, PortSpace, QpType};
 use super::{cma_takes, Cm, MadPeer};
@@ -78,15 +78,17 @@ impl Cm {
     /// `cm_sidr_req_handler` + `cma_ib_req_handler`'s UD branch.
     pub(super) fn sidr_req_handler(&mut self, peer: MadPeer, tid: u64, r: &sidr_req::Repr) {
         if self.sidr_remote.contains_key(&(r.request_id, peer.remote)) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         let sp = service_id::split(r.service_id)
             .and_then(|(ps, port)| Some((PortSpace::from_raw(u32::from(ps))?, port)));
         let Some((ps, port)) = sp.filter(|&(ps, port)| {
-            self.ports
-                .ids(ps, port)
-                .any(|i| self.ids.get(&i).is_some_and(|x| x.state == RdmaState::Listen))
+            self.ports.ids(ps, port).any(|i| {
+                self.ids
+                    .get(&i)
+                    .is_some_and(|x| x.state == RdmaState::Listen)
+            })
         }) else {
             let rep = Cm::sidr_rep_status(r.request_id, r.service_id, sidr_rep::STATUS_UNSUPPORTED);
             self.sidr_rep_to(peer, tid, rep);
@@ -97,7 +99,7 @@ impl Cm {
             .ok()
             .and_then(|p| cma::Repr::parse(&p).ok());
         let Some(hdr) = hdr else {
-            self.stats.drop(Drop::BadCmaHeader);
+            self.stats.drop(DropReason::BadCmaHeader);
             self.sidr_rep_to(peer, tid, reject);
             return;
         };
@@ -113,7 +115,7 @@ impl Cm {
             return;
         };
         if !self.backlog_room(listener) {
-            self.stats.drop(Drop::Backlog);
+            self.stats.drop(DropReason::Backlog);
             return;
         }
         let num = self.new_child(listener, QpType::Ud);
@@ -162,7 +164,9 @@ impl Cm {
     }
 
     fn sidr_answer(&mut self, id: IdNum, rep: sidr_rep::Repr) {
-        let Some(i) = self.ids.get_mut(&id) else { return };
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
         i.parent = None;
         let Some(c) = i.conn.as_mut() else { return };
         c.state = CmState::Idle;
@@ -182,7 +186,12 @@ impl Cm {
         if p.private_data.len() > sidr_rep::PRIVATE_DATA_LEN {
             return Err((EINVAL, "accept: private data over 136 bytes".into()));
         }
-        let qkey = *self.ids.get_mut(&id).expect("checked").qkey.get_or_insert(RDMA_UDP_QKEY);
+        let qkey = *self
+            .ids
+            .get_mut(&id)
+            .expect("checked")
+            .qkey
+            .get_or_insert(RDMA_UDP_QKEY);
         let remote = self.ids[&id].conn.as_ref().map_or(0, |c| c.remote_id);
         let rep = sidr_rep::Repr {
             qpn: p.qp_num & 0x00ff_ffff,
@@ -212,12 +221,12 @@ impl Cm {
     /// Q_Key and address vector, or UNREACHABLE with the SIDR status.
     pub(super) fn sidr_rep_handler(&mut self, r: &sidr_rep::Repr) {
         let Some(id) = self.acquire(r.request_id, 0) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         let i = self.ids.get_mut(&id).expect("acquired");
         let Some(c) = i.conn.as_mut().filter(|c| c.state == CmState::SidrReqSent) else {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         };
         c.state = CmState::Idle;
