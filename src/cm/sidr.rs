@@ -2,7 +2,8 @@
 //! `cma_resolve_ib_udp`/`cma_send_sidr_rep`): the RDMA_PS_UDP port space's connect is a
 //! SIDR_REQ carrying rdma_cm's header, answered by a SIDR_REP with the QPN and Q_Key.
 
-use super::cmd::{cma_header, EINVAL};
+use super::addr::cma_header;
+use super::cmd::EINVAL;
 use super::conn::padded;
 use super::id::{CmState, Conn, RdmaState};
 use super::stats::DropReason;
