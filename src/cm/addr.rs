@@ -260,7 +260,8 @@ impl Cm {
     /// space, state CONNECT.
     pub(super) fn new_child(&mut self, listener: IdNum, qp_type: QpType) -> IdNum {
         let num = self.next_id;
-        self.next_id += 1;
+        // Ids are never reused (the counter saturates after 2^32 ids in one daemon).
+        self.next_id = self.next_id.saturating_add(1);
         let (owner, ps) = {
             let l = &self.ids[&listener];
             (l.owner, l.ps)

@@ -33,7 +33,9 @@ impl Cm {
                     PortSpace::Ib => qp_type,
                 };
                 let num = self.next_id;
-                self.next_id += 1;
+                self.next_id = num
+                    .checked_add(1)
+                    .ok_or((12, "create_id: no id numbers left".to_string()))?;
                 let seq = self.psn();
                 self.ids.insert(num, Id::new(num, owner, ps, qp_type, seq));
                 Ok(Reply::Id { id: num })
@@ -436,9 +438,13 @@ impl Cm {
         let Some(i) = self.ids.get_mut(&id) else {
             return;
         };
-        if i.resolve_deadline.is_some_and(|d| d <= now) && i.state == RdmaState::AddrQuery {
-            self.stats.timeouts += 1;
-            self.addr_resolved(now, id, Err(super::conn::ETIMEDOUT));
+        if i.resolve_deadline.is_some_and(|d| d <= now) {
+            if i.state == RdmaState::AddrQuery {
+                self.stats.timeouts += 1;
+                self.addr_resolved(now, id, Err(super::conn::ETIMEDOUT));
+            } else {
+                i.resolve_deadline = None;
+            }
         }
         self.msg_timeout(now, id);
         let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) else {

@@ -217,6 +217,10 @@ impl Net {
         for h in 0..self.hosts.len() {
             if self.hosts[h].poll_timeout().is_some_and(|t| t <= now) {
                 self.hosts[h].handle_timeout(now);
+                assert!(
+                    self.hosts[h].poll_timeout().is_none_or(|t| t > now),
+                    "host {h}: a passed deadline is left after handle_timeout"
+                );
             }
         }
         self.pump();
