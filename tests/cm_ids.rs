@@ -434,3 +434,127 @@ fn loopback_in_one_manager() {
     );
     let _ = QpType::Rc;
 }
+
+#[test]
+fn address_resolution_errors() {
+    use roce_emu::cm::{Cm, CmConfig, Resolved};
+    use roce_emu::engine::Instant;
+    let t0 = Instant::from_nanos(5);
+    let mut cm = Cm::new(CmConfig {
+        node_guid: 9,
+        addrs: vec![v4(11)],
+        mtu: 4096,
+        seed: 1,
+    });
+    let Reply::Id { id } = cm.command(
+        t0,
+        1,
+        Command::CreateId {
+            ps: PortSpace::Tcp,
+            qp_type: QpType::Rc,
+        },
+    ) else {
+        panic!()
+    };
+    let d = SocketAddr::new(v4(12), 1);
+    let r = cm.command(
+        t0,
+        1,
+        Command::ResolveAddr {
+            id,
+            src: None,
+            dst: d,
+            timeout_ms: 500,
+        },
+    );
+    assert_eq!(r, Reply::Done);
+    assert_eq!(
+        cm.poll_resolve(),
+        Some((id, None, v4(12))),
+        "any source: the host picks"
+    );
+    // No answer within the timeout: ADDR_ERROR -ETIMEDOUT, and the id may try again.
+    let at = cm.poll_timeout().unwrap();
+    assert_eq!(at.since(t0), Duration::from_millis(500));
+    cm.handle_timeout(at);
+    let (o, e) = cm.poll_event().unwrap();
+    assert_eq!((o, e.kind, e.status), (1, EventKind::AddrError, -110));
+    assert_eq!(cm.poll_timeout(), None);
+    cm.resolved(
+        at,
+        id,
+        Ok(Resolved {
+            src: v4(11),
+            hop_limit: 64,
+        }),
+    );
+    assert!(cm.poll_event().is_none());
+    assert_eq!(cm.stats().drops.stale_resolve, 1);
+    // An answer naming an address that is not the port's: ADDR_ERROR -EADDRNOTAVAIL.
+    cm.command(
+        at,
+        1,
+        Command::ResolveAddr {
+            id,
+            src: None,
+            dst: d,
+            timeout_ms: 500,
+        },
+    );
+    cm.poll_resolve().unwrap();
+    cm.resolved(
+        at,
+        id,
+        Ok(Resolved {
+            src: v4(99),
+            hop_limit: 64,
+        }),
+    );
+    assert_eq!(cm.poll_event().unwrap().1.status, -99);
+    // The host's errno, either sign: ADDR_ERROR with it negated.
+    cm.command(
+        at,
+        1,
+        Command::ResolveAddr {
+            id,
+            src: None,
+            dst: d,
+            timeout_ms: 500,
+        },
+    );
+    cm.poll_resolve().unwrap();
+    cm.resolved(at, id, Err(101));
+    assert_eq!(cm.poll_event().unwrap().1.status, -101);
+    // And a good one: ADDR_RESOLVED, the source filled in, the device known, the 4096 MTU.
+    cm.command(
+        at,
+        1,
+        Command::ResolveAddr {
+            id,
+            src: None,
+            dst: d,
+            timeout_ms: 500,
+        },
+    );
+    cm.poll_resolve().unwrap();
+    cm.resolved(
+        at,
+        id,
+        Ok(Resolved {
+            src: v4(11),
+            hop_limit: 3,
+        }),
+    );
+    assert_eq!(cm.poll_event().unwrap().1.kind, EventKind::AddrResolved);
+    cm.command(at, 1, Command::ResolveRoute { id, timeout_ms: 0 });
+    assert_eq!(cm.poll_event().unwrap().1.kind, EventKind::RouteResolved);
+    let Reply::Info(i) = cm.command(at, 1, Command::Query { id }) else {
+        panic!()
+    };
+    assert_eq!(i.src.unwrap().ip(), v4(11));
+    assert_eq!(
+        (i.node_guid, i.path.unwrap().mtu, i.path.unwrap().hop_limit),
+        (9, 5, 3)
+    );
+    assert_eq!(cm.stats().timeouts, 1);
+}
