@@ -558,3 +558,53 @@ fn address_resolution_errors() {
     );
     assert_eq!(cm.stats().timeouts, 1);
 }
+
+#[test]
+fn stale_connection_is_rejected_and_dropped() {
+    // The client loses its connection without the server hearing of it (the DREQ of its
+    // death is lost); its next REQ from the same QP number finds the old connection:
+    // REJ(STALE_CONN = 10) to the REQ and a DREQ for the old one (cm_match_req).
+    let mut net = Net::new(2, 22);
+    let (_c, s) = establish(&mut net);
+    net.fault = Some(Box::new(|w| {
+        if w.mad.header.attr_id == attr::DREQ {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    net.hosts[CLIENT].owner_gone(net.now, CO);
+    net.pump();
+    net.fault = None;
+    assert!(
+        net.event(SERVER, s, EventKind::Disconnected).is_none(),
+        "half-open"
+    );
+    let c2 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert_eq!(
+        net.event(CLIENT, c2, EventKind::Rejected).unwrap().status,
+        10
+    );
+    assert_eq!(
+        net.event(SERVER, s, EventKind::Disconnected)
+            .unwrap()
+            .status,
+        0
+    );
+    // The server's program disconnects the old one; the next connect works.
+    net.cmd(SERVER, SO, Command::DestroyId { id: s });
+    net.settle(Duration::from_secs(60));
+    let c3 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert!(net.event(CLIENT, c3, EventKind::ConnectResponse).is_none());
+    let l = net
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.2.kind == EventKind::ConnectRequest)
+        .unwrap()
+        .2
+        .clone();
+    assert_ne!(l.id, s, "a new request");
+}
