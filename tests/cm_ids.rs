@@ -684,3 +684,94 @@ fn ipv6_and_dual_stack_listeners() {
         28
     );
 }
+
+#[test]
+fn full_backlog_drops_the_request_without_a_rej() {
+    use roce_emu::cm::{Cm, CmConfig, MadPeer, Resolved};
+    use roce_emu::engine::Instant;
+    let now = Instant::from_nanos(1);
+    let mk = |g, ip| {
+        Cm::new(CmConfig {
+            node_guid: g,
+            addrs: vec![ip],
+            mtu: 1024,
+            seed: g,
+        })
+    };
+    let (mut s, mut c) = (mk(1, v4(11)), mk(2, v4(12)));
+    let Reply::Id { id: l } = s.command(
+        now,
+        1,
+        Command::CreateId {
+            ps: PortSpace::Tcp,
+            qp_type: QpType::Rc,
+        },
+    ) else {
+        panic!()
+    };
+    s.command(now, 1, Command::Bind { id: l, addr: dst() });
+    s.command(now, 1, Command::Listen { id: l, backlog: 1 });
+    let mut reqs = Vec::new();
+    for qpn in [1, 2] {
+        let Reply::Id { id } = c.command(
+            now,
+            2,
+            Command::CreateId {
+                ps: PortSpace::Tcp,
+                qp_type: QpType::Rc,
+            },
+        ) else {
+            panic!()
+        };
+        c.command(
+            now,
+            2,
+            Command::ResolveAddr {
+                id,
+                src: None,
+                dst: dst(),
+                timeout_ms: 9,
+            },
+        );
+        c.poll_resolve().unwrap();
+        c.resolved(
+            now,
+            id,
+            Ok(Resolved {
+                src: v4(12),
+                hop_limit: 64,
+            }),
+        );
+        c.command(now, 2, Command::ResolveRoute { id, timeout_ms: 9 });
+        c.command(
+            now,
+            2,
+            Command::Connect {
+                id,
+                param: rping_param(qpn, b""),
+            },
+        );
+        reqs.push(c.poll_transmit().unwrap().1);
+    }
+    let peer = MadPeer {
+        remote: v4(12),
+        local: v4(11),
+    };
+    s.handle_mad(now, peer, &reqs[0]);
+    s.handle_mad(now, peer, &reqs[1]);
+    assert!(s.poll_transmit().is_none(), "no REJ: the client will retry");
+    assert_eq!(s.stats().drops.backlog, 1);
+    // The program takes the first request: room again for the retried second.
+    let (_, e) = s.poll_event().unwrap();
+    assert_eq!(
+        (e.kind, e.param.unwrap().qp_num),
+        (EventKind::ConnectRequest, 1)
+    );
+    assert!(s.poll_event().is_none());
+    s.handle_mad(now, peer, &reqs[1]);
+    let (_, e) = s.poll_event().unwrap();
+    assert_eq!(
+        (e.kind, e.param.unwrap().qp_num),
+        (EventKind::ConnectRequest, 2)
+    );
+}
