@@ -775,3 +775,92 @@ fn full_backlog_drops_the_request_without_a_rej() {
         (EventKind::ConnectRequest, 2)
     );
 }
+
+#[test]
+fn destroyed_listener_takes_its_unseen_requests_along() {
+    use roce_emu::cm::{Cm, CmConfig, MadPeer, Resolved};
+    use roce_emu::engine::Instant;
+    use roce_emu::wire::cm::{CmMad, Message};
+    let now = Instant::from_nanos(1);
+    let mk = |g, ip| {
+        Cm::new(CmConfig {
+            node_guid: g,
+            addrs: vec![ip],
+            mtu: 1024,
+            seed: g,
+        })
+    };
+    let (mut s, mut c) = (mk(1, v4(11)), mk(2, v4(12)));
+    let Reply::Id { id: l } = s.command(
+        now,
+        1,
+        Command::CreateId {
+            ps: PortSpace::Tcp,
+            qp_type: QpType::Rc,
+        },
+    ) else {
+        panic!()
+    };
+    s.command(now, 1, Command::Listen { id: l, backlog: 4 });
+    let Reply::Info(i) = s.command(now, 1, Command::Query { id: l }) else {
+        panic!()
+    };
+    let to = SocketAddr::new(v4(11), i.src.unwrap().port());
+    let Reply::Id { id } = c.command(
+        now,
+        2,
+        Command::CreateId {
+            ps: PortSpace::Tcp,
+            qp_type: QpType::Rc,
+        },
+    ) else {
+        panic!()
+    };
+    c.command(
+        now,
+        2,
+        Command::ResolveAddr {
+            id,
+            src: None,
+            dst: to,
+            timeout_ms: 9,
+        },
+    );
+    c.poll_resolve().unwrap();
+    c.resolved(
+        now,
+        id,
+        Ok(Resolved {
+            src: v4(12),
+            hop_limit: 64,
+        }),
+    );
+    c.command(now, 2, Command::ResolveRoute { id, timeout_ms: 9 });
+    c.command(
+        now,
+        2,
+        Command::Connect {
+            id,
+            param: rping_param(5, b""),
+        },
+    );
+    let req = c.poll_transmit().unwrap().1;
+    s.handle_mad(
+        now,
+        MadPeer {
+            remote: v4(12),
+            local: v4(11),
+        },
+        &req,
+    );
+    assert_eq!(s.id_count(), 2, "the listener and the request's id");
+    // The program closes the listener before reading the request (ucma_cleanup_ctx_events).
+    assert_eq!(s.command(now, 1, Command::DestroyId { id: l }), Reply::Done);
+    assert!(s.poll_event().is_none());
+    assert_eq!(s.id_count(), 0);
+    let rej = CmMad::parse(&s.poll_transmit().unwrap().1).unwrap();
+    let Message::Rej(r) = rej.msg else {
+        panic!("{rej}")
+    };
+    assert_eq!(r.reason.code(), 28);
+}
