@@ -608,3 +608,22 @@ pub fn keep_in_forked_children(fd: std::os::fd::RawFd) {
         );
     }
 }
+
+/// Makes the program `cmd` runs a session leader of its own (`setsid(2)` in the child
+/// between fork and exec): no controlling terminal and its own process group, so a ^C
+/// or a hang-up of the terminal that started the program (`rping` with the drop-in)
+/// reaches neither. Used for the daemon started on demand (`daemon::demand`): a library
+/// never forks without exec, and this is the one step between the two.
+pub fn new_session_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only setsid(2),
+    // which is async-signal-safe (signal-safety(7)); it allocates nothing and takes no
+    // lock. It fails only if the child already leads a process group, which a freshly
+    // forked child never does; then the exec goes ahead in the parent's session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+}

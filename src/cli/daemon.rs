@@ -43,6 +43,11 @@ pub struct DaemonArgs {
     /// before it sleeps on them (0: always sleep, which leaves the CPU to the programs).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::verbs::DEFAULT_SPIN_US)]
     pub spin_us: u64,
+    /// Exit once no process has been connected, and no QPN block has been leased or in
+    /// quarantine, for SECS (what a daemon started on demand does: `daemon::demand`).
+    /// Without it the daemon runs until signalled.
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub idle_exit: Option<Duration>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,6 +120,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         faults: args.faults.clone(),
         neigh_timeout: args.neigh_timeout,
         spin_us: args.spin_us,
+        idle_exit: args.idle_exit,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -134,6 +140,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
     cfg.pcap = a.pcap.clone();
     cfg.neigh_timeout = a.neigh_timeout;
     cfg.spin = Duration::from_micros(a.spin_us);
+    cfg.idle_exit = a.idle_exit;
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),
@@ -172,8 +179,15 @@ pub fn run(args: &DaemonArgs) -> i32 {
     );
     match daemon.run(&stop) {
         Ok(s) => {
+            let why = match (s.idle, a.idle_exit) {
+                (true, Some(t)) => format!(
+                    ": idle ({} s with no process and no QPN block in quarantine)",
+                    t.as_secs_f64()
+                ),
+                _ => String::new(),
+            };
             println!(
-                "roce-emu daemon: stopped; {} packets received, {} sent, {} processes served{}",
+                "roce-emu daemon: stopped{why}; {} packets received, {} sent, {} processes served{}",
                 s.port.rcvd_pkts,
                 s.port.sent_pkts,
                 s.processes.len(),

@@ -24,6 +24,7 @@
 
 pub mod client;
 pub mod control;
+pub mod demand;
 pub mod fault;
 pub mod lease;
 mod open;
