@@ -331,6 +331,51 @@ fn a_daemon_that_cannot_start_is_a_clear_error() {
     assert!(m.to_lowercase().contains("in use"), "{m}");
 }
 
+/// A daemon of the same address in another network namespace (the socket folder is one
+/// file system for both) is not ours: we start our own, at a name of our namespace.
+#[test]
+fn a_daemon_of_another_network_namespace_is_not_joined() {
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip(
+            "a_daemon_of_another_network_namespace_is_not_joined",
+            "needs root for a network namespace",
+        );
+        return;
+    }
+    let ns = common::netns::Netns::new("demand");
+    let ip: IpAddr = "127.0.15.23".parse().unwrap();
+    let s = private(
+        "netns",
+        Duration::from_millis(300),
+        Duration::from_millis(1),
+    );
+    let dir = s.dir.clone().unwrap();
+    let out = ns
+        .cmd(std::env::current_exe().unwrap().to_str().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("ensure {ip}"))
+        .env("DEMAND_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let theirs = text
+        .lines()
+        .find_map(|l| Some(PathBuf::from(l.split_once("CHILD SOCKET ")?.1)))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(theirs, dir.join(format!("udp-{ip}.sock")));
+    let ours = demand::ensure_udp_with(ip, &s).unwrap();
+    assert_ne!(ours, theirs);
+    assert!(
+        ours.to_string_lossy().contains("-netns-"),
+        "{}",
+        ours.display()
+    );
+    assert_eq!((daemons_on(&ours).len(), daemons_on(&theirs).len()), (1, 1));
+    // Found again, not started again.
+    assert_eq!(demand::ensure_udp_with(ip, &s).unwrap(), ours);
+    assert_eq!(daemons_on(&ours).len(), 1);
+}
+
 /// The other process of the two-process tests (does nothing when run as a test).
 #[test]
 fn child_entry() {
@@ -344,6 +389,20 @@ fn child_entry() {
         std::thread::sleep(Duration::from_secs(60));
         std::process::exit(3);
     });
+    if mode == "ensure" {
+        // The daemon of `addr` for this process (in its namespace), in DEMAND_DIR.
+        let s = Settings {
+            idle: Duration::from_millis(300),
+            quarantine: Duration::from_millis(1),
+            bin: None,
+            dir: std::env::var_os("DEMAND_DIR").map(PathBuf::from),
+        };
+        match demand::ensure_udp_with(addr.parse().unwrap(), &s) {
+            Ok(p) => println!("CHILD SOCKET {}", p.display()),
+            Err(e) => println!("CHILD ERROR {e}"),
+        }
+        return;
+    }
     let n = Nic::open(addr);
     match mode {
         "hub" => {

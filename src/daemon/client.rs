@@ -191,6 +191,13 @@ pub fn info_within(path: &Path, timeout: Duration) -> Result<PortInfo, AttachErr
     }
 }
 
+/// The process id of the daemon listening at `path` (`SO_PEERCRED`), without asking it
+/// anything; `None` if none answers.
+pub fn daemon_pid(path: &Path, timeout: Duration) -> Option<u32> {
+    let sock = connect_socket(path, timeout).ok()?;
+    control::peer(sock.as_fd()).ok().map(|(_, pid)| pid)
+}
+
 /// Whether the port went down, and why: set by the control thread, read on every call.
 #[derive(Default)]
 struct Down {

@@ -5,6 +5,11 @@
 //! (`backend::daemon_path::udp_socket`: `$XDG_RUNTIME_DIR/roce-emu/udp-IP.sock`, or
 //! `/run/roce-emu/` as root) or starts one and waits for it to answer:
 //!
+//! - **network namespaces**: `127.0.0.1` in a namespace is another port than the
+//!   machine's, but the socket folder is one file system for both. A daemon whose network
+//!   namespace (`/proc/PID/ns/net` of the peer, `SO_PEERCRED`) is not ours is not ours:
+//!   we then use `udp-IP-netns-INODE.sock` beside it.
+//!
 //! - **which binary**: this code is a library inside someone else's program (`rping` with
 //!   the drop-in), so the current executable is not roce-emu. In order:
 //!   `ROCE_EMU_BIN` (`roce-emu run` and `roce-emu env` set it to themselves); then a
@@ -106,6 +111,12 @@ pub enum DaemonError {
         kind: String,
         name: String,
     },
+    #[error(
+        "the daemon of udp:{ip} at {socket} is another network namespace's, and so is the \
+         one at its namespace name: stop one, or give this program's device a daemon \
+         (ROCE_EMU_DEVICES=NAME=daemon:SOCKET)"
+    )]
+    OtherNamespace { ip: IpAddr, socket: PathBuf },
     /// The socket's daemon refused us (another user's, another version).
     #[error(transparent)]
     Attach(#[from] AttachError),
@@ -193,9 +204,53 @@ pub fn ensure_udp(ip: IpAddr) -> Result<PathBuf, DaemonError> {
 
 /// [`ensure_udp`] with explicit settings.
 pub fn ensure_udp_with(ip: IpAddr, s: &Settings) -> Result<PathBuf, DaemonError> {
-    let socket = s.socket(ip);
-    if answers(ip, &socket)? {
-        return Ok(socket);
+    let plain = s.socket(ip);
+    let own = netns_of("self");
+    // The folder's name first; another namespace's daemon there sends us to our own name.
+    let tagged = own.as_ref().map(|ns| {
+        let inode: String = ns
+            .to_string_lossy()
+            .chars()
+            .filter(char::is_ascii_digit)
+            .collect();
+        plain.with_file_name(format!("udp-{ip}-netns-{inode}.sock"))
+    });
+    let mut last = None;
+    for socket in std::iter::once(plain).chain(tagged) {
+        match find_or_start(ip, &socket, own.as_deref(), s) {
+            Ok(Some(())) => return Ok(socket),
+            Ok(None) => last = Some(socket),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(DaemonError::OtherNamespace {
+        ip,
+        socket: last.unwrap_or_default(),
+    })
+}
+
+/// What answers at a socket.
+#[derive(Debug, PartialEq)]
+enum Found {
+    /// A daemon of `udp:ip` in our network namespace.
+    Ours,
+    /// A daemon of `udp:ip` in another network namespace.
+    Foreign,
+    Nobody,
+}
+
+/// `Ok(Some(()))`: a daemon of ours answers at `socket` (found or started);
+/// `Ok(None)`: the one there is another namespace's.
+fn find_or_start(
+    ip: IpAddr,
+    socket: &Path,
+    own: Option<&Path>,
+    s: &Settings,
+) -> Result<Option<()>, DaemonError> {
+    match look(ip, socket, own)? {
+        Found::Ours => return Ok(Some(())),
+        Found::Foreign => return Ok(None),
+        Found::Nobody => {}
     }
     let bin = find_binary(ip, s.bin.as_deref())?;
     let log = socket.with_extension("log");
@@ -209,7 +264,7 @@ pub fn ensure_udp_with(ip: IpAddr, s: &Settings) -> Result<PathBuf, DaemonError>
     let mut last = None;
     for _ in 0..STARTS {
         let from = std::fs::metadata(&log).map_or(0, |m| m.len());
-        let child = spawn(ip, &bin, &socket, &log, s).map_err(|e| match e {
+        let child = spawn(ip, &bin, socket, &log, s).map_err(|e| match e {
             Spawned::Log(source) => folder(source),
             Spawned::Exec(source) => DaemonError::Spawn {
                 ip,
@@ -217,19 +272,32 @@ pub fn ensure_udp_with(ip: IpAddr, s: &Settings) -> Result<PathBuf, DaemonError>
                 source,
             },
         })?;
-        match wait_up(ip, &socket, &log, from, child)? {
-            None => return Ok(socket),
-            Some(e) => last = Some(e),
+        match wait_up(ip, socket, own, &log, from, child)? {
+            Ok(found) => return Ok((found == Found::Ours).then_some(())),
+            Err(e) => last = Some(e),
         }
     }
     Err(last.expect("at least one start"))
 }
 
-/// Whether a daemon of `udp:ip` answers at `socket`; a daemon that refuses us, or has
-/// another port, is an error (starting another would not help).
-fn answers(ip: IpAddr, socket: &Path) -> Result<bool, DaemonError> {
+/// The network namespace of process `pid` (`self` for ours), if we may read it.
+fn netns_of(pid: &str) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
+/// Who answers at `socket`: a daemon of `udp:ip` (in our namespace or not), or nobody; a
+/// daemon that refuses us, or has another port, is an error (starting another would not
+/// help).
+fn look(ip: IpAddr, socket: &Path, own: Option<&Path>) -> Result<Found, DaemonError> {
     match client::info_within(socket, ASK) {
-        Ok(p) if p.kind == "udp" && p.addrs.contains(&ip) => Ok(true),
+        Ok(p) if p.kind == "udp" && p.addrs.contains(&ip) => {
+            let theirs = client::daemon_pid(socket, ASK).and_then(|pid| netns_of(&pid.to_string()));
+            // Unknown either side: taken as ours (as before namespaces were looked at).
+            Ok(match (own, theirs) {
+                (Some(a), Some(b)) if a != b => Found::Foreign,
+                _ => Found::Ours,
+            })
+        }
         Ok(p) => Err(DaemonError::WrongPort {
             ip,
             socket: socket.to_path_buf(),
@@ -238,7 +306,7 @@ fn answers(ip: IpAddr, socket: &Path) -> Result<bool, DaemonError> {
         }),
         Err(e @ (AttachError::Refused { .. } | AttachError::Untrusted { .. })) => Err(e.into()),
         // Nobody there (no socket, or a stale one), or one on its way out.
-        Err(_) => Ok(false),
+        Err(_) => Ok(Found::Nobody),
     }
 }
 
@@ -288,22 +356,26 @@ fn spawn(
     Ok(child)
 }
 
-/// Waits for a daemon to answer at `socket` after starting `child`. `Ok(None)`: one
-/// answers (ours, or the one that won a race); `Ok(Some(e))`: ours exited and none
+/// Waits for a daemon to answer at `socket` after starting `child`. `Ok(Ok(found))`:
+/// one answers (ours, or the one that won a race); `Ok(Err(e))`: ours exited and none
 /// answers (worth another start); `Err`: give up.
 fn wait_up(
     ip: IpAddr,
     socket: &Path,
+    own: Option<&Path>,
     log: &Path,
     from: u64,
     mut child: Child,
-) -> Result<Option<DaemonError>, DaemonError> {
+) -> Result<Result<Found, DaemonError>, DaemonError> {
     let start = Instant::now();
     let mut exited: Option<(Instant, String)> = None;
     loop {
-        if answers(ip, socket)? {
-            reap(child);
-            return Ok(None);
+        match look(ip, socket, own)? {
+            Found::Nobody => {}
+            found => {
+                reap(child);
+                return Ok(Ok(found));
+            }
         }
         if exited.is_none() {
             if let Ok(Some(st)) = child.try_wait() {
@@ -312,7 +384,7 @@ fn wait_up(
         }
         if let Some((at, status)) = &exited {
             if at.elapsed() >= AFTER_EXIT {
-                return Ok(Some(DaemonError::Exited {
+                return Ok(Err(DaemonError::Exited {
                     ip,
                     status: status.clone(),
                     tail: log_tail(log, from),

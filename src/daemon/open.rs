@@ -159,7 +159,7 @@ pub(super) fn listen(path: &Path) -> Result<Socket, ServerError> {
 /// `/run/roce-emu/PORT.sock` (root), naming the port so several daemons coexist.
 pub fn default_socket(spec: &PortSpec) -> PathBuf {
     let name = match spec {
-        PortSpec::Udp(ip) => format!("udp-{ip}"),
+        PortSpec::Udp(ip) => return crate::backend::daemon_path::udp_socket(*ip),
         PortSpec::Tap { name, .. } => format!("tap-{name}"),
         PortSpec::AfPacket { iface, .. } => format!("afpacket-{iface}"),
     };
