@@ -2,7 +2,7 @@
 //! (its fault rules at run time); `roce-emu counters` is in [`super::counters`].
 
 use crate::daemon::control::{self, ToDaemon, ToProcess};
-use crate::daemon::port::PortSpec;
+use crate::daemon::port::{PortSpec, PortSpecError};
 use crate::daemon::report;
 use crate::daemon::server::{self, Config, Daemon};
 use std::path::PathBuf;
@@ -89,7 +89,9 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             .ok_or_else(|| format!("{}:{}: write key = value", path.display(), i + 1))?;
         let at = |e: String| format!("{}:{}: {e}", path.display(), i + 1);
         match k {
-            "port" if args.port.is_none() => args.port = Some(v.parse().map_err(at)?),
+            "port" if args.port.is_none() => {
+                args.port = Some(v.parse().map_err(|e: PortSpecError| at(e.to_string()))?)
+            }
             "socket" if args.socket.is_none() => args.socket = Some(PathBuf::from(v)),
             "quarantine" if args.quarantine.is_none() => {
                 args.quarantine = Some(super::seconds(v).map_err(at)?)
@@ -234,7 +236,9 @@ fn ask_keep(socket: &PathBuf, msg: &ToDaemon) -> Result<(socket2::Socket, ToProc
 pub(super) fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     use std::os::fd::AsFd;
     match ask_keep(socket, &ToDaemon::Counters)? {
-        (s, ToProcess::Counters { json }) => report::collect_answer(s.as_fd(), json),
+        (s, ToProcess::Counters { json }) => {
+            report::collect_answer(s.as_fd(), json).map_err(|e| e.to_string())
+        }
         (_, other) => Err(format!("unexpected answer {other:?}")),
     }
 }

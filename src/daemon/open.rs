@@ -32,7 +32,7 @@ pub(super) type OpenPort = (Box<dyn Backend>, PortInfo, Option<u16>);
 
 /// The capture file for `--pcap`, with the port's interface block.
 fn pcapng(path: &Path, name: &str, mac: Option<[u8; 6]>) -> Result<PcapngFile, ServerError> {
-    PcapngFile::create(path, name, mac).map_err(|e| ServerError::Config(e.to_string()))
+    Ok(PcapngFile::create(path, name, mac)?)
 }
 
 /// A frame port: the L2 over `link`, recording its frames (ARP, ND, ICMP included) when
@@ -72,9 +72,7 @@ pub(super) fn open_port(
     let port = match spec {
         PortSpec::Udp(ip) => {
             if neigh_timeout.is_some() {
-                return Err(ServerError::Config(
-                    "a neighbour timeout is for tap: and afpacket: ports (a UDP port's neighbours are the kernel's)".into(),
-                ));
+                return Err(ServerError::NeighTimeoutOnUdp);
             }
             let b = UdpBackend::bind(*ip)?;
             let mtu = crate::backend::udp::link_mtu(*ip).unwrap_or(1500);
@@ -112,9 +110,9 @@ pub(super) fn open_port(
                 _ => None,
             };
             if v4.is_none() && v6.is_none() {
-                return Err(ServerError::Config(format!(
-                    "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
-                )));
+                return Err(ServerError::NoAddress {
+                    iface: iface.clone(),
+                });
             }
             let info = frame_port_info("afpacket", iface, v4, v6, &link);
             let cfg = with_ttl(iface_config(&link, v4, v6));

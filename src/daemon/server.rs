@@ -119,8 +119,17 @@ pub enum ServerError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Capture(#[from] crate::backend::capture::CaptureError),
+    #[error(
+        "a neighbour timeout is for tap: and afpacket: ports (a UDP port's neighbours are the \
+         kernel's)"
+    )]
+    NeighTimeoutOnUdp,
+    #[error(
+        "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
+    )]
+    NoAddress { iface: String },
 }
 
 /// The port's counters.
