@@ -6,7 +6,7 @@
 //! when that process sleeps); packets the processes queued are sent in batches; packets
 //! a process addresses to the port's own address go straight to their owner (a frame
 //! port cannot send to itself), copied from the sender's ring into the owner's
-//! ([`super::route`]); control messages are served. Idle, the loop polls the rings (no
+//! (`route`); control messages are served. Idle, the loop polls the rings (no
 //! system call), the port every few turns, and yields the CPU each turn; after its spin
 //! budget it sleeps on the port, the sockets and the doorbells. A process whose socket
 //! ends is detached: its block goes into quarantine, its rings are unmapped, its counters
@@ -15,14 +15,13 @@
 //! attachment, never of the daemon.
 
 mod clients;
+mod open;
+mod route;
 
 use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
 use super::fault::Command as FaultCommand;
 use super::lease::{self, Leases};
-pub use super::open::default_socket;
-use super::open::{listen, open_port};
 use super::port::PortSpec;
-use super::route::{deliver, flush_all, hairpin};
 use crate::backend::fault::{FaultHandle, Faults, Faulty, Rule};
 use crate::backend::pcapng::CaptureStats;
 use crate::backend::udp::{RX_BATCH, RX_SLOT, TX_BATCH};
@@ -30,6 +29,9 @@ use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::ring::{DaemonEnd, Link, Meta};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+pub use open::default_socket;
+use open::{listen, open_port};
+use route::{deliver, flush_all, hairpin};
 use serde::Serialize;
 use socket2::Socket;
 use std::os::fd::AsFd;

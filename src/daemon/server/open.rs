@@ -1,14 +1,14 @@
 //! Opening the daemon's port (UDP, TAP, AF_PACKET; with its capture) and its control
 //! socket.
 
-use super::control::PortInfo;
-use super::port::PortSpec;
-use super::server::ServerError;
+use super::ServerError;
 use crate::backend::capture::Capture;
 use crate::backend::l2::{iface_config, L2Backend};
 use crate::backend::pcapng::{CaptureLink, CaptureStats, PcapngFile};
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, FrameLink, PacketLink, TapLink};
+use crate::daemon::control::PortInfo;
+use crate::daemon::port::PortSpec;
 use crate::wire::ROCE_UDP_PORT;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::IpAddr;
