@@ -320,7 +320,7 @@ fn a_daemon_that_cannot_start_is_a_clear_error() {
     let _held = roce_emu::backend::udp::UdpBackend::bind(ip).unwrap();
     let s = private("held", Duration::from_millis(100), Duration::from_millis(1));
     let start = Instant::now();
-    let e = demand::ensure_udp_with(ip, &s).err().expect("4791 is held");
+    let e = demand::ensure_udp_with(ip, &s).expect_err("4791 is held");
     assert!(
         start.elapsed() < Duration::from_secs(4),
         "{:?}",

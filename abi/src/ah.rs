@@ -242,37 +242,6 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     })
 }
 
-#[cfg(test)]
-mod test {
-    use super::*;
-
-    #[test]
-    fn versions_as_libibverbs_reads_them() {
-        let mut g = [0u8; 40];
-        // IPv4: 20 zero bytes, then a header with a valid checksum.
-        let mut ip = [
-            0x45u8, 0, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ];
-        let mut sum = 0u32;
-        for w in ip.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
-        }
-        while sum > 0xffff {
-            sum = (sum & 0xffff) + (sum >> 16);
-        }
-        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-        g[20..].copy_from_slice(&ip);
-        assert_eq!(header_version(&g), Some(4));
-        g[0] = 0x60;
-        assert_eq!(header_version(&g), Some(4), "checksum valid: IPv4");
-        g[30] ^= 1;
-        assert_eq!(header_version(&g), Some(6), "checksum broken: IPv6");
-        g[0] = 0;
-        g[20] = 0;
-        assert_eq!(header_version(&g), None);
-    }
-}
-
 /// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
 /// address); the source GID index must be the device's own address (`GidTable::source`:
 /// its port sends from no other) and of the destination's IP family.
@@ -304,4 +273,35 @@ pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &
         return Err("the destination GID's IP family differs from the source GID's");
     }
     Ok(AddressVector { dest_ip })
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn versions_as_libibverbs_reads_them() {
+        let mut g = [0u8; 40];
+        // IPv4: 20 zero bytes, then a header with a valid checksum.
+        let mut ip = [
+            0x45u8, 0, 0, 60, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let mut sum = 0u32;
+        for w in ip.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+        g[20..].copy_from_slice(&ip);
+        assert_eq!(header_version(&g), Some(4));
+        g[0] = 0x60;
+        assert_eq!(header_version(&g), Some(4), "checksum valid: IPv4");
+        g[30] ^= 1;
+        assert_eq!(header_version(&g), Some(6), "checksum broken: IPv6");
+        g[0] = 0;
+        g[20] = 0;
+        assert_eq!(header_version(&g), None);
+    }
 }

@@ -80,8 +80,7 @@ pub struct PortStats {
 }
 
 impl PortStats {
-    /// Adds `o`'s counts: a backend that replaces a part of itself (a shared port's member
-    /// becoming the hub) keeps what the old part counted.
+    /// Adds `o`'s counts (totals over several ports).
     pub fn add(&mut self, o: &PortStats) {
         let PortStats {
             truncated,
@@ -162,8 +161,6 @@ pub trait Backend: Send {
     /// Hands on what the port holds for others before the NIC goes (its program may be
     /// exiting, with no destructor to come): a capture's buffered frames go to the file,
     /// and the capture ends.
-    /// Packets a port forwards to other NICs it serves (a shared address's hub) are not
-    /// held here but on its socket: the caller receives once more for those.
     fn flush_held(&mut self) {}
 }
 

@@ -309,8 +309,7 @@ impl<'p> SendBatch<'_, 'p> {
         self.push_to(Some(dst), parts, segment)
     }
 
-    /// Stages one message on a connected socket (no address): a shared port's hub
-    /// forwarding packets to a member over a Unix socket.
+    /// Stages one message on a connected socket (no address): an AF_PACKET frame.
     pub fn push_connected(&mut self, parts: impl ExactSizeIterator<Item = &'p [u8]>) -> bool {
         self.push_to(None, parts, None)
     }
@@ -386,8 +385,7 @@ impl<'p> SendBatch<'_, 'p> {
                 fd.as_raw_fd(),
                 self.m.b.hdrs[from..].as_mut_ptr(),
                 n as libc::c_uint,
-                // A Unix socket whose peer died (a shared port's member) must give EPIPE,
-                // not kill the process.
+                // A connected socket whose peer went must give EPIPE, not kill the process.
                 libc::MSG_NOSIGNAL,
             )
         };
@@ -572,9 +570,9 @@ extern "C" fn close_fork_slots() {
 }
 
 /// A descriptor that a child forked from this process (without exec) must not keep: the
-/// shared port's UDP socket and Unix sockets. Were a child to keep them, the port would
-/// outlive this process: the other NICs on the address would never see it go (no EOF),
-/// could not take the port over, and would lose their QPs. The child's copies are closed
+/// control socket to the daemon (`daemon::client`). Were a child to keep it, the
+/// attachment would outlive this process: the daemon would never see it go (no EOF), and
+/// its QPN block would stay leased. The child's copies are closed
 /// right after `fork` (a `pthread_atfork` handler); what the child inherited of the NIC is
 /// dead there anyway (no threads; the drop-in fails its calls with EIO). `false` if the
 /// table is full (then the child keeps it, as before).

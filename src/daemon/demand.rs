@@ -204,7 +204,10 @@ pub fn ensure_udp(ip: IpAddr) -> Result<PathBuf, DaemonError> {
 
 /// [`ensure_udp`] with explicit settings.
 pub fn ensure_udp_with(ip: IpAddr, s: &Settings) -> Result<PathBuf, DaemonError> {
-    let plain = s.socket(ip);
+    let plain = std::path::absolute(s.socket(ip)).map_err(|source| DaemonError::Folder {
+        path: s.socket(ip),
+        source,
+    })?;
     let own = netns_of("self");
     // The folder's name first; another namespace's daemon there sends us to our own name.
     let tagged = own.as_ref().map(|ns| {
@@ -343,6 +346,9 @@ fn spawn(
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
+        // Not the program's folder: a daemon keeps no file system busy (its paths are
+        // absolute: `ensure_udp_with`).
+        .current_dir("/")
         // The program's preloads (a sanitizer, the drop-in itself) are not the daemon's.
         .env_remove("LD_PRELOAD");
     crate::backend::new_session_on_exec(&mut cmd);

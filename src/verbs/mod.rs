@@ -83,7 +83,8 @@ pub struct Device {
     /// The engine's settings (`EngineConfig::new(ip)` unless changed).
     pub engine: EngineConfig,
     /// Equal-length packets to one peer leave as one UDP GSO send (default). Off: one
-    /// datagram per packet (`--no-gso`).
+    /// datagram per packet (`--no-gso`). A private port's (`share` off): a daemon's port
+    /// sends as its daemon does.
     pub gso: bool,
     /// Write every packet sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
@@ -475,7 +476,7 @@ impl Context {
     pub fn create_qp(&self, init: &QpInit) -> Result<u32, Error> {
         let mut nic = self.shared.lock();
         let qpn = nic.driver.engine.create_qp(init)?;
-        // Before the QPN can leave this process: a shared port quarantines the block then.
+        // Before the QPN can leave this process: the daemon quarantines the block then.
         nic.driver.backend.mark_used();
         Ok(qpn)
     }
