@@ -292,7 +292,19 @@ fn netns_of(pid: &str) -> Option<PathBuf> {
 /// daemon that refuses us, or has another port, is an error (starting another would not
 /// help).
 fn look(ip: IpAddr, socket: &Path, own: Option<&Path>) -> Result<Found, DaemonError> {
-    match client::info_within(socket, ASK) {
+    look_within(ip, socket, own, ASK)
+}
+
+/// [`look`], waiting at most `wait` for an answer. A daemon that is there but slow (a
+/// loaded machine) is asked again with the attach's own bound before it is called
+/// silent: starting another would only fail on its port.
+fn look_within(
+    ip: IpAddr,
+    socket: &Path,
+    own: Option<&Path>,
+    wait: Duration,
+) -> Result<Found, DaemonError> {
+    match client::info_within(socket, wait) {
         Ok(p) if p.kind == "udp" && p.addrs.contains(&ip) => {
             let theirs = client::daemon_pid(socket, ASK).and_then(|pid| netns_of(&pid.to_string()));
             // Unknown either side: taken as ours (as before namespaces were looked at).
@@ -308,6 +320,10 @@ fn look(ip: IpAddr, socket: &Path, own: Option<&Path>) -> Result<Found, DaemonEr
             name: p.name,
         }),
         Err(e @ (AttachError::Refused { .. } | AttachError::Untrusted { .. })) => Err(e.into()),
+        Err(AttachError::Silent { .. }) if wait < client::ATTACH_TIMEOUT => {
+            look_within(ip, socket, own, client::ATTACH_TIMEOUT)
+        }
+        Err(e @ AttachError::Silent { .. }) => Err(e.into()),
         // Nobody there (no socket, or a stale one), or one on its way out.
         Err(_) => Ok(Found::Nobody),
     }
