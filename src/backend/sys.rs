@@ -309,8 +309,7 @@ impl<'p> SendBatch<'_, 'p> {
         self.push_to(Some(dst), parts, segment)
     }
 
-    /// Stages one message on a connected socket (no address): a shared port's hub
-    /// forwarding packets to a member over a Unix socket.
+    /// Stages one message on a connected socket (no address): an AF_PACKET frame.
     pub fn push_connected(&mut self, parts: impl ExactSizeIterator<Item = &'p [u8]>) -> bool {
         self.push_to(None, parts, None)
     }
@@ -386,8 +385,7 @@ impl<'p> SendBatch<'_, 'p> {
                 fd.as_raw_fd(),
                 self.m.b.hdrs[from..].as_mut_ptr(),
                 n as libc::c_uint,
-                // A Unix socket whose peer died (a shared port's member) must give EPIPE,
-                // not kill the process.
+                // A connected socket whose peer went must give EPIPE, not kill the process.
                 libc::MSG_NOSIGNAL,
             )
         };
@@ -572,9 +570,9 @@ extern "C" fn close_fork_slots() {
 }
 
 /// A descriptor that a child forked from this process (without exec) must not keep: the
-/// shared port's UDP socket and Unix sockets. Were a child to keep them, the port would
-/// outlive this process: the other NICs on the address would never see it go (no EOF),
-/// could not take the port over, and would lose their QPs. The child's copies are closed
+/// control socket to the daemon (`daemon::client`). Were a child to keep it, the
+/// attachment would outlive this process: the daemon would never see it go (no EOF), and
+/// its QPN block would stay leased. The child's copies are closed
 /// right after `fork` (a `pthread_atfork` handler); what the child inherited of the NIC is
 /// dead there anyway (no threads; the drop-in fails its calls with EIO). `false` if the
 /// table is full (then the child keeps it, as before).
@@ -606,5 +604,40 @@ pub fn keep_in_forked_children(fd: std::os::fd::RawFd) {
             std::sync::atomic::Ordering::Relaxed,
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+}
+
+/// Detaches the program `cmd` runs from the one that starts it, between fork and exec:
+/// a session leader of its own (`setsid(2)`: no controlling terminal, its own process
+/// group, so a ^C or a hang-up of the terminal that started the program, `rping` with the
+/// drop-in, reaches neither), and every descriptor above stderr marked close-on-exec
+/// (`close_range(2)` with `CLOSE_RANGE_CLOEXEC`, Linux 5.11): a C program's descriptors
+/// are rarely close-on-exec, and a daemon that kept one (a listening TCP socket, the
+/// write end of a pipe someone waits on for EOF) would hold it for its whole life. Used
+/// for the daemon started on demand (`daemon::demand`): a library never forks without
+/// exec, and this is the one step between the two.
+pub fn new_session_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    /// `CLOSE_RANGE_CLOEXEC` (linux/close_range.h).
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // Neither call's failure stops the exec: setsid fails only if the child already
+    // leads a process group (a freshly forked child never does); close_range fails on
+    // kernels before 5.11 (ENOSYS, EINVAL), and the descriptors are then inherited as
+    // before. Marking (not closing) leaves std's own close-on-exec pipe, which reports a
+    // failed exec to the parent, working.
+    // SAFETY: the closure runs in the forked child before exec and makes two system
+    // calls, setsid(2) and close_range(2) through syscall(2), both async-signal-safe
+    // (they allocate nothing and take no lock).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
+        });
     }
 }
