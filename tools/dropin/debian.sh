@@ -26,7 +26,7 @@ set -euo pipefail
 root=${ROCE_DEBIAN_ROOT:-$HOME/.cache/roce-emu-debian12}
 PKGS="libibverbs1 libibverbs-dev ibverbs-utils ibverbs-providers perftest librdmacm1
 rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200
-libucx0 ucx-utils qperf"
+libucx0 ucx-utils qperf librdmacm-dev libfabric1 libfabric-bin"
 stamp="$root/.stamp"
 # The cache key: this script's layout version and the exact .deb files (name_version_arch)
 # the tree was unpacked from, so a package added here, or a .deb replaced in debs/, unpacks
@@ -44,7 +44,7 @@ write_libpath() {
     >"$root/libpath.$$"
   mv "$root/libpath.$$" "$root/libpath"
 }
-if have_all && [ "$(cat "$stamp" 2>/dev/null)" = "v3 $(debs_key)" ]; then
+if have_all && [ "$(cat "$stamp" 2>/dev/null)" = "v4 $(debs_key)" ]; then
   write_libpath; echo "$root"; exit 0
 fi
 mkdir -p "$root/debs"
@@ -77,6 +77,6 @@ if [ -d "$t" ]; then
   find "$root/tree.new/tests" -name '*.gz' -exec gunzip -f {} +
 fi
 rm -rf "$root/tree" && mv "$root/tree.new" "$root/tree"
-echo "v3 $(debs_key)" >"$stamp"
+echo "v4 $(debs_key)" >"$stamp"
 write_libpath
 echo "$root"
