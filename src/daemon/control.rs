@@ -49,6 +49,11 @@ pub enum ToDaemon {
         #[serde(default)]
         report: serde_json::Value,
     },
+    /// Make this fresh connection a connection-manager one (librdmacm's): the daemon
+    /// answers `CmWelcome` (or `Refused`); every later message from the process is a JSON
+    /// `cm::ucma::Request`, every one to it a `cm::ucma::ToLibrary`. `version` is
+    /// `cm::ucma::VERSION`; EOF ends the process's ids (`Cm::owner_gone`).
+    CmHello { version: u32, pid: u32 },
 }
 
 /// What the daemon answers or announces.
@@ -80,6 +85,13 @@ pub enum ToProcess {
     CountersMore { processes: Vec<serde_json::Value> },
     /// The answer to `Fault`: empty when the rule was taken, else why not.
     FaultSet { error: Option<String> },
+    /// The answer to `CmHello`: the connection manager's port (`cm::CmConfig`'s view).
+    CmWelcome {
+        version: u32,
+        node_guid: u64,
+        addrs: Vec<IpAddr>,
+        mtu: u32,
+    },
 }
 
 /// The port as the attached process's device shows it.

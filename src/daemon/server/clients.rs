@@ -135,6 +135,14 @@ impl Daemon {
                     .iter()
                     .try_for_each(|m| self.clients[k].queue(m))
             }
+            // The daemon side of the connection manager is h-qp1's (issue 23); until it
+            // is merged a CM hello is refused with a reason the library reports.
+            ToDaemon::CmHello { .. } => {
+                let m = ToProcess::Refused {
+                    why: "this daemon has no connection manager".into(),
+                };
+                self.clients[k].queue(&m)
+            }
             ToDaemon::Fault { rule } => {
                 let error = match crate::daemon::fault::parse(&rule) {
                     Ok(cmd) => {
