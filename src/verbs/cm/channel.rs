@@ -98,6 +98,11 @@ impl EventChannel {
         self.inner.app.as_raw_fd()
     }
 
+    /// The descriptor, borrowed (poll it: readable while an event waits).
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.inner.app)
+    }
+
     /// Whether two handles are the same channel.
     pub fn same(&self, other: &EventChannel) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
