@@ -28,6 +28,7 @@ pub mod fault;
 pub mod lease;
 mod open;
 pub mod port;
+pub mod qp1;
 pub mod report;
 mod route;
 pub mod server;
