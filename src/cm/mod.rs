@@ -6,3 +6,5 @@
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
 
 pub mod ucma;
+mod stub;
+pub use stub::*;
