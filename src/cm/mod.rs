@@ -5,6 +5,6 @@
 //!
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
 
-pub mod ucma;
 mod stub;
+pub mod ucma;
 pub use stub::*;

@@ -23,6 +23,7 @@
 //!   `open`: opening the port, its capture and the control socket.
 
 pub mod client;
+pub mod cm_host;
 pub mod control;
 pub mod fault;
 pub mod lease;

@@ -39,7 +39,10 @@ fn a_built_packet_parses_back_over_ipv4_and_ipv6() {
     let p = crate::wire::RocePacket::new_checked(&pkt[..]).unwrap();
     let r = RoceRepr::parse(&p).unwrap();
     assert_eq!(r.bth.opcode, op::UD_SEND_ONLY);
-    assert_eq!((r.bth.pkey, r.bth.dqpn, r.bth.psn), (0xffff, 1, Psn::new(0)));
+    assert_eq!(
+        (r.bth.pkey, r.bth.dqpn, r.bth.psn),
+        (0xffff, 1, Psn::new(0))
+    );
     assert_eq!(
         r.deth,
         Some(DethRepr {
@@ -109,8 +112,8 @@ fn rxes_cm_mads_are_valid_qp1_packets() {
         };
         for ipv4_id in [Some(id), None] {
             let net = Net { src, dst, ipv4_id };
-            let m = parse(&net, f.roce, &mut solver)
-                .unwrap_or_else(|e| panic!("frame {}: {e:?}", r.n));
+            let m =
+                parse(&net, f.roce, &mut solver).unwrap_or_else(|e| panic!("frame {}: {e:?}", r.n));
             assert_eq!(m.len(), MAD_LEN);
             // A CM MAD: base version 1, class 7 (IBA 13.4.2).
             assert_eq!((m[0], m[1]), (1, 7), "frame {}", r.n);
@@ -154,7 +157,10 @@ fn every_wrong_header_is_its_own_drop() {
     case(&|p| p[0] = op::UD_SEND_ONLY_WITH_IMMEDIATE.0, Drop::Opcode);
     case(&|p| p[0] = op::RC_SEND_ONLY.0, Drop::Opcode);
     case(&|p| p[2..4].copy_from_slice(&[0x80, 0x01]), Drop::Pkey);
-    case(&|p| p[12..16].copy_from_slice(&0x0123_4567u32.to_be_bytes()), Drop::Qkey);
+    case(
+        &|p| p[12..16].copy_from_slice(&0x0123_4567u32.to_be_bytes()),
+        Drop::Qkey,
+    );
     case(&|p| p.truncate(PACKET_LEN - 4), Drop::Length);
     case(&|p| p.extend_from_slice(&[0; 4]), Drop::Length);
     // The limited P_Key is a match (rxe's `pkey_match`).

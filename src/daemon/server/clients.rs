@@ -6,7 +6,7 @@ use super::*;
 
 impl Client {
     /// Queues an answer; `Err` when the process has left too many unread.
-    pub(super) fn queue(&mut self, msg: &ToProcess) -> Result<(), String> {
+    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), String> {
         let bytes = control::encode(msg).map_err(|e| e.to_string())?;
         self.outbox_bytes += bytes.len();
         self.outbox.push_back(bytes);
@@ -42,6 +42,17 @@ impl Daemon {
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
             for _ in 0..CONTROL_MSGS {
+                if self.clients[k].cm {
+                    // A CM client's messages are `ucma::Request`s (`server::cm`).
+                    match self.serve_cm(k) {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(why) => {
+                            gone = Some(why);
+                            break;
+                        }
+                    }
+                }
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
@@ -78,6 +89,7 @@ impl Daemon {
             }
             if gone.is_none()
                 && self.clients[k].link.is_none()
+                && !self.clients[k].cm
                 && self.clients[k].since.elapsed() > UNATTACHED_TTL
             {
                 gone = Some(format!(
@@ -124,6 +136,9 @@ impl Daemon {
                     "leases": self.leases.counts(self.now()),
                     "port_stats": self.port.stats(),
                     "l2": self.port.l2_stats(),
+                    "qp1": self.cm.qp1,
+                    "cm": self.cm.cm.stats(),
+                    "cm_clients": self.cm.clients,
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -158,6 +173,7 @@ impl Daemon {
                 let m = ToProcess::FaultSet { error };
                 self.clients[k].queue(&m)
             }
+            ToDaemon::CmHello { version, pid: _ } => self.cm_hello(k, version),
             ToDaemon::Hello {
                 version,
                 pid: claimed,
@@ -167,7 +183,7 @@ impl Daemon {
                     let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
                     Err(why)
                 };
-                if self.clients[k].link.is_some() {
+                if self.clients[k].link.is_some() || self.clients[k].cm {
                     return refuse("already attached".into());
                 }
                 if version != control::VERSION {
@@ -237,6 +253,9 @@ impl Daemon {
             }
             self.departed.push(c.counters.clone());
         }
+        if c.cm {
+            self.cm_gone(c.id);
+        }
         // Dropping `c` unmaps its rings and closes its socket.
     }
 
@@ -295,6 +314,7 @@ impl Daemon {
                 dirty: false,
                 outbox: Default::default(),
                 outbox_bytes: 0,
+                cm: false,
             });
         }
     }
