@@ -5,6 +5,4 @@
 //!
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
 
-mod stub;
 pub mod ucma;
-pub use stub::*;
