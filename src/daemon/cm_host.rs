@@ -272,3 +272,44 @@ impl CmHost {
         Ok(sent)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cm::ucma::{Event, EventKind};
+
+    /// Every message the daemon sends a CM client parses back as the library reads it
+    /// (an event's own `kind` once clashed with the message's tag).
+    #[test]
+    fn replies_and_events_round_trip_as_json() {
+        let msgs = [
+            ToLibrary::Reply {
+                seq: 3,
+                reply: Reply::Id { id: 7 },
+            },
+            ToLibrary::Event(Event {
+                id: 7,
+                listen_id: Some(1),
+                kind: EventKind::ConnectRequest,
+                status: 0,
+                param: None,
+                ah: None,
+            }),
+        ];
+        for m in msgs {
+            let bytes = serde_json::to_vec(&m).unwrap();
+            let back: ToLibrary = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&bytes)));
+            assert_eq!(back, m);
+        }
+    }
+
+    #[test]
+    fn ib_mtu_and_node_guid_are_rxes() {
+        assert_eq!(ib_mtu(1500), 1024);
+        assert_eq!(ib_mtu(9000), 4096);
+        assert_eq!(ib_mtu(65536), 4096);
+        assert_eq!(ib_mtu(2200), 2048);
+        assert_eq!(node_guid([0x52, 0x54, 0, 0x12, 0x34, 0x56]), 0x5054_00ff_fe12_3456);
+    }
+}
