@@ -160,10 +160,13 @@ fn garbage_and_bad_qp1_packets_are_counted_drops() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("qkey_viol_cntr 1"), "{text}");
     assert!(text.contains("cm_clients"), "{text}");
-    // Its end is the CM's `owner_gone`.
+    // Its end is the CM's `owner_gone`: its id goes with it.
+    assert_eq!(d.counters()["cm_clients"]["ids"], 1);
     drop(c);
     wait_counters(&d, "the client's end is seen", |k| {
-        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["connected"] == 0
+        k["cm_clients"]["gone"] == 1
+            && k["cm_clients"]["connected"] == 0
+            && k["cm_clients"]["ids"] == 0
     });
 }
 
@@ -255,6 +258,16 @@ fn two_clients_of_one_daemon_connect_through_the_hairpin() {
     let k = d.counters();
     assert!(k["qp1"]["hairpin_pkts"].as_u64().unwrap() >= 8, "{k:#}");
     assert_eq!(k["qp1"]["sent_pkts"], 0, "{k:#}");
+    // The CM's own counters are there, in JSON and text.
+    assert!(k["cm"]["mads_in"]["req"].as_u64().unwrap() >= 2, "{k:#}");
+    let out = std::process::Command::new(common::daemon::BIN)
+        .args(["counters", "--daemon"])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(text.contains("mads_in_req "), "{text}");
 }
 
 #[test]
@@ -315,8 +328,11 @@ fn a_server_gone_mid_connect_is_cleaned_up() {
     drop(srv);
     let e = cli.expect_one_of(&[EventKind::Rejected, EventKind::Unreachable]);
     assert_eq!(e.id, aid);
-    wait_counters(&d, "the server's end is seen", |k| {
-        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["connected"] == 1
+    // The daemon's CM state for it is gone: only the client's id is left.
+    wait_counters(&d, "the server's end is seen and its ids gone", |k| {
+        k["cm_clients"]["gone"] == 1
+            && k["cm_clients"]["connected"] == 1
+            && k["cm_clients"]["ids"] == 1
     });
     // Its listener went with it.
     let (mut again, _) = CmClient::connect(&d.socket, "new server");
@@ -352,8 +368,10 @@ fn a_client_gone_after_establishing_disconnects_its_peer() {
     drop(cli);
     let e = srv.expect(EventKind::Disconnected);
     assert_eq!(e.id, req.id);
-    wait_counters(&dc, "the client's end is seen", |k| {
-        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["connected"] == 0
+    wait_counters(&dc, "the client's end is seen and its ids gone", |k| {
+        k["cm_clients"]["gone"] == 1
+            && k["cm_clients"]["connected"] == 0
+            && k["cm_clients"]["ids"] == 0
     });
     // The client's daemon serves a new client at once.
     let (mut again, _) = CmClient::connect(&dc.socket, "new client");

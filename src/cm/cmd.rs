@@ -200,7 +200,10 @@ impl Cm {
         }
         let bound = i.src.map(|s| s.ip());
         if bound.is_some_and(|b| b.is_ipv4() != dst.ip().is_ipv4() && !b.is_unspecified()) {
-            return err(EINVAL, "resolve_addr: source and destination families differ");
+            return err(
+                EINVAL,
+                "resolve_addr: source and destination families differ",
+            );
         }
         let i = self.ids.get_mut(&id).expect("checked");
         i.state = RdmaState::AddrQuery;
@@ -484,10 +487,7 @@ impl Cm {
                 hop_limit: path.hop_limit,
                 sl: path.sl,
                 subnet_local: sub,
-                local_ack_timeout: timers::ack_timeout(
-                    timers::CA_ACK_DELAY,
-                    path.packet_life_time,
-                ),
+                local_ack_timeout: timers::ack_timeout(timers::CA_ACK_DELAY, path.packet_life_time),
             },
             alternate_path: req::Path::default(),
             sap_supported: false,
@@ -672,7 +672,9 @@ impl Cm {
             _ => {}
         }
         self.unlist_remote(id);
-        let Some(i) = self.ids.remove(&id) else { return };
+        let Some(i) = self.ids.remove(&id) else {
+            return;
+        };
         if let Some(c) = &i.conn {
             if self.by_comm.get(&c.local_id) == Some(&id) {
                 self.by_comm.remove(&c.local_id);
@@ -688,7 +690,9 @@ impl Cm {
 
     /// Every deadline of `id` that has passed.
     pub(super) fn id_timeout(&mut self, now: Instant, id: IdNum) {
-        let Some(i) = self.ids.get_mut(&id) else { return };
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
         if i.resolve_deadline.is_some_and(|d| d <= now) && i.state == RdmaState::AddrQuery {
             self.stats.timeouts += 1;
             self.addr_resolved(now, id, Err(super::conn::ETIMEDOUT));

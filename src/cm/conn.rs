@@ -28,7 +28,10 @@ pub(super) enum IbEv {
     DreqReceived,
     DrepReceived,
     TimewaitExit,
-    RejReceived { reason: u16, private_data: Vec<u8> },
+    RejReceived {
+        reason: u16,
+        private_data: Vec<u8>,
+    },
 }
 
 /// `n` bytes of `data`, zero-padded (private data areas).
@@ -45,8 +48,7 @@ impl Cm {
             self.stats.drop(Drop::Malformed);
             return;
         }
-        let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&bytes[..mad::HEADER_LEN]))
-        else {
+        let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&bytes[..mad::HEADER_LEN])) else {
             self.stats.drop(Drop::Malformed);
             return;
         };
@@ -143,7 +145,12 @@ impl Cm {
 
     /// A message of `id`'s connection to its peer, not retransmitted.
     fn send_conn(&mut self, id: IdNum, m: &CmMad) {
-        if let Some(peer) = self.ids.get(&id).and_then(|i| i.conn.as_ref()).map(|c| c.peer) {
+        if let Some(peer) = self
+            .ids
+            .get(&id)
+            .and_then(|i| i.conn.as_ref())
+            .map(|c| c.peer)
+        {
             self.send(peer, m);
         }
     }
@@ -337,9 +344,11 @@ impl Cm {
         let listener_ps = service_id::split(r.service_id)
             .and_then(|(ps, port)| Some((PortSpace::from_raw(u32::from(ps))?, port)));
         let Some((ps, port)) = listener_ps.filter(|&(ps, port)| {
-            self.ports
-                .ids(ps, port)
-                .any(|i| self.ids.get(&i).is_some_and(|x| x.state == RdmaState::Listen))
+            self.ports.ids(ps, port).any(|i| {
+                self.ids
+                    .get(&i)
+                    .is_some_and(|x| x.state == RdmaState::Listen)
+            })
         }) else {
             // No listener on the service ID (cm_match_req).
             self.issue_rej(peer, tid, raw, RejReason::InvalidServiceId);
@@ -736,7 +745,9 @@ impl Cm {
     /// `cma_ib_handler`: an IB CM event becomes the owner's event if the rdma_cm id is
     /// still connecting (or, for TIMEWAIT_EXIT, disconnected).
     pub(super) fn cma_event(&mut self, id: IdNum, ev: IbEv) {
-        let Some(i) = self.ids.get_mut(&id) else { return };
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
         if !cma_takes(i.state, matches!(ev, IbEv::TimewaitExit)) {
             return;
         }

@@ -193,7 +193,8 @@ impl Cm {
             .filter(|i| {
                 let c = i.conn.as_ref();
                 i.resolve_deadline.is_some_and(|d| d <= now)
-                    || c.and_then(|c| c.msg.as_ref()).is_some_and(|m| m.deadline <= now)
+                    || c.and_then(|c| c.msg.as_ref())
+                        .is_some_and(|m| m.deadline <= now)
                     || c.and_then(|c| c.timewait_until).is_some_and(|d| d <= now)
             })
             .map(|i| i.num)
@@ -329,7 +330,6 @@ impl Cm {
             }
         }
     }
-
 }
 
 /// States of the rdma_cm layer the IB CM events reach (`cma_ib_handler`'s check).

@@ -52,7 +52,13 @@ impl Ports {
 
     /// Binds `b` to `port`, or to a free ephemeral port if `port` is 0 (a random start, then
     /// upwards, as `cma_alloc_any_port`). Returns the port.
-    pub fn bind(&mut self, ps: PortSpace, port: u16, b: Binding, rng: &mut Rng) -> Result<u16, i32> {
+    pub fn bind(
+        &mut self,
+        ps: PortSpace,
+        port: u16,
+        b: Binding,
+        rng: &mut Rng,
+    ) -> Result<u16, i32> {
         let port = if port == 0 {
             let (lo, hi) = (*EPHEMERAL_PORTS.start(), *EPHEMERAL_PORTS.end());
             let n = u32::from(hi - lo) + 1;

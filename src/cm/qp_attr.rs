@@ -35,7 +35,11 @@ pub mod access {
 }
 
 impl Cm {
-    pub(super) fn init_qp_attr(&mut self, id: IdNum, st: QpState) -> Result<QpAttrs, (i32, String)> {
+    pub(super) fn init_qp_attr(
+        &mut self,
+        id: IdNum,
+        st: QpState,
+    ) -> Result<QpAttrs, (i32, String)> {
         let i = self.ids.get_mut(&id).expect("checked");
         if !i.has_device {
             return Err((EINVAL, "init_qp_attr: the id has no device yet".into()));
@@ -64,7 +68,13 @@ impl Cm {
                 use CmState::*;
                 let live = matches!(
                     c.state,
-                    ReqRcvd | MraReqSent | RepRcvd | MraRepSent | RepSent | MraRepRcvd | Established
+                    ReqRcvd
+                        | MraReqSent
+                        | RepRcvd
+                        | MraRepSent
+                        | RepSent
+                        | MraRepRcvd
+                        | Established
                 );
                 match st {
                     QpState::Init if live || matches!(c.state, ReqSent | MraReqRcvd) => {
@@ -75,7 +85,8 @@ impl Cm {
                         }
                     }
                     QpState::Rtr if live => {
-                        a.mask = mask::STATE | mask::AV | mask::PATH_MTU | mask::DEST_QPN | mask::RQ_PSN;
+                        a.mask =
+                            mask::STATE | mask::AV | mask::PATH_MTU | mask::DEST_QPN | mask::RQ_PSN;
                         a.ah = Some(c.av);
                         a.path_mtu = u32::from(c.path_mtu);
                         a.dest_qp_num = c.remote_qpn;
@@ -103,7 +114,10 @@ impl Cm {
                     _ => {
                         return Err((
                             EINVAL,
-                            format!("init_qp_attr: {st:?} not available in CM state {:?}", c.state),
+                            format!(
+                                "init_qp_attr: {st:?} not available in CM state {:?}",
+                                c.state
+                            ),
                         ))
                     }
                 }

@@ -84,9 +84,11 @@ impl Cm {
         let sp = service_id::split(r.service_id)
             .and_then(|(ps, port)| Some((PortSpace::from_raw(u32::from(ps))?, port)));
         let Some((ps, port)) = sp.filter(|&(ps, port)| {
-            self.ports
-                .ids(ps, port)
-                .any(|i| self.ids.get(&i).is_some_and(|x| x.state == RdmaState::Listen))
+            self.ports.ids(ps, port).any(|i| {
+                self.ids
+                    .get(&i)
+                    .is_some_and(|x| x.state == RdmaState::Listen)
+            })
         }) else {
             let rep = Cm::sidr_rep_status(r.request_id, r.service_id, sidr_rep::STATUS_UNSUPPORTED);
             self.sidr_rep_to(peer, tid, rep);
@@ -162,7 +164,9 @@ impl Cm {
     }
 
     fn sidr_answer(&mut self, id: IdNum, rep: sidr_rep::Repr) {
-        let Some(i) = self.ids.get_mut(&id) else { return };
+        let Some(i) = self.ids.get_mut(&id) else {
+            return;
+        };
         i.parent = None;
         let Some(c) = i.conn.as_mut() else { return };
         c.state = CmState::Idle;
@@ -182,7 +186,12 @@ impl Cm {
         if p.private_data.len() > sidr_rep::PRIVATE_DATA_LEN {
             return Err((EINVAL, "accept: private data over 136 bytes".into()));
         }
-        let qkey = *self.ids.get_mut(&id).expect("checked").qkey.get_or_insert(RDMA_UDP_QKEY);
+        let qkey = *self
+            .ids
+            .get_mut(&id)
+            .expect("checked")
+            .qkey
+            .get_or_insert(RDMA_UDP_QKEY);
         let remote = self.ids[&id].conn.as_ref().map_or(0, |c| c.remote_id);
         let rep = sidr_rep::Repr {
             qpn: p.qp_num & 0x00ff_ffff,

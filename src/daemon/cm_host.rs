@@ -47,6 +47,8 @@ pub struct CmClientCounters {
     pub events_unowned: u64,
     /// Connections that ended (EOF, error, or detached): `Cm::owner_gone` for each.
     pub gone: u64,
+    /// rdma_cm ids the CM holds now, of every client (`Cm::id_count`).
+    pub ids: u64,
 }
 
 /// The port's connection manager and QP1.
@@ -129,6 +131,14 @@ impl CmHost {
             addrs: addrs.to_vec(),
             mtu: self.ib_mtu,
         })
+    }
+
+    /// The clients' counters, with the ids held now.
+    pub(super) fn client_counters(&self) -> CmClientCounters {
+        CmClientCounters {
+            ids: self.cm.id_count() as u64,
+            ..self.clients
+        }
     }
 
     /// A packet for QP1 from the port: its MAD to the CM, or a counted drop.
@@ -310,6 +320,9 @@ mod tests {
         assert_eq!(ib_mtu(9000), 4096);
         assert_eq!(ib_mtu(65536), 4096);
         assert_eq!(ib_mtu(2200), 2048);
-        assert_eq!(node_guid([0x52, 0x54, 0, 0x12, 0x34, 0x56]), 0x5054_00ff_fe12_3456);
+        assert_eq!(
+            node_guid([0x52, 0x54, 0, 0x12, 0x34, 0x56]),
+            0x5054_00ff_fe12_3456
+        );
     }
 }

@@ -138,7 +138,7 @@ impl Daemon {
                     "l2": self.port.l2_stats(),
                     "qp1": self.cm.qp1,
                     "cm": self.cm.cm.stats(),
-                    "cm_clients": self.cm.clients,
+                    "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
