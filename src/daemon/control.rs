@@ -49,10 +49,10 @@ pub enum ToDaemon {
         #[serde(default)]
         report: serde_json::Value,
     },
-    /// Make this fresh connection a connection-manager one (librdmacm's): the daemon
-    /// answers `CmWelcome` (or `Refused`); every later message from the process is a JSON
-    /// `cm::ucma::Request`, every one to it a `cm::ucma::ToLibrary`. `version` is
-    /// `cm::ucma::VERSION`; EOF ends the process's ids (`Cm::owner_gone`).
+    /// Makes this connection a CM client (a program's librdmacm, `crate::cm::ucma`): the
+    /// daemon answers `CmWelcome` (or `Refused` for another `version`); after that every
+    /// message from the process is a `ucma::Request` and every one to it a
+    /// `ucma::ToLibrary`. The connection is one `cm::Owner`: its end is `Cm::owner_gone`.
     CmHello { version: u32, pid: u32 },
 }
 
@@ -85,7 +85,8 @@ pub enum ToProcess {
     CountersMore { processes: Vec<serde_json::Value> },
     /// The answer to `Fault`: empty when the rule was taken, else why not.
     FaultSet { error: Option<String> },
-    /// The answer to `CmHello`: the connection manager's port (`cm::CmConfig`'s view).
+    /// The answer to `CmHello`: the CM protocol version, and the device as the CM sees it
+    /// (its node GUID, the port's addresses, its IB MTU in bytes).
     CmWelcome {
         version: u32,
         node_guid: u64,

@@ -23,11 +23,13 @@
 //!   `open`: opening the port, its capture and the control socket.
 
 pub mod client;
+pub mod cm_host;
 pub mod control;
 pub mod fault;
 pub mod lease;
 mod open;
 pub mod port;
+pub mod qp1;
 pub mod report;
 mod route;
 pub mod server;

@@ -15,7 +15,9 @@
 //! attachment, never of the daemon.
 
 mod clients;
+mod cm;
 
+use super::cm_host::CmHost;
 use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
 use super::fault::Command as FaultCommand;
 use super::lease::{self, Leases};
@@ -173,6 +175,8 @@ pub(super) struct Client {
     /// Answers not sent yet (its socket was full), oldest first, and their bytes.
     pub(super) outbox: std::collections::VecDeque<Vec<u8>>,
     pub(super) outbox_bytes: usize,
+    /// A CM client (its `CmHello` was served): its messages are `cm::ucma::Request`s.
+    pub(super) cm: bool,
 }
 
 /// What a stopped daemon reports.
@@ -219,6 +223,8 @@ pub struct Daemon {
     first_tx: usize,
     /// A hairpinned packet's bytes, for the capture (only with `--pcap`).
     scratch: Vec<u8>,
+    /// The port's connection manager and QP1 (`server::cm`).
+    cm: CmHost,
 }
 
 impl Daemon {
@@ -235,6 +241,7 @@ impl Daemon {
             faults,
             capture,
             leases: Leases::new(cfg.quarantine),
+            cm: CmHost::new(&cfg.port, &info),
             cfg,
             port,
             info,
@@ -346,7 +353,8 @@ impl Daemon {
             moved += n;
         }
         moved += self.send_queued()?;
-        self.busy = moved > 0;
+        // The CM's timers, MADs and events (bounded; `server::cm`).
+        self.busy = moved > 0 || self.cm_turn()?;
         if self.busy {
             self.spin.active();
         } else {
@@ -380,7 +388,11 @@ impl Daemon {
                 }
             }
         }
-        let timeout = if work { Duration::ZERO } else { MAX_SLEEP };
+        let timeout = if work {
+            Duration::ZERO
+        } else {
+            MAX_SLEEP.min(self.cm_wait())
+        };
         {
             let mut fds = vec![
                 PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
@@ -415,6 +427,7 @@ impl Daemon {
     /// Routes what the port received; how many packets.
     fn route_received(&mut self) -> Result<usize, DaemonError> {
         let mut moved = 0;
+        let now = self.cm_now();
         for _ in 0..RX_TURNS {
             let n = self.port.recv_batch(&mut self.rx_pool, &mut self.rx_meta)?;
             if n == 0 {
@@ -435,13 +448,20 @@ impl Daemon {
                         segment: None,
                         flags: 0,
                     };
-                    deliver(
-                        &mut self.clients,
-                        &self.leases,
-                        &mut self.counters,
-                        &meta,
-                        &self.rx_pool[start..start + len],
-                    );
+                    let pkt = &self.rx_pool[start..start + len];
+                    if super::qp1::is_for_qp1(pkt) {
+                        // QP1 is the daemon's own (the connection manager's).
+                        let pkt = pkt.to_vec();
+                        self.qp1_received(now, &r, &pkt);
+                    } else {
+                        deliver(
+                            &mut self.clients,
+                            &self.leases,
+                            &mut self.counters,
+                            &meta,
+                            pkt,
+                        );
+                    }
                     at += len;
                 }
             }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod attach;
+pub mod cm;
 pub mod daemon;
 pub mod dropin;
 pub mod log;

@@ -6,7 +6,7 @@ use super::*;
 
 impl Client {
     /// Queues an answer; `Err` when the process has left too many unread.
-    pub(super) fn queue(&mut self, msg: &ToProcess) -> Result<(), String> {
+    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), String> {
         let bytes = control::encode(msg).map_err(|e| e.to_string())?;
         self.outbox_bytes += bytes.len();
         self.outbox.push_back(bytes);
@@ -42,6 +42,17 @@ impl Daemon {
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
             for _ in 0..CONTROL_MSGS {
+                if self.clients[k].cm {
+                    // A CM client's messages are `ucma::Request`s (`server::cm`).
+                    match self.serve_cm(k) {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(why) => {
+                            gone = Some(why);
+                            break;
+                        }
+                    }
+                }
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
@@ -78,6 +89,7 @@ impl Daemon {
             }
             if gone.is_none()
                 && self.clients[k].link.is_none()
+                && !self.clients[k].cm
                 && self.clients[k].since.elapsed() > UNATTACHED_TTL
             {
                 gone = Some(format!(
@@ -124,6 +136,9 @@ impl Daemon {
                     "leases": self.leases.counts(self.now()),
                     "port_stats": self.port.stats(),
                     "l2": self.port.l2_stats(),
+                    "qp1": self.cm.qp1,
+                    "cm": self.cm.cm.stats(),
+                    "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -134,14 +149,6 @@ impl Daemon {
                 crate::daemon::report::counters_answer(json, processes.collect())
                     .iter()
                     .try_for_each(|m| self.clients[k].queue(m))
-            }
-            // The daemon side of the connection manager is h-qp1's (issue 23); until it
-            // is merged a CM hello is refused with a reason the library reports.
-            ToDaemon::CmHello { .. } => {
-                let m = ToProcess::Refused {
-                    why: "this daemon has no connection manager".into(),
-                };
-                self.clients[k].queue(&m)
             }
             ToDaemon::Fault { rule } => {
                 let error = match crate::daemon::fault::parse(&rule) {
@@ -166,6 +173,7 @@ impl Daemon {
                 let m = ToProcess::FaultSet { error };
                 self.clients[k].queue(&m)
             }
+            ToDaemon::CmHello { version, pid: _ } => self.cm_hello(k, version),
             ToDaemon::Hello {
                 version,
                 pid: claimed,
@@ -175,7 +183,7 @@ impl Daemon {
                     let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
                     Err(why)
                 };
-                if self.clients[k].link.is_some() {
+                if self.clients[k].link.is_some() || self.clients[k].cm {
                     return refuse("already attached".into());
                 }
                 if version != control::VERSION {
@@ -245,6 +253,9 @@ impl Daemon {
             }
             self.departed.push(c.counters.clone());
         }
+        if c.cm {
+            self.cm_gone(c.id);
+        }
         // Dropping `c` unmaps its rings and closes its socket.
     }
 
@@ -303,6 +314,7 @@ impl Daemon {
                 dirty: false,
                 outbox: Default::default(),
                 outbox_bytes: 0,
+                cm: false,
             });
         }
     }
