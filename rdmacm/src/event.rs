@@ -140,10 +140,10 @@ fn conn_req(listener: &CmId, d: &Delivered) -> Result<*mut CmId, i32> {
 /// Takes the next event of `channel` and processes it as librdmacm does.
 fn next(ch: &Channel) -> Result<*mut rdma_cm_event, i32> {
     loop {
-        let d = ch
-            .ch
-            .get()
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let d = ch.ch.get().map_err(|e| {
+            tracing::debug!("rdma_get_cm_event: {e}");
+            e.raw_os_error().unwrap_or(libc::EIO)
+        })?;
         let Some(owner) = owner_of(&d) else {
             // An id destroyed meanwhile; a request for a listener that went: end the new id.
             if d.event.kind == EventKind::ConnectRequest {

@@ -54,6 +54,8 @@ struct Inner {
     /// The dispatcher's end: one token per queued event.
     feed: OwnedFd,
     queue: Mutex<Queue>,
+    /// Threads inside [`EventChannel::get`] (blocked on a token, most likely).
+    readers: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Default)]
@@ -89,6 +91,7 @@ impl EventChannel {
                 app,
                 feed,
                 queue: Mutex::new(Queue::default()),
+                readers: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -137,6 +140,22 @@ impl EventChannel {
     /// Takes the next event: reads a token first, so this blocks, or fails with
     /// `WouldBlock`, as the fd's `O_NONBLOCK` says.
     pub fn get(&self) -> io::Result<Delivered> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.inner.readers.fetch_add(1, SeqCst);
+        let r = self.get_counted();
+        self.inner.readers.fetch_sub(1, SeqCst);
+        r
+    }
+
+    /// Whether a thread is inside [`EventChannel::get`]: the kernel's rdma_cm file stays
+    /// open while a thread is blocked in GET_EVENT on it, even after the program closed
+    /// the fd (rping closes its channel while its event thread still waits), so such a
+    /// channel must not be closed under the thread (it would see EOF: an error).
+    pub fn busy(&self) -> bool {
+        self.inner.readers.load(std::sync::atomic::Ordering::SeqCst) > 0
+    }
+
+    fn get_counted(&self) -> io::Result<Delivered> {
         // Bounded by the events that can be taken from under us (see the module comment):
         // each extra token read stands for one such event.
         loop {
