@@ -63,6 +63,7 @@ pub unsafe fn create_id2(
         return err(libc::EINVAL);
     }
     if roce_emu::cm::ucma::PortSpace::from_raw(ps).is_none() {
+        tracing::debug!("rdma_create_id: port space {ps:#x} unknown");
         return err(libc::EINVAL);
     }
     if let Err(e) = ibv::devs() {

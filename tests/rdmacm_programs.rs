@@ -1,0 +1,162 @@
+//! Debian 12's unmodified rdma_cm programs on the drop-in librdmacm.so.1, through
+//! `roce-emu run`, attached to a `roce-emu daemon --port udp:127.0.0.X` whose
+//! connection manager (QP1, REQ/REP/RTU, DREQ/DREP, SIDR) connects them: server and
+//! client are two processes on the daemon's one address (the hairpin).
+//!
+//! - rping -v -C 10 (async API, rdma_establish-free path, RDMA READ/WRITE);
+//! - ucmatose -c 4 -m (4 connections, rdma_migrate_id to a new channel);
+//! - rdma_server / rdma_client (the synchronous API: rdma_getaddrinfo, rdma_create_ep,
+//!   rdma_get_request);
+//! - udaddy (UD over SIDR_REQ/SIDR_REP).
+
+mod common;
+
+use common::daemon::{Daemon, BIN};
+use common::dropin;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `roce-emu run --devices rxe0=daemon:SOCK -- PROGRAM ARGS` with Debian's libraries on
+/// the path (roce-emu run puts ours first).
+fn run(env: &dropin::Env, d: &Daemon, program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.arg("run")
+        .arg("--devices")
+        .arg(format!("rxe0=daemon:{}", d.socket.display()))
+        .arg("--")
+        .arg(env.bin(program))
+        .args(args)
+        .env("LD_LIBRARY_PATH", &env.tree_libs)
+        .env_remove("ROCE_EMU_DEVICES")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Waits (bounded) until the daemon's connection manager holds `n` ids (the server
+/// bound and listening), and a little more for its listen to follow its bind.
+fn wait_ids(d: &Daemon, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = d.counters();
+        if c["cm_clients"]["ids"].as_u64().unwrap_or(0) >= n {
+            std::thread::sleep(Duration::from_millis(300));
+            return;
+        }
+        assert!(Instant::now() < deadline, "the server never listened: {c}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Server, then client once the server listens; both must exit 0.
+fn pair(
+    env: &dropin::Env,
+    d: &Daemon,
+    program: (&str, &str),
+    server: &[&str],
+    client: &[&str],
+) -> (Output, Output) {
+    let s = run(env, d, program.0, server).spawn().unwrap();
+    wait_ids(d, 1);
+    let c = run(env, d, program.1, client).spawn().unwrap();
+    let limit = Duration::from_secs(60);
+    let cout = dropin::finish(c, limit, program.1);
+    let sout = dropin::finish(s, limit, program.0);
+    assert!(
+        cout.status.success() && sout.status.success(),
+        "{program:?}\n--- server: {}\n--- client: {}\n--- daemon: {}",
+        dropin::show(&sout),
+        dropin::show(&cout),
+        d.counters()
+    );
+    (sout, cout)
+}
+
+/// The drop-in and a daemon of its own on `ip` (each test its own loopback address: one
+/// UDP port 4791 per address, and the tests run in parallel).
+fn setup(test: &str, ip: &str) -> Option<(&'static dropin::Env, Daemon)> {
+    let env = dropin::setup(test)?;
+    let d = Daemon::start(None, &format!("udp:{ip}"), test, &["--spin-us", "0"]);
+    Some((env, d))
+}
+
+#[test]
+fn rping_ten_verified_pings() {
+    let Some((env, d)) = setup("rdmacm_rping", "127.0.0.21") else {
+        return;
+    };
+    let (s, c) = pair(
+        env,
+        &d,
+        ("rping", "rping"),
+        &["-s", "-a", "127.0.0.21", "-p", "7471", "-v", "-C", "10"],
+        &["-c", "-a", "127.0.0.21", "-p", "7471", "-v", "-C", "10"],
+    );
+    let (sout, cout) = (dropin::stdout(&s), dropin::stdout(&c));
+    for i in 0..10 {
+        assert!(cout.contains(&format!("ping data: rdma-ping-{i}: ")), "{cout}");
+        assert!(sout.contains(&format!("server ping data: rdma-ping-{i}: ")), "{sout}");
+    }
+    let cm = &d.counters()["cm"];
+    assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 1, "{cm}");
+    assert!(cm["mads_in"]["dreq"].as_u64().unwrap() >= 1, "{cm}");
+}
+
+#[test]
+fn ucmatose_four_connections_migrated() {
+    let Some((env, d)) = setup("rdmacm_ucmatose", "127.0.0.22") else {
+        return;
+    };
+    let (s, c) = pair(
+        env,
+        &d,
+        ("ucmatose", "ucmatose"),
+        &["-b", "127.0.0.22", "-p", "7472", "-c", "4", "-m"],
+        &["-s", "127.0.0.22", "-p", "7472", "-c", "4", "-m"],
+    );
+    let (sout, cout) = (dropin::stdout(&s), dropin::stdout(&c));
+    for out in [&sout, &cout] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("migrating to new event channel"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+    assert!(sout.contains("disconnected"), "{sout}");
+}
+
+#[test]
+fn rdma_server_and_rdma_client_synchronous_api() {
+    let Some((env, d)) = setup("rdmacm_sync", "127.0.0.23") else {
+        return;
+    };
+    let (s, c) = pair(
+        env,
+        &d,
+        ("rdma_server", "rdma_client"),
+        &["-s", "127.0.0.23", "-p", "7473"],
+        &["-s", "127.0.0.23", "-p", "7473"],
+    );
+    assert!(dropin::stdout(&s).contains("rdma_server: end 0"), "{}", dropin::show(&s));
+    assert!(dropin::stdout(&c).contains("rdma_client: end 0"), "{}", dropin::show(&c));
+}
+
+#[test]
+fn udaddy_ud_over_sidr() {
+    let Some((env, d)) = setup("rdmacm_udaddy", "127.0.0.24") else {
+        return;
+    };
+    // udaddy's port is fixed (7174); -p is its port space.
+    let (s, c) = pair(
+        env,
+        &d,
+        ("udaddy", "udaddy"),
+        &["-b", "127.0.0.24"],
+        &["-s", "127.0.0.24"],
+    );
+    for out in [dropin::stdout(&s), dropin::stdout(&c)] {
+        assert!(out.contains("data transfers complete"), "{out}");
+        assert!(out.contains("return status 0"), "{out}");
+    }
+    let cm = &d.counters()["cm"];
+    assert!(cm["mads_in"]["sidr_rep"].as_u64().unwrap() >= 1, "{cm}");
+}
