@@ -109,7 +109,12 @@ fn port() -> PortInfo {
 }
 
 /// One connection: `Info` (a device list) or `CmHello` then requests.
-fn serve(sock: Arc<OwnedFd>, log: Arc<Mutex<Vec<Command>>>, socks: Arc<Mutex<Vec<Arc<OwnedFd>>>>, script: Script) {
+fn serve(
+    sock: Arc<OwnedFd>,
+    log: Arc<Mutex<Vec<Command>>>,
+    socks: Arc<Mutex<Vec<Arc<OwnedFd>>>>,
+    script: Script,
+) {
     let Ok((first, _)) = control::recv::<ToDaemon>(sock.as_fd()) else {
         return;
     };
@@ -269,7 +274,8 @@ fn commands_events_channels_migrate_and_destroy() {
     std::thread::sleep(Duration::from_millis(100));
     assert!(!readable(&b, 0));
     assert_eq!(
-        conn.dropped_events.load(std::sync::atomic::Ordering::Relaxed),
+        conn.dropped_events
+            .load(std::sync::atomic::Ordering::Relaxed),
         1
     );
     assert!(fake

@@ -34,7 +34,13 @@ fn exported(lib: &std::path::Path) -> BTreeSet<String> {
         .filter_map(|l| l.split_whitespace().nth(2))
         .map(|s| s.replace("@@", "@"))
         // A version node's own symbol has no version suffix: NODE -> NODE@NODE.
-        .map(|s| if s.contains('@') { s } else { format!("{s}@{s}") })
+        .map(|s| {
+            if s.contains('@') {
+                s
+            } else {
+                format!("{s}@{s}")
+            }
+        })
         .collect()
 }
 
@@ -60,7 +66,11 @@ fn every_symbol_and_version_node_of_debians_librdmacm() {
     let extra: Vec<&String> = have.difference(&want).collect();
     assert!(extra.is_empty(), "exported beyond Debian's: {extra:?}");
 
-    let v = Command::new("readelf").arg("-V").arg(&lib).output().expect("readelf");
+    let v = Command::new("readelf")
+        .arg("-V")
+        .arg(&lib)
+        .output()
+        .expect("readelf");
     let text = String::from_utf8_lossy(&v.stdout);
     for (node, parent) in [
         ("RDMACM_1.1", "RDMACM_1.0"),
@@ -77,7 +87,11 @@ fn every_symbol_and_version_node_of_debians_librdmacm() {
         );
     }
 
-    let d = Command::new("readelf").arg("-d").arg(&lib).output().expect("readelf");
+    let d = Command::new("readelf")
+        .arg("-d")
+        .arg(&lib)
+        .output()
+        .expect("readelf");
     let text = String::from_utf8_lossy(&d.stdout);
     assert!(text.contains("Library soname: [librdmacm.so.1]"), "{text}");
     assert!(text.contains("Shared library: [libibverbs.so.1]"), "{text}");
@@ -88,8 +102,8 @@ fn every_symbol_and_version_node_of_debians_librdmacm() {
         .env("LD_LIBRARY_PATH", env.library_path())
         .output()
         .expect("ldd");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned()
-        + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(!text.contains("undefined symbol"), "{text}");
     assert!(
         text.contains(&env.lib.join("libibverbs.so.1").display().to_string()),
@@ -103,7 +117,14 @@ fn debians_rdmacm_programs_load_against_it() {
     let Some(env) = dropin::setup("rdmacm_programs") else {
         return;
     };
-    for prog in ["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client", "ib_send_bw"] {
+    for prog in [
+        "rping",
+        "ucmatose",
+        "udaddy",
+        "rdma_server",
+        "rdma_client",
+        "ib_send_bw",
+    ] {
         let out = Command::new("ldd")
             .arg("-r")
             .arg(env.bin(prog))
@@ -145,7 +166,12 @@ fn the_public_structs_layouts_are_debians() {
         } else if !cur.starts_with("ucma_abi") && l.contains(" off ") {
             let w: Vec<&str> = l.split_whitespace().collect();
             // FIELD off N size M
-            want.push((cur.clone(), w[0].to_string(), w[2].parse().unwrap(), w[4].parse().unwrap()));
+            want.push((
+                cur.clone(),
+                w[0].to_string(),
+                w[2].parse().unwrap(),
+                w[4].parse().unwrap(),
+            ));
         }
     }
     assert!(sizes.iter().any(|(s, n)| s == "rdma_cm_id" && *n == 416));
@@ -176,7 +202,10 @@ fn the_public_structs_layouts_are_debians() {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let _ = std::fs::remove_dir_all(&dir);
     for (s, n) in &sizes {
-        assert!(text.contains(&format!("struct {s}: size {n}\n")), "{s}: {text}");
+        assert!(
+            text.contains(&format!("struct {s}: size {n}\n")),
+            "{s}: {text}"
+        );
     }
     for (s, f, off, size) in &want {
         assert!(
@@ -216,5 +245,8 @@ fn every_extern_c_entry_of_rdmacm_is_guarded() {
         }
     }
     assert!(n >= 40, "found only {n} entries");
-    assert!(missing.is_empty(), "extern \"C\" fns without a guard: {missing:#?}");
+    assert!(
+        missing.is_empty(),
+        "extern \"C\" fns without a guard: {missing:#?}"
+    );
 }

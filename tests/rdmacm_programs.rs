@@ -95,8 +95,14 @@ fn rping_ten_verified_pings() {
     );
     let (sout, cout) = (dropin::stdout(&s), dropin::stdout(&c));
     for i in 0..10 {
-        assert!(cout.contains(&format!("ping data: rdma-ping-{i}: ")), "{cout}");
-        assert!(sout.contains(&format!("server ping data: rdma-ping-{i}: ")), "{sout}");
+        assert!(
+            cout.contains(&format!("ping data: rdma-ping-{i}: ")),
+            "{cout}"
+        );
+        assert!(
+            sout.contains(&format!("server ping data: rdma-ping-{i}: ")),
+            "{sout}"
+        );
     }
     let cm = &d.counters()["cm"];
     assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 1, "{cm}");
@@ -136,8 +142,16 @@ fn rdma_server_and_rdma_client_synchronous_api() {
         &["-s", "127.0.0.23", "-p", "7473"],
         &["-s", "127.0.0.23", "-p", "7473"],
     );
-    assert!(dropin::stdout(&s).contains("rdma_server: end 0"), "{}", dropin::show(&s));
-    assert!(dropin::stdout(&c).contains("rdma_client: end 0"), "{}", dropin::show(&c));
+    assert!(
+        dropin::stdout(&s).contains("rdma_server: end 0"),
+        "{}",
+        dropin::show(&s)
+    );
+    assert!(
+        dropin::stdout(&c).contains("rdma_client: end 0"),
+        "{}",
+        dropin::show(&c)
+    );
 }
 
 #[test]

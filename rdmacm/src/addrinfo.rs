@@ -10,7 +10,6 @@ use crate::ffi::*;
 use crate::guard;
 use libc::{c_char, c_int};
 
-
 /// `malloc` + copy.
 fn dup(src: *const u8, len: usize) -> *mut libc::c_void {
     // SAFETY: a fresh allocation of len bytes, filled from src (len readable bytes, the
@@ -47,8 +46,8 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
         };
         let hflags = h.ai_flags as u32;
         // SAFETY: rdma_addrinfo is plain C data, freed by rdma_freeaddrinfo.
-        let rai = unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) }
-            as *mut rdma_addrinfo;
+        let rai =
+            unsafe { libc::calloc(1, std::mem::size_of::<rdma_addrinfo>()) } as *mut rdma_addrinfo;
         if rai.is_null() {
             return err(libc::ENOMEM);
         }
@@ -66,7 +65,9 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
             ai.ai_family = h.ai_family;
             match h.ai_qp_type as u32 {
                 ibv_qp_type::IBV_QPT_UD => ai.ai_socktype = libc::SOCK_DGRAM,
-                ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UC => ai.ai_socktype = libc::SOCK_STREAM,
+                ibv_qp_type::IBV_QPT_RC | ibv_qp_type::IBV_QPT_UC => {
+                    ai.ai_socktype = libc::SOCK_STREAM
+                }
                 _ => {}
             }
             match h.ai_port_space as u32 {

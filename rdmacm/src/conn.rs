@@ -36,7 +36,11 @@ fn valid_param(id: &CmId, p: Option<&rdma_conn_param>) -> Result<(), i32> {
     // SAFETY: the id's own C struct.
     let qp = unsafe { (*id.c()).qp };
     let Some(p) = p else {
-        return if qp.is_null() { Err(libc::EINVAL) } else { Ok(()) };
+        return if qp.is_null() {
+            Err(libc::EINVAL)
+        } else {
+            Ok(())
+        };
     };
     let (init, resp) = dev_limits(id);
     if (p.responder_resources != MAX_RESP_RES && p.responder_resources > resp)
@@ -65,7 +69,10 @@ fn to_param(id: &CmId, p: Option<&rdma_conn_param>, qp_num: u32, srq: bool) -> C
             if !p.private_data.is_null() && p.private_data_len > 0 {
                 // SAFETY: rdma_conn_param's contract: private_data_len readable bytes.
                 out.private_data = unsafe {
-                    std::slice::from_raw_parts(p.private_data as *const u8, p.private_data_len.into())
+                    std::slice::from_raw_parts(
+                        p.private_data as *const u8,
+                        p.private_data_len.into(),
+                    )
                 }
                 .to_vec();
             }
@@ -264,7 +271,8 @@ pub unsafe extern "C" fn rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_
             (st.initiator_depth, st.responder_resources)
         };
         if !id.is_ud() {
-            if let Err(e) = modify_qp_rtr(id, resp_res).and_then(|()| modify_qp_rts(id, init_depth)) {
+            if let Err(e) = modify_qp_rtr(id, resp_res).and_then(|()| modify_qp_rts(id, init_depth))
+            {
                 return err(e);
             }
         }
@@ -317,7 +325,11 @@ fn reject(id: &CmId, pd: *const c_void, len: u8, reason: Option<u16>) -> c_int {
 /// # Safety
 /// `id` live; `private_data` NULL or `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_reject(id: *mut rdma_cm_id, private_data: *const c_void, len: u8) -> c_int {
+pub unsafe extern "C" fn rdma_reject(
+    id: *mut rdma_cm_id,
+    private_data: *const c_void,
+    len: u8,
+) -> c_int {
     guard::minus_one("rdma_reject", || {
         let id = id_or_einval!(id);
         reject(id, private_data, len, None)

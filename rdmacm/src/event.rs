@@ -63,7 +63,11 @@ fn copy_ud(e: &mut Evt, p: &Option<ucma::ConnParam>, av: &Option<ucma::Av>) {
     // SAFETY: writing the ud member of the param union (plain data).
     let u = unsafe { &mut e.c.param.ud };
     u.private_data_len = n as u8;
-    u.private_data = if n > 0 { ptr as *const _ } else { std::ptr::null() };
+    u.private_data = if n > 0 {
+        ptr as *const _
+    } else {
+        std::ptr::null()
+    };
     u.qp_num = qpn;
     u.qkey = qkey;
     if let Some(av) = av {

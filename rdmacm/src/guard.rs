@@ -77,4 +77,3 @@ pub fn or<T>(call: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
 pub fn value<T: Default>(call: &str, body: impl FnOnce() -> T) -> T {
     run(call, T::default, body)
 }
-

@@ -158,7 +158,8 @@ pub unsafe fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex
     let off = std::mem::offset_of!(verbs_context, context);
     // SAFETY: an extended context is the `context` member of a verbs_context.
     let vctx = unsafe { &*((ctx as *mut u8).sub(off) as *const verbs_context) };
-    let need = std::mem::size_of::<verbs_context>() - std::mem::offset_of!(verbs_context, create_qp_ex);
+    let need =
+        std::mem::size_of::<verbs_context>() - std::mem::offset_of!(verbs_context, create_qp_ex);
     match vctx.create_qp_ex {
         // SAFETY: the library's own entry point for this context, with the caller's attr.
         Some(f) if vctx.sz >= need => unsafe { f(ctx, attr) },

@@ -328,7 +328,9 @@ pub fn bind(id: &CmId, a: SocketAddr) -> i32 {
                 Ok(r) => Err(unexpected(r)),
                 Err(e) => {
                     detach(&h, &id.channel().ch);
-                    id.lock().handles.retain(|x| x.num != h.num || !Arc::ptr_eq(&x.conn, &h.conn));
+                    id.lock()
+                        .handles
+                        .retain(|x| x.num != h.num || !Arc::ptr_eq(&x.conn, &h.conn));
                     Err(e)
                 }
             }
@@ -369,7 +371,10 @@ pub fn settle(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<Han
         return attach(id, dev);
     }
     let keep = hs.iter().find(|h| h.dev == dev).unwrap_or(&hs[0]).clone();
-    for h in hs.iter().filter(|h| h.num != keep.num || !Arc::ptr_eq(&h.conn, &keep.conn)) {
+    for h in hs
+        .iter()
+        .filter(|h| h.num != keep.num || !Arc::ptr_eq(&h.conn, &keep.conn))
+    {
         detach(h, &id.channel().ch);
     }
     id.lock().handles = vec![keep.clone()];

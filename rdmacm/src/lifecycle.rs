@@ -148,7 +148,12 @@ pub unsafe extern "C" fn rdma_resolve_addr(
     })
 }
 
-pub fn resolve_addr(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr, timeout_ms: c_int) -> c_int {
+pub fn resolve_addr(
+    id: &CmId,
+    src: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout_ms: c_int,
+) -> c_int {
     let h = match id::settle(id, src, dst) {
         Ok(h) => h,
         Err(e) => return cm_err("rdma_resolve_addr", &e),
@@ -286,7 +291,9 @@ pub unsafe extern "C" fn rdma_set_option(
         let byte = || val.first().copied();
         let option = match (level as u32, optname as u32) {
             (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => byte().map(CmOption::Tos),
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => int().map(|v| CmOption::ReuseAddr(v != 0)),
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                int().map(|v| CmOption::ReuseAddr(v != 0))
+            }
             (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => int().map(|v| CmOption::AfOnly(v != 0)),
             (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => byte().map(CmOption::AckTimeout),
             // An explicit IB path record: RoCE resolves its own route.
@@ -353,7 +360,12 @@ pub unsafe extern "C" fn rdma_get_devices(num: *mut c_int) -> *mut *mut ibv_cont
     guard::null("rdma_get_devices", || {
         crate::init_logging();
         let ctxs: Vec<*mut ibv_context> = match ibv::devs() {
-            Ok(d) => d.list.iter().filter_map(|d| d.open().ok()).map(|o| o.ctx).collect(),
+            Ok(d) => d
+                .list
+                .iter()
+                .filter_map(|d| d.open().ok())
+                .map(|o| o.ctx)
+                .collect(),
             Err(_) => Vec::new(),
         };
         let n = ctxs.len();

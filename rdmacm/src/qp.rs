@@ -124,8 +124,16 @@ pub unsafe extern "C" fn rdma_create_qp_ex(
         {
             return err(libc::EINVAL);
         }
-        let send = if !a.send_cq.is_null() || !c.send_cq.is_null() { 0 } else { a.cap.max_send_wr };
-        let recv = if !a.recv_cq.is_null() || !c.recv_cq.is_null() { 0 } else { a.cap.max_recv_wr };
+        let send = if !a.send_cq.is_null() || !c.send_cq.is_null() {
+            0
+        } else {
+            a.cap.max_send_wr
+        };
+        let recv = if !a.recv_cq.is_null() || !c.recv_cq.is_null() {
+            0
+        } else {
+            a.cap.max_recv_wr
+        };
         if create_cqs(c, send, recv).is_err() {
             return -1;
         }
@@ -182,7 +190,11 @@ pub unsafe extern "C" fn rdma_create_qp(
         };
         ex.comp_mask = ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD;
         // SAFETY: the id's own C struct.
-        ex.pd = if pd.is_null() { unsafe { (*cid.c()).pd } } else { pd };
+        ex.pd = if pd.is_null() {
+            unsafe { (*cid.c()).pd }
+        } else {
+            pd
+        };
         // SAFETY: the id and our attributes.
         let r = unsafe { rdma_create_qp_ex(id, &mut ex) };
         // SAFETY: back into the caller's struct (the CQs chosen, the caps granted).
@@ -400,7 +412,10 @@ pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
 /// # Safety
 /// `listen` a live synchronous listener; `out` writable.
 #[no_mangle]
-pub unsafe extern "C" fn rdma_get_request(listen: *mut rdma_cm_id, out: *mut *mut rdma_cm_id) -> c_int {
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    out: *mut *mut rdma_cm_id,
+) -> c_int {
     guard::minus_one("rdma_get_request", || {
         let l = id_or_einval!(listen);
         if out.is_null() || !l.lock().sync {

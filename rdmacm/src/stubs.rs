@@ -32,8 +32,19 @@ macro_rules! enosys_ssize {
 }
 
 enosys_int!(
-    rsocket, rbind, rlisten, raccept, rconnect, rshutdown, rclose, rgetpeername, rgetsockname,
-    rsetsockopt, rgetsockopt, rfcntl, riounmap,
+    rsocket,
+    rbind,
+    rlisten,
+    raccept,
+    rconnect,
+    rshutdown,
+    rclose,
+    rgetpeername,
+    rgetsockname,
+    rsetsockopt,
+    rgetsockopt,
+    rfcntl,
+    riounmap,
 );
 enosys_ssize!(rrecv, rrecvfrom, rrecvmsg, rsend, rsendto, rsendmsg, rread, rreadv, rwrite, rwritev);
 
@@ -60,7 +71,11 @@ pub extern "C" fn riowrite() -> usize {
 /// # Safety
 /// `fds` points at `nfds` pollfd entries (poll(2)'s contract).
 #[no_mangle]
-pub unsafe extern "C" fn rpoll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+pub unsafe extern "C" fn rpoll(
+    fds: *mut libc::pollfd,
+    nfds: libc::nfds_t,
+    timeout: c_int,
+) -> c_int {
     guard::minus_one("rpoll", || {
         // SAFETY: the caller's promise, as poll(2)'s.
         unsafe { libc::poll(fds, nfds, timeout) }
