@@ -391,3 +391,71 @@ impl OneOf for CmClient {
         e
     }
 }
+
+/// Two TAP daemons bridged in a namespace of the test's own (root only): the CM's MADs
+/// leave through each daemon's L2 (ARP and ND find the peer), over IPv4 and IPv6, and
+/// every QP1 frame in one daemon's capture has a valid ICRC (a frame port rebases the
+/// ICRC for the IPv4 identification it picks; the receiver checks it in full).
+#[test]
+fn clients_of_two_tap_daemons_connect_over_ipv4_and_ipv6() {
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip(
+            "daemon_cm (TAP)",
+            "needs root for a namespace, TAPs and a bridge",
+        );
+        return;
+    }
+    let ns = common::netns::Netns::new("dcm");
+    ns.ip(&["link", "add", "br97", "type", "bridge"]);
+    ns.ip(&["link", "set", "br97", "up"]);
+    let pcap = std::env::temp_dir().join(format!("roce-emu-dcm-{}.pcapng", std::process::id()));
+    let pcap_arg = pcap.to_str().unwrap();
+    let a = Daemon::start(
+        Some(&ns),
+        "tap:rdcma,10.97.0.2/24,fd00:97::2/64",
+        "dcma",
+        &["--pcap", pcap_arg],
+    );
+    let b = Daemon::start(
+        Some(&ns),
+        "tap:rdcmb,10.97.0.3/24,fd00:97::3/64",
+        "dcmb",
+        &[],
+    );
+    for t in ["rdcma", "rdcmb"] {
+        ns.ip(&["link", "set", t, "master", "br97"]);
+    }
+    let (mut srv, _) = CmClient::connect(&a.socket, "server");
+    let (mut cli, _) = CmClient::connect(&b.socket, "client");
+    full_exchange(&mut srv, &mut cli, "10.97.0.2".parse().unwrap(), 7475);
+    full_exchange(&mut srv, &mut cli, "fd00:97::2".parse().unwrap(), 7477);
+    // A destination outside the port's subnets: ADDR_ERROR.
+    let id = cli.create_id();
+    cli.ok(Command::ResolveAddr {
+        id,
+        src: None,
+        dst: "10.98.0.2:7000".parse().unwrap(),
+        timeout_ms: 1000,
+    });
+    assert!(cli.expect(EventKind::AddrError).status < 0);
+    let (ka, kb) = (a.counters(), b.counters());
+    for k in [&ka, &kb] {
+        assert_eq!(k["qp1"]["hairpin_pkts"], 0, "{k:#}");
+        assert_eq!(k["qp1"]["drop_bad_icrc"], 0, "{k:#}");
+        assert!(k["qp1"]["sent_pkts"].as_u64().unwrap() >= 6, "{k:#}");
+    }
+    assert_eq!(ka["qp1"]["sent_pkts"], kb["qp1"]["rcvd_pkts"]);
+    assert_eq!(kb["qp1"]["sent_pkts"], ka["qp1"]["rcvd_pkts"]);
+    drop(a);
+    // The capture: every RoCE frame's ICRC verifies (`roce-emu pcap` says 0 bad ICRC).
+    let out = std::process::Command::new(common::daemon::BIN)
+        .arg("pcap")
+        .arg(&pcap)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "roce-emu pcap: {err}");
+    eprintln!("{err}");
+    assert!(err.contains(" 0 bad ICRC"), "{err}");
+    let _ = std::fs::remove_file(&pcap);
+}

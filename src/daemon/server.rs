@@ -302,7 +302,8 @@ impl Daemon {
             Ok(()) => "the daemon stopped".to_string(),
             Err(e) => format!("the port failed: {e}"),
         };
-        for c in &self.clients {
+        // A CM client speaks `ucma::ToLibrary` only: it sees its socket's end.
+        for c in self.clients.iter().filter(|c| !c.cm) {
             let _ = control::send(
                 c.sock.as_fd(),
                 &ToProcess::PortDown { why: why.clone() },

@@ -118,13 +118,9 @@ impl CmClient {
         if let Some(e) = self.events.pop_front() {
             return Some(e);
         }
-        let deadline = Instant::now() + d;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.recv_within::<ToLibrary>(left)? {
-                ToLibrary::Event(e) => return Some(e),
-                ToLibrary::Reply { seq, .. } => panic!("{}: a reply {seq} nobody asked", self.name),
-            }
+        match self.recv_within::<ToLibrary>(d)? {
+            ToLibrary::Event(e) => Some(e),
+            ToLibrary::Reply { seq, .. } => panic!("{}: a reply {seq} nobody asked", self.name),
         }
     }
 
