@@ -7,7 +7,8 @@
 //! - ucmatose -c 4 -m (4 connections, rdma_migrate_id to a new channel);
 //! - rdma_server / rdma_client (the synchronous API: rdma_getaddrinfo, rdma_create_ep,
 //!   rdma_get_request);
-//! - udaddy (UD over SIDR_REQ/SIDR_REP).
+//! - udaddy (UD over SIDR_REQ/SIDR_REP);
+//! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm).
 
 mod common;
 
@@ -173,4 +174,23 @@ fn udaddy_ud_over_sidr() {
     }
     let cm = &d.counters()["cm"];
     assert!(cm["mads_in"]["sidr_rep"].as_u64().unwrap() >= 1, "{cm}");
+}
+
+#[test]
+fn perftest_send_bw_connects_with_rdma_cm() {
+    let Some((env, d)) = setup("rdmacm_perftest", "127.0.0.26") else {
+        return;
+    };
+    // -R: perftest's own exchange and the connection both over rdma_cm (no TCP).
+    let (s, c) = pair(
+        env,
+        &d,
+        ("ib_send_bw", "ib_send_bw"),
+        &["-d", "rxe0", "-R", "-n", "200", "-p", "18515"],
+        &["-d", "rxe0", "-R", "-n", "200", "-p", "18515", "127.0.0.26"],
+    );
+    for out in [dropin::stdout(&s), dropin::stdout(&c)] {
+        assert!(out.contains("BW average[MB/sec]"), "{out}");
+        assert!(out.contains(" 65536      200 "), "{out}");
+    }
 }
