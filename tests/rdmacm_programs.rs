@@ -194,3 +194,64 @@ fn perftest_send_bw_connects_with_rdma_cm() {
         assert!(out.contains(" 65536      200 "), "{out}");
     }
 }
+
+/// A listener on INADDR_ANY listens on every device: one persistent rping server (`-P`,
+/// no `-a`) on two devices (two daemons), a client through each.
+#[test]
+fn a_wildcard_listener_serves_every_device() {
+    let Some(env) = dropin::setup("rdmacm_wildcard") else {
+        return;
+    };
+    let a = Daemon::start(None, "udp:127.0.0.27", "rdmacm_wild_a", &["--spin-us", "0"]);
+    let b = Daemon::start(None, "udp:127.0.0.28", "rdmacm_wild_b", &["--spin-us", "0"]);
+    let devices = format!(
+        "rxe0=daemon:{},rxe1=daemon:{}",
+        a.socket.display(),
+        b.socket.display()
+    );
+    let cmd = |args: &[&str]| {
+        // Both devices (not the one `run` names).
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg("--devices")
+            .arg(&devices)
+            .arg("--")
+            .arg(env.bin("rping"))
+            .args(args)
+            .env("LD_LIBRARY_PATH", &env.tree_libs)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let mut server = cmd(&["-s", "-P", "-p", "7474", "-v", "-C", "3"])
+        .spawn()
+        .unwrap();
+    wait_ids(&a, 1);
+    wait_ids(&b, 1);
+    for ip in ["127.0.0.27", "127.0.0.28"] {
+        let c = cmd(&["-c", "-a", ip, "-p", "7474", "-v", "-C", "3"])
+            .spawn()
+            .unwrap();
+        let out = dropin::finish(c, Duration::from_secs(60), "rping client");
+        assert!(
+            out.status.success(),
+            "client to {ip}: {}",
+            dropin::show(&out)
+        );
+        assert!(
+            dropin::stdout(&out).contains("ping data: rdma-ping-2: "),
+            "{}",
+            dropin::show(&out)
+        );
+    }
+    // Each connection went through its own device's connection manager.
+    for d in [&a, &b] {
+        let cm = &d.counters()["cm"];
+        assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 1, "{cm}");
+    }
+    // The persistent server never exits by itself: ours, by PID (its output, a pipe
+    // rping buffers, goes with it).
+    let _ = server.kill();
+    let _ = server.wait();
+}
