@@ -8,7 +8,9 @@
 //! - rdma_server / rdma_client (the synchronous API: rdma_getaddrinfo, rdma_create_ep,
 //!   rdma_get_request);
 //! - udaddy (UD over SIDR_REQ/SIDR_REP);
-//! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm).
+//! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm);
+//! - libfabric 1.17 fi_pingpong -p verbs -e msg;
+//! - a listener on INADDR_ANY through two devices.
 
 mod common;
 
@@ -254,4 +256,51 @@ fn a_wildcard_listener_serves_every_device() {
     // rping buffers, goes with it).
     let _ = server.kill();
     let _ = server.wait();
+}
+
+/// libfabric 1.17's verbs provider (FI_EP_MSG: rdma_cm, with the server bound to
+/// 127.0.0.1, which the kernel binds to the first device and so does the drop-in).
+#[test]
+fn libfabric_fi_pingpong_verbs_msg() {
+    let Some((env, d)) = setup("rdmacm_libfabric", "127.0.0.29") else {
+        return;
+    };
+    if !env.bin("fi_pingpong").exists() {
+        common::netns::skip("rdmacm_libfabric", "no fi_pingpong (libfabric-bin)");
+        return;
+    }
+    let args = ["-p", "verbs", "-e", "msg", "-I", "100", "-S", "1024"];
+    let s = run(
+        env,
+        &d,
+        "fi_pingpong",
+        &[&args[..], &["-B", "47611"]].concat(),
+    )
+    .spawn()
+    .unwrap();
+    // Its control connection is TCP: the server listens there once it has its endpoint.
+    assert!(
+        dropin::wait_listening(47611, Duration::from_secs(20)),
+        "fi_pingpong server never listened"
+    );
+    let c = run(
+        env,
+        &d,
+        "fi_pingpong",
+        &[&args[..], &["-P", "47611", "127.0.0.29"]].concat(),
+    )
+    .spawn()
+    .unwrap();
+    let limit = Duration::from_secs(60);
+    let cout = dropin::finish(c, limit, "fi_pingpong client");
+    let sout = dropin::finish(s, limit, "fi_pingpong server");
+    assert!(
+        cout.status.success() && sout.status.success(),
+        "--- server: {}\n--- client: {}",
+        dropin::show(&sout),
+        dropin::show(&cout)
+    );
+    for out in [dropin::stdout(&sout), dropin::stdout(&cout)] {
+        assert!(out.contains("1k      100     =100"), "{out}");
+    }
 }

@@ -291,6 +291,24 @@ fn fill_path(r: &mut ibv_sa_path_rec, p: &ucma::Path) {
     r.packet_life_time = p.packet_life_time;
 }
 
+/// A loopback address no device holds stands for the first device's address (of its
+/// family), as the kernel's rdma_cm binds and resolves loopback on the first active device
+/// (`cma_bind_loopback`, `cma_resolve_loopback`): libfabric binds 127.0.0.1.
+pub fn unloop(a: SocketAddr) -> SocketAddr {
+    let Ok(devs) = ibv::devs() else {
+        return a;
+    };
+    if !a.ip().is_loopback() || devs.list.iter().any(|d| d.cm.addrs.contains(&a.ip())) {
+        return a;
+    }
+    devs.list
+        .iter()
+        .flat_map(|d| d.cm.addrs.iter())
+        .find(|ip| ip.is_ipv4() == a.is_ipv4())
+        .map(|ip| SocketAddr::new(*ip, a.port()))
+        .unwrap_or(a)
+}
+
 /// `rdma_bind_addr`: a specific address binds on the device holding it; the wildcard on
 /// every device (the first one's port, an ephemeral one for port 0, for the others).
 pub fn bind(id: &CmId, a: SocketAddr) -> i32 {
@@ -301,6 +319,7 @@ pub fn bind(id: &CmId, a: SocketAddr) -> i32 {
         Ok(d) => d,
         Err(e) => return cm_err("rdma_bind_addr", &e),
     };
+    let a = unloop(a);
     let targets: Vec<usize> = if addr::is_any(a.ip()) {
         (0..devs.list.len()).collect()
     } else {

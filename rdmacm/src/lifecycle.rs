@@ -154,6 +154,7 @@ pub fn resolve_addr(
     dst: SocketAddr,
     timeout_ms: c_int,
 ) -> c_int {
+    let (src, dst) = (src.map(id::unloop), id::unloop(dst));
     let h = match id::settle(id, src, dst) {
         Ok(h) => h,
         Err(e) => return cm_err("rdma_resolve_addr", &e),
