@@ -283,9 +283,16 @@ fn commands_events_channels_migrate_and_destroy() {
         .iter()
         .any(|c| matches!(c, Command::Query { id: 1 })));
 
-    // The daemon goes: commands fail with Gone (ENODEV), never hang.
+    // The daemon goes: its ids get DEVICE_REMOVAL (the listener's on a), commands fail
+    // with Gone (ENODEV), never hang.
     fake.close();
-    std::thread::sleep(Duration::from_millis(100));
+    assert!(readable(&a, 2000));
+    let d = a.get().unwrap();
+    assert_eq!(
+        (d.event.id, d.event.kind),
+        (listener, EventKind::DeviceRemoval)
+    );
+    assert!(!readable(&b, 0), "the destroyed id got an event");
     let e = conn.command(Command::Query { id: 1 }).unwrap_err();
     assert_eq!(e.errno(), libc::ENODEV, "{e}");
     assert!(conn.is_gone());

@@ -7,7 +7,8 @@
 //! reply wakes its waiter, an event goes to the channel of its id (a connect request to
 //! its listener's, and the new id is routed there too, as the kernel queues the child's
 //! events on the listener's file until a migrate). The daemon going away fails every
-//! waiting and later command with [`CmError::Gone`].
+//! waiting and later command with [`CmError::Gone`] and gives each of its ids a
+//! DEVICE_REMOVAL event.
 
 use super::channel::{Delivered, EventChannel};
 use super::CmError;
@@ -247,7 +248,26 @@ impl Conn {
             }
         };
         tracing::debug!(daemon = %self.path.display(), "connection manager gone: {why}");
-        self.lock().gone = Some(why);
+        let mut st = self.lock();
+        st.gone = Some(why);
+        // Every id of the device is gone with it: DEVICE_REMOVAL, as the kernel's rdma_cm
+        // tells each id when its device goes (`cma_process_remove`), so a program waiting
+        // on its channel learns it instead of waiting for ever.
+        let ids: Vec<(IdNum, EventChannel)> = st.routes.drain().collect();
+        for (id, ch) in ids {
+            ch.push(Delivered {
+                conn: self.clone(),
+                event: ucma::Event {
+                    id,
+                    listen_id: None,
+                    kind: EventKind::DeviceRemoval,
+                    status: 0,
+                    param: None,
+                    ah: None,
+                },
+            });
+        }
+        drop(st);
         self.cond.notify_all();
     }
 
