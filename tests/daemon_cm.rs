@@ -1,5 +1,5 @@
 //! The daemon's connection manager (issue 23, contract §2): CM clients speaking the JSON
-//! protocol on the control socket (tests/common/cm.rs) listen, resolve, connect, accept,
+//! protocol on the control socket (tests/common/cm_client.rs) listen, resolve, connect, accept,
 //! reject and disconnect through UDP daemons on loopback addresses (one daemon: MADs to
 //! its own address are hairpinned; two daemons: MADs cross the wire as QP1 packets); a
 //! client that goes mid-connect or after establishing is cleaned up (the peer is told, the
@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::cm::{param, CmClient, WAIT};
+use common::cm_client::{param, CmClient, WAIT};
 use common::daemon::Daemon;
 use roce_emu::cm::ucma::{Command, EventKind, Reply};
 use roce_emu::daemon::control::ToProcess;
@@ -68,7 +68,7 @@ fn hello_welcome_and_version_refusal() {
         w => panic!("{w:?}"),
     }
     // Another protocol version is refused (and the daemon goes on).
-    let s = common::cm::connect_raw(&d.socket);
+    let s = common::cm_client::connect_raw(&d.socket);
     let hello = roce_emu::daemon::control::ToDaemon::CmHello {
         version: 999,
         pid: 1,

@@ -165,6 +165,26 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
             "eprintln!",
         ],
     ),
+    // The connection manager: sans-IO like the engine (commands, MADs and time in; MADs,
+    // events and deadlines out), below the daemon that hosts it and the library that
+    // talks to it.
+    (
+        "cm",
+        &["cm", "engine", "wire", "rng"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::net::UdpSocket",
+            "std::net::TcpStream",
+            "std::time::Instant",
+            "SystemTime",
+            "crossbeam",
+            "libc",
+            "nix::",
+            "println!",
+            "eprintln!",
+        ],
+    ),
     // The simulator drives engines with a virtual clock only.
     (
         "sim",
