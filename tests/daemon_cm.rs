@@ -459,3 +459,56 @@ fn clients_of_two_tap_daemons_connect_over_ipv4_and_ipv6() {
     assert!(err.contains(" 0 bad ICRC"), "{err}");
     let _ = std::fs::remove_file(&pcap);
 }
+
+/// The CM's timers run in the daemon's loop (its sleep ends at the CM's next deadline): a
+/// REQ to a silent peer (a UDP socket of the test's own on 4791) is sent again after the
+/// kernel's REQ timeout (2 * 2^(18-8) + 2^(20-8) ms = 6.1 s), same transaction, next PSN;
+/// both are valid QP1 packets as the peer's socket receives them (ICRC included).
+#[test]
+fn a_req_to_a_silent_peer_is_retried_by_the_loops_timer() {
+    let (ip, peer_ip) = (addr(9, 1), addr(9, 2));
+    let d = udp_daemon(ip, "cm-retry");
+    let peer = UdpSocket::bind((peer_ip, 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (mut cli, _) = CmClient::connect(&d.socket, "client");
+    let id = cli.resolved(SocketAddr::new(peer_ip, 7478));
+    cli.ok(Command::Connect {
+        id,
+        param: param(0x66_0001, b""),
+    });
+    let mut got = Vec::new();
+    let start = Instant::now();
+    for _ in 0..2 {
+        let mut buf = [0u8; 512];
+        let (n, from) = peer.recv_from(&mut buf).expect("a REQ within 10 s");
+        got.push((start.elapsed(), from, buf[..n].to_vec()));
+    }
+    let mut solver = roce_emu::wire::icrc::Ipv4IdSolver::new();
+    let mut tids = Vec::new();
+    for (i, (_, from, p)) in got.iter().enumerate() {
+        let net = roce_emu::daemon::qp1::Net {
+            src: *from,
+            dst: SocketAddr::new(peer_ip, 4791),
+            ipv4_id: None,
+        };
+        let mad = roce_emu::daemon::qp1::parse(&net, p, &mut solver).expect("a valid QP1 packet");
+        // CM class, attribute REQ (0x0010); the TID at bytes 8..16.
+        assert_eq!(
+            (mad[1], u16::from_be_bytes([mad[16], mad[17]])),
+            (7, 0x0010)
+        );
+        tids.push(mad[8..16].to_vec());
+        let psn = u32::from_be_bytes([0, p[9], p[10], p[11]]);
+        assert_eq!(psn, i as u32, "QP1's own PSN sequence");
+    }
+    assert_eq!(tids[0], tids[1], "a retry is the same transaction");
+    let gap = got[1].0 - got[0].0;
+    assert!(
+        gap > Duration::from_millis(5500) && gap < Duration::from_millis(7500),
+        "REQ retry after {gap:?}"
+    );
+    let k = d.counters();
+    assert!(k["cm"]["retries"]["req"].as_u64().unwrap() >= 1, "{k:#}");
+    cli.ok(Command::DestroyId { id });
+}

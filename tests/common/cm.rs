@@ -5,9 +5,7 @@
 //! addresses; events are collected per host. No clock: time moves to the next delivery or
 //! deadline.
 
-use roce_emu::cm::ucma::{
-    Command, ConnParam, Event, EventKind, IdNum, PortSpace, QpType, Reply,
-};
+use roce_emu::cm::ucma::{Command, ConnParam, Event, EventKind, IdNum, PortSpace, QpType, Reply};
 use roce_emu::cm::{Cm, CmConfig, MadPeer, Owner, Resolved};
 use roce_emu::engine::Instant;
 use roce_emu::wire::cm::CmMad;
@@ -101,7 +99,9 @@ impl Net {
             for h in 0..self.hosts.len() {
                 while let Some((peer, bytes)) = self.hosts[h].poll_transmit() {
                     moved = true;
-                    let to = self.host_of(peer.remote).expect("a MAD to a host of the net");
+                    let to = self
+                        .host_of(peer.remote)
+                        .expect("a MAD to a host of the net");
                     let mad = CmMad::parse(&bytes).expect("the manager emits valid MADs");
                     let mut w = Wire {
                         at: self.now,
@@ -125,8 +125,13 @@ impl Net {
                     };
                     for _ in 0..copies {
                         self.seq += 1;
-                        self.flight
-                            .push((self.now.saturating_add(self.delay), self.seq, to, back, bytes));
+                        self.flight.push((
+                            self.now.saturating_add(self.delay),
+                            self.seq,
+                            to,
+                            back,
+                            bytes,
+                        ));
                     }
                     self.wire.push(w);
                 }
@@ -134,7 +139,11 @@ impl Net {
                     moved = true;
                     let r = if self.host_of(dst).is_some() {
                         Ok(Resolved {
-                            src: src.unwrap_or(if self.host_of(dst) == Some(h) { dst } else { self.addrs[h] }),
+                            src: src.unwrap_or(if self.host_of(dst) == Some(h) {
+                                dst
+                            } else {
+                                self.addrs[h]
+                            }),
                             hop_limit: 64,
                         })
                     } else {
@@ -275,17 +284,38 @@ impl Net {
     }
 
     pub fn create(&mut self, h: usize, owner: Owner, ps: PortSpace) -> IdNum {
-        match self.cmd(h, owner, Command::CreateId { ps, qp_type: QpType::Rc }) {
+        match self.cmd(
+            h,
+            owner,
+            Command::CreateId {
+                ps,
+                qp_type: QpType::Rc,
+            },
+        ) {
             Reply::Id { id } => id,
             r => panic!("create_id: {r:?}"),
         }
     }
 
     /// A listener of `owner` on host `h`, `ip` (None: any) and `port`.
-    pub fn listen(&mut self, h: usize, owner: Owner, ps: PortSpace, ip: Option<IpAddr>, port: u16) -> IdNum {
+    pub fn listen(
+        &mut self,
+        h: usize,
+        owner: Owner,
+        ps: PortSpace,
+        ip: Option<IpAddr>,
+        port: u16,
+    ) -> IdNum {
         let id = self.create(h, owner, ps);
         let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-        let r = self.cmd(h, owner, Command::Bind { id, addr: SocketAddr::new(ip, port) });
+        let r = self.cmd(
+            h,
+            owner,
+            Command::Bind {
+                id,
+                addr: SocketAddr::new(ip, port),
+            },
+        );
         assert!(matches!(r, Reply::Bound { .. }), "bind: {r:?}");
         let r = self.cmd(h, owner, Command::Listen { id, backlog: 8 });
         assert_eq!(r, Reply::Done);
@@ -298,18 +328,41 @@ impl Net {
         let r = self.cmd(
             h,
             owner,
-            Command::ResolveAddr { id, src: None, dst, timeout_ms: 2000 },
+            Command::ResolveAddr {
+                id,
+                src: None,
+                dst,
+                timeout_ms: 2000,
+            },
         );
         assert_eq!(r, Reply::Done);
-        assert!(self.event(h, id, EventKind::AddrResolved).is_some(), "{:?}", self.kinds(h, id));
-        let r = self.cmd(h, owner, Command::ResolveRoute { id, timeout_ms: 2000 });
+        assert!(
+            self.event(h, id, EventKind::AddrResolved).is_some(),
+            "{:?}",
+            self.kinds(h, id)
+        );
+        let r = self.cmd(
+            h,
+            owner,
+            Command::ResolveRoute {
+                id,
+                timeout_ms: 2000,
+            },
+        );
         assert_eq!(r, Reply::Done);
         assert!(self.event(h, id, EventKind::RouteResolved).is_some());
         id
     }
 
     /// Connects a new id of `owner` on `h` to `dst` with `param`; returns the id.
-    pub fn connect(&mut self, h: usize, owner: Owner, ps: PortSpace, dst: SocketAddr, param: ConnParam) -> IdNum {
+    pub fn connect(
+        &mut self,
+        h: usize,
+        owner: Owner,
+        ps: PortSpace,
+        dst: SocketAddr,
+        param: ConnParam,
+    ) -> IdNum {
         let id = self.resolved_id(h, owner, ps, dst);
         let r = self.cmd(h, owner, Command::Connect { id, param });
         assert_eq!(r, Reply::Done);
