@@ -84,7 +84,15 @@ impl Daemon {
     /// our own addresses), events to their clients. Each bounded; a few rounds, since a
     /// hairpinned MAD makes more work at once. Whether anything moved.
     pub(super) fn cm_turn(&mut self) -> Result<bool, DaemonError> {
+        // Idle (nothing called the CM, no deadline): no clock read, nothing to walk.
+        if !self.cm.dirty && self.cm.deadline.is_none() {
+            return Ok(false);
+        }
+        if !self.cm.due(self.cm_now()) {
+            return Ok(false);
+        }
         let mut moved = false;
+        let mut more = false;
         for _ in 0..4 {
             let now = self.cm_now();
             self.cm.timers(now);
@@ -100,11 +108,13 @@ impl Daemon {
             self.counters.sent_pkts += sent as u64;
             n += sent + (self.cm.qp1.hairpin_pkts - before) as usize;
             n += self.cm_events();
+            more = n > 0;
             if n == 0 {
                 break;
             }
             moved = true;
         }
+        self.cm.turn_done(more);
         Ok(moved)
     }
 
