@@ -122,18 +122,15 @@ impl CmHost {
         }
     }
 
-    /// The answer to a `CmHello` of protocol `version`.
-    pub(super) fn hello(&mut self, version: u32, addrs: &[IpAddr]) -> Result<ToProcess, String> {
+    /// The answer to a `CmHello` of protocol `version`; `None` for another version.
+    pub(super) fn hello(&mut self, version: u32, addrs: &[IpAddr]) -> Option<ToProcess> {
         if version != ucma::VERSION {
             self.clients.refused += 1;
-            return Err(format!(
-                "CM protocol version {version}; this daemon speaks {}",
-                ucma::VERSION
-            ));
+            return None;
         }
         self.clients.hellos += 1;
         self.clients.connected += 1;
-        Ok(ToProcess::CmWelcome {
+        Some(ToProcess::CmWelcome {
             version: ucma::VERSION,
             node_guid: self.node_guid,
             addrs: addrs.to_vec(),
