@@ -512,3 +512,43 @@ fn a_req_to_a_silent_peer_is_retried_by_the_loops_timer() {
     assert!(k["cm"]["retries"]["req"].as_u64().unwrap() >= 1, "{k:#}");
     cli.ok(Command::DestroyId { id });
 }
+
+/// The active side goes mid-connect (the server holds its CONNECT_REQUEST, not accepted
+/// yet): the server's id for the request is told (REJECTED), and the listener still
+/// serves the next client.
+#[test]
+fn a_client_gone_mid_connect_is_rejected_at_the_server() {
+    let (sip, cip) = (addr(10, 1), addr(10, 2));
+    let ds = udp_daemon(sip, "cm-gone-cli-s");
+    let dc = udp_daemon(cip, "cm-gone-cli-c");
+    let at = SocketAddr::new(sip, 7479);
+    let (mut srv, _) = CmClient::connect(&ds.socket, "server");
+    let (mut cli, _) = CmClient::connect(&dc.socket, "client");
+    srv.listen(at);
+    let aid = cli.resolved(at);
+    cli.ok(Command::Connect {
+        id: aid,
+        param: param(0x77_0001, b""),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    drop(cli);
+    let e = srv.expect(EventKind::Rejected);
+    assert_eq!(e.id, req.id);
+    wait_counters(&dc, "the client's ids are gone", |k| {
+        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["ids"] == 0
+    });
+    srv.ok(Command::DestroyId { id: req.id });
+    // The listener takes the next client.
+    let (mut cli2, _) = CmClient::connect(&dc.socket, "client 2");
+    let aid = cli2.resolved(at);
+    cli2.ok(Command::Connect {
+        id: aid,
+        param: param(0x77_0002, b""),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    srv.ok(Command::Accept {
+        id: req.id,
+        param: param(0x88_0002, b""),
+    });
+    cli2.expect(EventKind::ConnectResponse);
+}
