@@ -5,7 +5,9 @@
 //! addresses; events are collected per host. No clock: time moves to the next delivery or
 //! deadline.
 
-use roce_emu::cm::ucma::{Command, ConnParam, Event, EventKind, IdNum, PortSpace, QpType, Reply};
+use roce_emu::cm::ucma::{
+    Command, ConnParam, Event, EventKind, IdNum, PortSpace, QpAttrs, QpState, QpType, Reply,
+};
 use roce_emu::cm::{Cm, CmConfig, MadPeer, Owner, Resolved};
 use roce_emu::engine::Instant;
 use roce_emu::wire::cm::CmMad;
@@ -215,6 +217,10 @@ impl Net {
         for h in 0..self.hosts.len() {
             if self.hosts[h].poll_timeout().is_some_and(|t| t <= now) {
                 self.hosts[h].handle_timeout(now);
+                assert!(
+                    self.hosts[h].poll_timeout().is_none_or(|t| t > now),
+                    "host {h}: a passed deadline is left after handle_timeout"
+                );
             }
         }
         self.pump();
@@ -394,4 +400,70 @@ pub fn rping_param(qp_num: u32, pd: &[u8]) -> ConnParam {
         qp_num,
         qkey: 0,
     }
+}
+
+// ---- the usual two hosts: a server (host 0, 198.18.0.11) and a client (host 1) ----
+
+pub const SERVER: usize = 0;
+pub const CLIENT: usize = 1;
+pub const SO: u64 = 100; // server owner
+pub const CO: u64 = 200; // client owner
+pub const PORT: u16 = 7174;
+
+pub fn dst() -> SocketAddr {
+    SocketAddr::new(v4(11), PORT)
+}
+
+pub fn attrs(net: &mut Net, h: usize, owner: u64, id: IdNum, state: QpState) -> QpAttrs {
+    match net.cmd(h, owner, Command::InitQpAttr { id, state }) {
+        Reply::QpAttrs(a) => a,
+        r => panic!("init_qp_attr {state:?}: {r:?}"),
+    }
+}
+
+pub fn errno(r: Reply) -> i32 {
+    match r {
+        Reply::Errno { errno, .. } => errno,
+        r => panic!("expected an error, got {r:?}"),
+    }
+}
+
+/// Listener on the server, client connect; returns (listener, client id, server child).
+pub fn request(net: &mut Net, pd: &[u8]) -> (IdNum, IdNum, IdNum) {
+    let l = net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+    let c = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, pd));
+    assert!(net.run_until(Duration::from_secs(1), |n| n.request(SERVER, l).is_some()));
+    let child = net.request(SERVER, l).unwrap().id;
+    (l, c, child)
+}
+
+/// The whole handshake, as librdmacm drives it; returns (client id, server child).
+pub fn establish(net: &mut Net) -> (IdNum, IdNum) {
+    let (_, c, s) = request(net, b"req");
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Accept {
+            id: s,
+            param: rping_param(0x22, b"rep"),
+        },
+    );
+    assert!(net.run_until(Duration::from_secs(30), |n| n
+        .event(CLIENT, c, EventKind::ConnectResponse)
+        .is_some()));
+    assert_eq!(
+        net.cmd(
+            CLIENT,
+            CO,
+            Command::Accept {
+                id: c,
+                param: ConnParam::default()
+            }
+        ),
+        Reply::Done
+    );
+    assert!(net.run_until(Duration::from_secs(30), |n| n
+        .event(SERVER, s, EventKind::Established)
+        .is_some()));
+    (c, s)
 }
