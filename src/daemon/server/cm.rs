@@ -131,8 +131,14 @@ impl Daemon {
                 continue;
             };
             self.cm.clients.events += 1;
-            if let Err(why) = c.queue(&crate::cm::ucma::ToLibrary::Event(ev)) {
-                c.counters.left = Some(why.to_string());
+            // Sent now if its socket takes it (the outbox is otherwise drained when the
+            // loop next looks at the control sockets).
+            let sent = c
+                .queue(&crate::cm::ucma::ToLibrary::Event(ev))
+                .map_err(|e| e.to_string())
+                .and_then(|()| c.send_queued_answers().map_err(|e| e.to_string()));
+            if let Err(why) = sent {
+                c.counters.left = Some(why);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
             }
         }
