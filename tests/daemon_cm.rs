@@ -175,6 +175,7 @@ fn garbage_and_bad_qp1_packets_are_counted_drops() {
 fn full_exchange(srv: &mut CmClient, cli: &mut CmClient, sip: IpAddr, port: u16) {
     let at = SocketAddr::new(sip, port);
     let lid = srv.listen(at);
+    let t0 = Instant::now();
     let aid = cli.resolved(at);
     cli.ok(Command::Connect {
         id: aid,
@@ -208,6 +209,10 @@ fn full_exchange(srv: &mut CmClient, cli: &mut CmClient, sip: IpAddr, port: u16)
     });
     let est = srv.expect(EventKind::Established);
     assert_eq!(est.id, pid);
+    eprintln!(
+        "{sip}: resolve, route, connect, accept, establish in {:?}",
+        t0.elapsed()
+    );
     // Disconnect from the active side: both see DISCONNECTED.
     cli.ok(Command::Disconnect { id: aid });
     let e = srv.expect(EventKind::Disconnected);
