@@ -1,5 +1,5 @@
 //! The daemon's connection manager (issue 23, contract §2): CM clients speaking the JSON
-//! protocol on the control socket (tests/common/cm.rs) listen, resolve, connect, accept,
+//! protocol on the control socket (tests/common/cm_client.rs) listen, resolve, connect, accept,
 //! reject and disconnect through UDP daemons on loopback addresses (one daemon: MADs to
 //! its own address are hairpinned; two daemons: MADs cross the wire as QP1 packets); a
 //! client that goes mid-connect or after establishing is cleaned up (the peer is told, the
@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::cm::{param, CmClient, WAIT};
+use common::cm_client::{param, CmClient, WAIT};
 use common::daemon::Daemon;
 use roce_emu::cm::ucma::{Command, EventKind, Reply};
 use roce_emu::daemon::control::ToProcess;
@@ -68,7 +68,7 @@ fn hello_welcome_and_version_refusal() {
         w => panic!("{w:?}"),
     }
     // Another protocol version is refused (and the daemon goes on).
-    let s = common::cm::connect_raw(&d.socket);
+    let s = common::cm_client::connect_raw(&d.socket);
     let hello = roce_emu::daemon::control::ToDaemon::CmHello {
         version: 999,
         pid: 1,
@@ -175,6 +175,7 @@ fn garbage_and_bad_qp1_packets_are_counted_drops() {
 fn full_exchange(srv: &mut CmClient, cli: &mut CmClient, sip: IpAddr, port: u16) {
     let at = SocketAddr::new(sip, port);
     let lid = srv.listen(at);
+    let t0 = Instant::now();
     let aid = cli.resolved(at);
     cli.ok(Command::Connect {
         id: aid,
@@ -208,6 +209,10 @@ fn full_exchange(srv: &mut CmClient, cli: &mut CmClient, sip: IpAddr, port: u16)
     });
     let est = srv.expect(EventKind::Established);
     assert_eq!(est.id, pid);
+    eprintln!(
+        "{sip}: resolve, route, connect, accept, establish in {:?}",
+        t0.elapsed()
+    );
     // Disconnect from the active side: both see DISCONNECTED.
     cli.ok(Command::Disconnect { id: aid });
     let e = srv.expect(EventKind::Disconnected);
@@ -458,4 +463,97 @@ fn clients_of_two_tap_daemons_connect_over_ipv4_and_ipv6() {
     eprintln!("{err}");
     assert!(err.contains(" 0 bad ICRC"), "{err}");
     let _ = std::fs::remove_file(&pcap);
+}
+
+/// The CM's timers run in the daemon's loop (its sleep ends at the CM's next deadline): a
+/// REQ to a silent peer (a UDP socket of the test's own on 4791) is sent again after the
+/// kernel's REQ timeout (2 * 2^(18-8) + 2^(20-8) ms = 6.1 s), same transaction, next PSN;
+/// both are valid QP1 packets as the peer's socket receives them (ICRC included).
+#[test]
+fn a_req_to_a_silent_peer_is_retried_by_the_loops_timer() {
+    let (ip, peer_ip) = (addr(9, 1), addr(9, 2));
+    let d = udp_daemon(ip, "cm-retry");
+    let peer = UdpSocket::bind((peer_ip, 4791)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (mut cli, _) = CmClient::connect(&d.socket, "client");
+    let id = cli.resolved(SocketAddr::new(peer_ip, 7478));
+    cli.ok(Command::Connect {
+        id,
+        param: param(0x66_0001, b""),
+    });
+    let mut got = Vec::new();
+    let start = Instant::now();
+    for _ in 0..2 {
+        let mut buf = [0u8; 512];
+        let (n, from) = peer.recv_from(&mut buf).expect("a REQ within 10 s");
+        got.push((start.elapsed(), from, buf[..n].to_vec()));
+    }
+    let mut solver = roce_emu::wire::icrc::Ipv4IdSolver::new();
+    let mut tids = Vec::new();
+    for (i, (_, from, p)) in got.iter().enumerate() {
+        let net = roce_emu::daemon::qp1::Net {
+            src: *from,
+            dst: SocketAddr::new(peer_ip, 4791),
+            ipv4_id: None,
+        };
+        let mad = roce_emu::daemon::qp1::parse(&net, p, &mut solver).expect("a valid QP1 packet");
+        // CM class, attribute REQ (0x0010); the TID at bytes 8..16.
+        assert_eq!(
+            (mad[1], u16::from_be_bytes([mad[16], mad[17]])),
+            (7, 0x0010)
+        );
+        tids.push(mad[8..16].to_vec());
+        let psn = u32::from_be_bytes([0, p[9], p[10], p[11]]);
+        assert_eq!(psn, i as u32, "QP1's own PSN sequence");
+    }
+    assert_eq!(tids[0], tids[1], "a retry is the same transaction");
+    let gap = got[1].0 - got[0].0;
+    assert!(
+        gap > Duration::from_millis(5500) && gap < Duration::from_millis(7500),
+        "REQ retry after {gap:?}"
+    );
+    let k = d.counters();
+    assert!(k["cm"]["retries"]["req"].as_u64().unwrap() >= 1, "{k:#}");
+    cli.ok(Command::DestroyId { id });
+}
+
+/// The active side goes mid-connect (the server holds its CONNECT_REQUEST, not accepted
+/// yet): the server's id for the request is told (REJECTED), and the listener still
+/// serves the next client.
+#[test]
+fn a_client_gone_mid_connect_is_rejected_at_the_server() {
+    let (sip, cip) = (addr(10, 1), addr(10, 2));
+    let ds = udp_daemon(sip, "cm-gone-cli-s");
+    let dc = udp_daemon(cip, "cm-gone-cli-c");
+    let at = SocketAddr::new(sip, 7479);
+    let (mut srv, _) = CmClient::connect(&ds.socket, "server");
+    let (mut cli, _) = CmClient::connect(&dc.socket, "client");
+    srv.listen(at);
+    let aid = cli.resolved(at);
+    cli.ok(Command::Connect {
+        id: aid,
+        param: param(0x77_0001, b""),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    drop(cli);
+    let e = srv.expect(EventKind::Rejected);
+    assert_eq!(e.id, req.id);
+    wait_counters(&dc, "the client's ids are gone", |k| {
+        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["ids"] == 0
+    });
+    srv.ok(Command::DestroyId { id: req.id });
+    // The listener takes the next client.
+    let (mut cli2, _) = CmClient::connect(&dc.socket, "client 2");
+    let aid = cli2.resolved(at);
+    cli2.ok(Command::Connect {
+        id: aid,
+        param: param(0x77_0002, b""),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    srv.ok(Command::Accept {
+        id: req.id,
+        param: param(0x88_0002, b""),
+    });
+    cli2.expect(EventKind::ConnectResponse);
 }

@@ -3,7 +3,7 @@
 //! the IB CM events rdma_cm turns into ucma events (`cma_ib_handler`).
 
 use super::id::{CmState, Outstanding, RdmaState};
-use super::stats::Drop;
+use super::stats::DropReason;
 use super::timers::{self, after_ms, convert_to_ms};
 use super::ucma::{self, ConnParam, EventKind, IdNum, PortSpace, QpType};
 use super::{cma_takes, Cm, MadPeer};
@@ -45,11 +45,11 @@ pub(super) fn padded<const N: usize>(data: &[u8]) -> [u8; N] {
 impl Cm {
     pub(super) fn recv_mad(&mut self, now: Instant, peer: MadPeer, bytes: &[u8]) {
         if bytes.len() < mad::MAD_LEN {
-            self.stats.drop(Drop::Malformed);
+            self.stats.drop(DropReason::Malformed);
             return;
         }
         let Ok(h) = mad::Repr::parse(&mad::Packet::new_unchecked(&bytes[..mad::HEADER_LEN])) else {
-            self.stats.drop(Drop::Malformed);
+            self.stats.drop(DropReason::Malformed);
             return;
         };
         if h.base_version != mad::BASE_VERSION
@@ -57,16 +57,16 @@ impl Cm {
             || h.class_version != mad::CM_CLASS_VERSION
             || h.method != mad::METHOD_SEND
         {
-            self.stats.drop(Drop::NotCm);
+            self.stats.drop(DropReason::NotCm);
             return;
         }
         if !(attr::REQ..=attr::SIDR_REP).contains(&h.attr_id) {
             // LAP/APR: "not supported for RoCE link layer" (cm_lap_handler).
-            self.stats.drop(Drop::Unsupported);
+            self.stats.drop(DropReason::Unsupported);
             return;
         }
         let Ok(m) = CmMad::parse(bytes) else {
-            self.stats.drop(Drop::Malformed);
+            self.stats.drop(DropReason::Malformed);
             return;
         };
         self.stats.mads_in.bump(h.attr_id);
@@ -92,11 +92,11 @@ impl Cm {
         (c.remote_id == remote).then_some(id)
     }
 
-    fn conn_state(&self, id: IdNum) -> CmState {
+    pub(super) fn conn_state(&self, id: IdNum) -> CmState {
         self.ids.get(&id).map_or(CmState::Idle, |i| i.cm_state())
     }
 
-    fn set_state(&mut self, id: IdNum, s: CmState) {
+    pub(super) fn set_state(&mut self, id: IdNum, s: CmState) {
         if let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) {
             c.state = s;
         }
@@ -144,7 +144,7 @@ impl Cm {
     }
 
     /// A message of `id`'s connection to its peer, not retransmitted.
-    fn send_conn(&mut self, id: IdNum, m: &CmMad) {
+    pub(super) fn send_conn(&mut self, id: IdNum, m: &CmMad) {
         if let Some(peer) = self
             .ids
             .get(&id)
@@ -153,176 +153,6 @@ impl Cm {
         {
             self.send(peer, m);
         }
-    }
-
-    // ---- message formats (cm_format_*) ----
-
-    fn fmt_mra(&self, id: IdNum, mraed: u8) -> Option<CmMad> {
-        let c = self.ids.get(&id)?.conn.as_ref()?;
-        Some(CmMad::new(
-            c.tid,
-            0,
-            Message::Mra(mra::Repr {
-                local_comm_id: c.local_id,
-                remote_comm_id: c.remote_id,
-                message_mraed: mraed,
-                service_timeout: c.service_timeout,
-                private_data: padded(&c.private_data),
-            }),
-        ))
-    }
-
-    /// `cm_format_rej`: which comm ID and message it names depends on the state.
-    pub(super) fn fmt_rej(&self, id: IdNum, reason: u16, ari: &[u8], pd: &[u8]) -> Option<CmMad> {
-        let c = self.ids.get(&id)?.conn.as_ref()?;
-        let (local, rejected) = match c.state {
-            CmState::ReqRcvd => (0, rej::REJECTED_REQ),
-            CmState::MraReqSent => (c.local_id, rej::REJECTED_REQ),
-            CmState::RepRcvd | CmState::MraRepSent => (c.local_id, rej::REJECTED_REP),
-            _ => (c.local_id, rej::REJECTED_OTHER),
-        };
-        Some(CmMad::new(
-            c.tid,
-            0,
-            Message::Rej(rej::Repr {
-                local_comm_id: local,
-                remote_comm_id: c.remote_id,
-                message_rejected: rejected,
-                reject_info_length: ari.len().min(rej::ARI_LEN) as u8,
-                reason: RejReason::from_code(reason),
-                ari: padded(ari),
-                private_data: padded(pd),
-            }),
-        ))
-    }
-
-    /// `ib_send_cm_rej`: REJ in the states that allow it; then IDLE or TIMEWAIT.
-    pub(super) fn send_rej(
-        &mut self,
-        now: Instant,
-        id: IdNum,
-        reason: u16,
-        ari: &[u8],
-        pd: &[u8],
-    ) -> bool {
-        let st = self.conn_state(id);
-        use CmState::*;
-        let to_timewait = match st {
-            ReqSent | MraReqRcvd | ReqRcvd | MraReqSent | RepRcvd | MraRepSent => false,
-            RepSent | MraRepRcvd => true,
-            _ => return false,
-        };
-        if let Some(m) = self.fmt_rej(id, reason, ari, pd) {
-            self.send_conn(id, &m);
-        }
-        self.cancel(id);
-        if to_timewait {
-            self.enter_timewait(now, id);
-        } else {
-            self.reset_to_idle(id);
-        }
-        true
-    }
-
-    /// `cm_issue_rej`: a REJ to a REQ that made no connection, echoing its IDs and TID.
-    fn issue_rej(&mut self, peer: MadPeer, tid: u64, raw: &[u8], reason: RejReason) {
-        let msg = &raw[mad::HEADER_LEN..];
-        let u32_at = |o: usize| u32::from_be_bytes([msg[o], msg[o + 1], msg[o + 2], msg[o + 3]]);
-        let m = CmMad::new(
-            tid,
-            0,
-            Message::Rej(rej::Repr {
-                local_comm_id: u32_at(4),
-                remote_comm_id: u32_at(0),
-                message_rejected: rej::REJECTED_REQ,
-                reject_info_length: 0,
-                reason,
-                ari: [0; rej::ARI_LEN],
-                private_data: [0; rej::PRIVATE_DATA_LEN],
-            }),
-        );
-        self.send(peer, &m);
-    }
-
-    /// `ib_send_cm_dreq`: only from ESTABLISHED. `retry` false sends it once (destroy).
-    pub(super) fn send_dreq(&mut self, now: Instant, id: IdNum, retry: bool) -> bool {
-        let Some(c) = self.ids.get(&id).and_then(|i| i.conn.as_ref()) else {
-            return false;
-        };
-        if c.state != CmState::Established {
-            return false;
-        }
-        let m = CmMad::new(
-            Cm::form_tid(c.local_id),
-            0,
-            Message::Dreq(dreq::Repr {
-                local_comm_id: c.local_id,
-                remote_comm_id: c.remote_id,
-                remote_qpn: c.remote_qpn,
-                private_data: [0; dreq::PRIVATE_DATA_LEN],
-            }),
-        );
-        let timeout = c.timeout_ms;
-        self.set_state(id, CmState::DreqSent);
-        if retry {
-            self.send_tracked(now, id, &m, timeout);
-        } else {
-            self.send_conn(id, &m);
-        }
-        true
-    }
-
-    /// `ib_send_cm_drep`: only from DREQ_RCVD; enters timewait.
-    pub(super) fn send_drep(&mut self, now: Instant, id: IdNum) -> bool {
-        if self.conn_state(id) != CmState::DreqRcvd {
-            return false;
-        }
-        self.enter_timewait(now, id);
-        if let Some(m) = self.fmt_drep(id) {
-            self.send_conn(id, &m);
-        }
-        true
-    }
-
-    fn fmt_drep(&self, id: IdNum) -> Option<CmMad> {
-        let c = self.ids.get(&id)?.conn.as_ref()?;
-        Some(CmMad::new(
-            c.tid,
-            0,
-            Message::Drep(drep::Repr {
-                local_comm_id: c.local_id,
-                remote_comm_id: c.remote_id,
-                private_data: padded(&c.private_data),
-            }),
-        ))
-    }
-
-    fn fmt_rtu(&self, id: IdNum) -> Option<CmMad> {
-        let c = self.ids.get(&id)?.conn.as_ref()?;
-        Some(CmMad::new(
-            c.tid,
-            0,
-            Message::Rtu(rtu::Repr {
-                local_comm_id: c.local_id,
-                remote_comm_id: c.remote_id,
-                private_data: padded(&c.private_data),
-            }),
-        ))
-    }
-
-    /// `ib_send_cm_rtu` (rdma_establish / ACCEPT on the active side).
-    pub(super) fn send_rtu(&mut self, id: IdNum, pd: &[u8]) -> bool {
-        if !matches!(self.conn_state(id), CmState::RepRcvd | CmState::MraRepSent) {
-            return false;
-        }
-        if let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) {
-            c.private_data = pd.to_vec();
-            c.state = CmState::Established;
-        }
-        if let Some(m) = self.fmt_rtu(id) {
-            self.send_conn(id, &m);
-        }
-        true
     }
 
     // ---- handlers ----
@@ -337,7 +167,7 @@ impl Cm {
                         self.stats.duplicates_answered += 1;
                     }
                 }
-                _ => self.stats.drop(Drop::Duplicate),
+                _ => self.stats.drop(DropReason::Duplicate),
             }
             return;
         }
@@ -365,7 +195,7 @@ impl Cm {
             .ok()
             .and_then(|p| cma::Repr::parse(&p).ok());
         let Some(hdr) = hdr else {
-            self.stats.drop(Drop::BadCmaHeader);
+            self.stats.drop(DropReason::BadCmaHeader);
             self.issue_rej(peer, tid, raw, RejReason::ConsumerDefined);
             return;
         };
@@ -379,7 +209,7 @@ impl Cm {
             return;
         };
         if !self.backlog_room(listener) {
-            self.stats.drop(Drop::Backlog);
+            self.stats.drop(DropReason::Backlog);
             return;
         }
         let p = r.primary_path;
@@ -464,7 +294,7 @@ impl Cm {
             _ => None,
         };
         let Some(id) = id else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         let c = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut());
@@ -474,17 +304,17 @@ impl Cm {
             (CmState::ReqSent, mra::MRAED_REQ) => CmState::MraReqRcvd,
             (CmState::RepSent, mra::MRAED_REP) => CmState::MraRepRcvd,
             (CmState::MraReqRcvd | CmState::MraRepRcvd, _) => {
-                self.stats.drop(Drop::Duplicate);
+                self.stats.drop(DropReason::Duplicate);
                 return;
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         };
         // ib_modify_mad: the wait restarts with the longer timeout, for every retry left.
         let Some(m) = c.msg.as_mut() else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         m.timeout_ms = timeout;
@@ -507,7 +337,7 @@ impl Cm {
             self.acquire(r.remote_comm_id, r.local_comm_id)
         };
         let Some(id) = id else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         use CmState::*;
@@ -527,7 +357,7 @@ impl Cm {
                 self.enter_timewait(now, id);
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         }
@@ -546,7 +376,7 @@ impl Cm {
         let Some(id) = self.acquire(r.remote_comm_id, 0) else {
             // cm_dup_rep_handler: the RTU again, or the MRA again.
             let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             };
             let m = match self.conn_state(id) {
@@ -559,17 +389,17 @@ impl Cm {
                     self.send(peer, &m);
                     self.stats.duplicates_answered += 1;
                 }
-                None => self.stats.drop(Drop::Duplicate),
+                None => self.stats.drop(DropReason::Duplicate),
             }
             return;
         };
         if !matches!(self.conn_state(id), CmState::ReqSent | CmState::MraReqRcvd) {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         }
         let key = (r.local_comm_id, r.local_ca_guid);
         if self.remote_ids.contains_key(&key) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.remote_ids.insert(key, id);
@@ -603,11 +433,11 @@ impl Cm {
 
     fn rtu_handler(&mut self, r: &rtu::Repr) {
         let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         if !matches!(self.conn_state(id), CmState::RepSent | CmState::MraRepRcvd) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.set_state(id, CmState::Established);
@@ -649,7 +479,7 @@ impl Cm {
             return;
         };
         if c.local_qpn != r.remote_qpn {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         }
         use CmState::*;
@@ -664,11 +494,11 @@ impl Cm {
                 return;
             }
             DreqRcvd => {
-                self.stats.drop(Drop::Duplicate);
+                self.stats.drop(DropReason::Duplicate);
                 return;
             }
             _ => {
-                self.stats.drop(Drop::Unmatched);
+                self.stats.drop(DropReason::Unmatched);
                 return;
             }
         }
@@ -682,11 +512,11 @@ impl Cm {
 
     fn drep_handler(&mut self, now: Instant, r: &drep::Repr) {
         let Some(id) = self.acquire(r.remote_comm_id, r.local_comm_id) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         if !matches!(self.conn_state(id), CmState::DreqSent | CmState::DreqRcvd) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         self.enter_timewait(now, id);

@@ -5,8 +5,9 @@
 //! QP1 (design wave3.md §3, the contract in helpers/i23-contract.md §1).
 //!
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
-//! - `id`: an rdma_cm id and its IB CM connection; `ports`: the bind tables;
-//!   `cmd`: the commands; `conn`: the IB CM connection messages; `sidr`: UD's service ID
+//! - `id`: an rdma_cm id and its IB CM connection; `ports`: the bind tables; `addr`:
+//!   binding, address and route resolution, listeners; `cmd`: the other commands; `conn`: the IB CM connection state machine (messages in, events out); `msgs`: the
+//!   messages it sends; `sidr`: UD's service ID
 //!   resolution; `qp_attr`: INIT_QP_ATTR; `timers`: the kernel's timer arithmetic;
 //!   `stats`: counters.
 //!
@@ -14,9 +15,11 @@
 //! message names (our Local Communication ID in the peer's Remote Communication ID field),
 //! a REQ by its service ID to a listener, a SIDR_REP by its request ID.
 
+mod addr;
 mod cmd;
 mod conn;
 mod id;
+mod msgs;
 mod ports;
 mod qp_attr;
 mod sidr;

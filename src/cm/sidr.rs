@@ -2,10 +2,11 @@
 //! `cma_resolve_ib_udp`/`cma_send_sidr_rep`): the RDMA_PS_UDP port space's connect is a
 //! SIDR_REQ carrying rdma_cm's header, answered by a SIDR_REP with the QPN and Q_Key.
 
-use super::cmd::{cma_header, EINVAL};
+use super::addr::cma_header;
+use super::cmd::EINVAL;
 use super::conn::padded;
 use super::id::{CmState, Conn, RdmaState};
-use super::stats::Drop;
+use super::stats::DropReason;
 use super::timers::{self, convert_to_ms, RDMA_UDP_QKEY};
 use super::ucma::{self, ConnParam, EventKind, IdNum, PortSpace, QpType};
 use super::{cma_takes, Cm, MadPeer};
@@ -78,7 +79,7 @@ impl Cm {
     /// `cm_sidr_req_handler` + `cma_ib_req_handler`'s UD branch.
     pub(super) fn sidr_req_handler(&mut self, peer: MadPeer, tid: u64, r: &sidr_req::Repr) {
         if self.sidr_remote.contains_key(&(r.request_id, peer.remote)) {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         }
         let sp = service_id::split(r.service_id)
@@ -99,7 +100,7 @@ impl Cm {
             .ok()
             .and_then(|p| cma::Repr::parse(&p).ok());
         let Some(hdr) = hdr else {
-            self.stats.drop(Drop::BadCmaHeader);
+            self.stats.drop(DropReason::BadCmaHeader);
             self.sidr_rep_to(peer, tid, reject);
             return;
         };
@@ -115,7 +116,7 @@ impl Cm {
             return;
         };
         if !self.backlog_room(listener) {
-            self.stats.drop(Drop::Backlog);
+            self.stats.drop(DropReason::Backlog);
             return;
         }
         let num = self.new_child(listener, QpType::Ud);
@@ -221,12 +222,12 @@ impl Cm {
     /// Q_Key and address vector, or UNREACHABLE with the SIDR status.
     pub(super) fn sidr_rep_handler(&mut self, r: &sidr_rep::Repr) {
         let Some(id) = self.acquire(r.request_id, 0) else {
-            self.stats.drop(Drop::Unmatched);
+            self.stats.drop(DropReason::Unmatched);
             return;
         };
         let i = self.ids.get_mut(&id).expect("acquired");
         let Some(c) = i.conn.as_mut().filter(|c| c.state == CmState::SidrReqSent) else {
-            self.stats.drop(Drop::Duplicate);
+            self.stats.drop(DropReason::Duplicate);
             return;
         };
         c.state = CmState::Idle;

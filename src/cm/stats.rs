@@ -51,7 +51,7 @@ impl PerMsg {
 
 /// Why a MAD was dropped (each a counter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Drop {
+pub enum DropReason {
     /// Shorter than 256 bytes, or a field the wire view refuses.
     Malformed,
     /// Not base version 1 / class 0x07 version 2 / method Send.
@@ -104,17 +104,17 @@ pub struct CmStats {
 }
 
 impl CmStats {
-    pub(crate) fn drop(&mut self, why: Drop) {
+    pub(crate) fn drop(&mut self, why: DropReason) {
         let d = &mut self.drops;
         let c = match why {
-            Drop::Malformed => &mut d.malformed,
-            Drop::NotCm => &mut d.not_cm,
-            Drop::Unsupported => &mut d.unsupported,
-            Drop::Unmatched => &mut d.unmatched,
-            Drop::Duplicate => &mut d.duplicate,
-            Drop::BadCmaHeader => &mut d.bad_cma_header,
-            Drop::Backlog => &mut d.backlog,
-            Drop::StaleResolve => &mut d.stale_resolve,
+            DropReason::Malformed => &mut d.malformed,
+            DropReason::NotCm => &mut d.not_cm,
+            DropReason::Unsupported => &mut d.unsupported,
+            DropReason::Unmatched => &mut d.unmatched,
+            DropReason::Duplicate => &mut d.duplicate,
+            DropReason::BadCmaHeader => &mut d.bad_cma_header,
+            DropReason::Backlog => &mut d.backlog,
+            DropReason::StaleResolve => &mut d.stale_resolve,
         };
         *c += 1;
     }

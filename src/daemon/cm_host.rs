@@ -63,6 +63,12 @@ pub(super) struct CmHost {
     pub(super) qp1: Qp1Counters,
     pub(super) clients: CmClientCounters,
     buf: Vec<u8>,
+    /// The CM was called since its last turn (a command, a MAD, an owner gone), or that
+    /// turn stopped at a bound: it may have MADs, events or resolutions waiting.
+    pub(super) dirty: bool,
+    /// `Cm::poll_timeout` as of the CM's last turn (it changes only through calls into
+    /// the CM), so an idle turn of the loop costs no walk over the CM's ids.
+    pub(super) deadline: Option<Instant>,
 }
 
 /// The node GUID of a port with this MAC: its modified EUI-64 (`addrconf_addr_eui48`, as
@@ -111,21 +117,20 @@ impl CmHost {
             qp1: Qp1Counters::default(),
             clients: CmClientCounters::default(),
             buf: vec![0; PACKET_LEN],
+            dirty: false,
+            deadline: None,
         }
     }
 
-    /// The answer to a `CmHello` of protocol `version`.
-    pub(super) fn hello(&mut self, version: u32, addrs: &[IpAddr]) -> Result<ToProcess, String> {
+    /// The answer to a `CmHello` of protocol `version`; `None` for another version.
+    pub(super) fn hello(&mut self, version: u32, addrs: &[IpAddr]) -> Option<ToProcess> {
         if version != ucma::VERSION {
             self.clients.refused += 1;
-            return Err(format!(
-                "CM protocol version {version}; this daemon speaks {}",
-                ucma::VERSION
-            ));
+            return None;
         }
         self.clients.hellos += 1;
         self.clients.connected += 1;
-        Ok(ToProcess::CmWelcome {
+        Some(ToProcess::CmWelcome {
             version: ucma::VERSION,
             node_guid: self.node_guid,
             addrs: addrs.to_vec(),
@@ -150,6 +155,7 @@ impl CmHost {
                     remote: net.src.ip(),
                     local: net.dst.ip(),
                 };
+                self.dirty = true;
                 self.cm.handle_mad(now, peer, mad);
             }
             Err(d) => {
@@ -179,7 +185,10 @@ impl CmHost {
             Err(e) => (0, Err(e.to_string())),
         };
         let reply = match parsed {
-            Ok(req) => self.cm.command(now, owner, req.command),
+            Ok(req) => {
+                self.dirty = true;
+                self.cm.command(now, owner, req.command)
+            }
             Err(why) => {
                 self.clients.bad_requests += 1;
                 tracing::debug!(owner, "bad CM request: {why}");
@@ -196,7 +205,14 @@ impl CmHost {
     pub(super) fn gone(&mut self, now: Instant, owner: Owner) {
         self.clients.gone += 1;
         self.clients.connected = self.clients.connected.saturating_sub(1);
+        self.dirty = true;
         self.cm.owner_gone(now, owner);
+    }
+
+    /// Whether the CM has anything to do at `now`: it was called since its last turn, or
+    /// its deadline has come.
+    pub(super) fn due(&self, now: Instant) -> bool {
+        self.dirty || self.deadline.is_some_and(|at| at <= now)
     }
 
     /// Runs the CM's timers if due.
@@ -206,9 +222,18 @@ impl CmHost {
         }
     }
 
+    /// The end of the CM's turn: `more` if it stopped at a bound with work left.
+    pub(super) fn turn_done(&mut self, more: bool) {
+        self.dirty = more;
+        self.deadline = self.cm.poll_timeout();
+    }
+
     /// How long until the CM's next deadline (for the loop's sleep).
     pub(super) fn wait(&self, now: Instant) -> Option<Duration> {
-        self.cm.poll_timeout().map(|at| at.since(now))
+        if self.dirty {
+            return Some(Duration::ZERO);
+        }
+        self.deadline.map(|at| at.since(now))
     }
 
     /// Answers the address resolutions the CM asks for; how many.

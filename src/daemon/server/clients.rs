@@ -4,23 +4,44 @@
 
 use super::*;
 
+/// Why the daemon ends a process's connection (shown as its `left` in `counters`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Leave {
+    #[error("it left more than {} MiB of answers unread", MAX_OUTBOX >> 20)]
+    Unread,
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("already attached")]
+    AlreadyAttached,
+    #[error("protocol version {theirs}; this daemon speaks {}", control::VERSION)]
+    Version { theirs: u32 },
+    #[error("no free QPN block (255 processes attached or in quarantine)")]
+    NoBlock,
+    #[error("cannot create the rings: {0}")]
+    Rings(crate::ring::LinkError),
+    #[error("cannot send the rings: {0}")]
+    SendRings(crate::ring::LinkError),
+    #[error(
+        "CM protocol version {theirs}; this daemon speaks {}",
+        crate::cm::ucma::VERSION
+    )]
+    CmVersion { theirs: u32 },
+}
+
 impl Client {
     /// Queues an answer; `Err` when the process has left too many unread.
-    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), String> {
-        let bytes = control::encode(msg).map_err(|e| e.to_string())?;
+    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), Leave> {
+        let bytes = control::encode(msg)?;
         self.outbox_bytes += bytes.len();
         self.outbox.push_back(bytes);
         if self.outbox_bytes > MAX_OUTBOX {
-            return Err(format!(
-                "it left more than {} MiB of answers unread",
-                MAX_OUTBOX >> 20
-            ));
+            return Err(Leave::Unread);
         }
         Ok(())
     }
 
     /// Sends what is queued until the socket is full; `Err` if the socket failed.
-    pub(super) fn send_queued_answers(&mut self) -> Result<(), String> {
+    pub(super) fn send_queued_answers(&mut self) -> Result<(), ControlError> {
         while let Some(m) = self.outbox.front() {
             match control::try_send_bytes(self.sock.as_fd(), m) {
                 Ok(()) => {
@@ -28,7 +49,7 @@ impl Client {
                     self.outbox.pop_front();
                 }
                 Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -61,7 +82,7 @@ impl Daemon {
                 match control::recv::<ToDaemon>(sock) {
                     Ok((msg, _fds)) => {
                         if let Err(why) = self.serve(k, msg) {
-                            gone = Some(why);
+                            gone = Some(why.to_string());
                             break;
                         }
                     }
@@ -105,7 +126,7 @@ impl Daemon {
     }
 
     /// One control message of client `k`; `Err` ends its attachment.
-    pub(super) fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), String> {
+    pub(super) fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), Leave> {
         match msg {
             ToDaemon::Info => {
                 let m = ToProcess::Info {
@@ -168,7 +189,7 @@ impl Daemon {
                         }
                         None
                     }
-                    Err(e) => Some(e),
+                    Err(e) => Some(e.to_string()),
                 };
                 let m = ToProcess::FaultSet { error };
                 self.clients[k].queue(&m)
@@ -179,33 +200,31 @@ impl Daemon {
                 pid: claimed,
             } => {
                 let sock = self.clients[k].sock.as_fd();
-                let refuse = |why: String| {
-                    let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
+                let refuse = |why: Leave| {
+                    let m = ToProcess::Refused {
+                        why: why.to_string(),
+                    };
+                    let _ = control::send(sock, &m, &[]);
                     Err(why)
                 };
                 if self.clients[k].link.is_some() || self.clients[k].cm {
-                    return refuse("already attached".into());
+                    return refuse(Leave::AlreadyAttached);
                 }
                 if version != control::VERSION {
                     self.counters.refused += 1;
-                    return refuse(format!(
-                        "protocol version {version}; this daemon speaks {}",
-                        control::VERSION
-                    ));
+                    return refuse(Leave::Version { theirs: version });
                 }
                 let now = self.now();
                 let id = self.clients[k].id;
                 let Some(block) = self.leases.lease(now, id) else {
                     self.counters.refused += 1;
-                    return refuse(
-                        "no free QPN block (255 processes attached or in quarantine)".into(),
-                    );
+                    return refuse(Leave::NoBlock);
                 };
                 let (end, fds) = match Link::create(self.cfg.ring_bytes) {
                     Ok(x) => x,
                     Err(e) => {
                         self.leases.release(now, id);
-                        return refuse(format!("cannot create the rings: {e:?}"));
+                        return refuse(Leave::Rings(e));
                     }
                 };
                 let welcome = ToProcess::Welcome {
@@ -214,8 +233,8 @@ impl Daemon {
                     port: self.info.clone(),
                     src_port: self.src_port,
                 };
-                control::send(sock, &welcome, &[]).map_err(|e| e.to_string())?;
-                fds.send(sock).map_err(|e| format!("{e:?}"))?;
+                control::send(sock, &welcome, &[])?;
+                fds.send(sock).map_err(Leave::SendRings)?;
                 let c = &mut self.clients[k];
                 c.counters.block = block;
                 c.link = Some(end);

@@ -2,6 +2,7 @@
 //! clients' hellos and requests, QP1 packets from the port, and each turn the CM's
 //! timers, address resolutions, MADs and events.
 
+use super::clients::Leave;
 use super::*;
 use crate::daemon::cm_host;
 use crate::daemon::qp1::Net;
@@ -12,22 +13,20 @@ impl Daemon {
     }
 
     /// `CmHello` on client `k`'s connection: it becomes a CM client (or is refused).
-    pub(super) fn cm_hello(&mut self, k: usize, version: u32) -> Result<(), String> {
+    pub(super) fn cm_hello(&mut self, k: usize, version: u32) -> Result<(), Leave> {
         let c = &self.clients[k];
-        let refuse = |why: String| {
-            let _ = control::send(
-                c.sock.as_fd(),
-                &ToProcess::Refused { why: why.clone() },
-                &[],
-            );
+        let refuse = |why: Leave| {
+            let m = ToProcess::Refused {
+                why: why.to_string(),
+            };
+            let _ = control::send(c.sock.as_fd(), &m, &[]);
             Err(why)
         };
         if c.link.is_some() || c.cm {
-            return refuse("this connection is attached already".into());
+            return refuse(Leave::AlreadyAttached);
         }
-        let welcome = match self.cm.hello(version, &self.info.addrs) {
-            Ok(w) => w,
-            Err(why) => return refuse(why),
+        let Some(welcome) = self.cm.hello(version, &self.info.addrs) else {
+            return refuse(Leave::CmVersion { theirs: version });
         };
         let c = &mut self.clients[k];
         c.cm = true;
@@ -51,7 +50,7 @@ impl Daemon {
         let now = self.cm_now();
         let owner = self.clients[k].id;
         let reply = self.cm.request(now, owner, msg);
-        self.clients[k].queue(&reply)?;
+        self.clients[k].queue(&reply).map_err(|e| e.to_string())?;
         Ok(true)
     }
 
@@ -83,8 +82,16 @@ impl Daemon {
     /// The CM's work of a turn: due timers, address resolutions, MADs out (and back, for
     /// our own addresses), events to their clients. Each bounded; a few rounds, since a
     /// hairpinned MAD makes more work at once. Whether anything moved.
-    pub(super) fn cm_turn(&mut self) -> Result<bool, DaemonError> {
+    pub(super) fn cm_turn(&mut self) -> Result<bool, ServerError> {
+        // Idle (nothing called the CM, no deadline): no clock read, nothing to walk.
+        if !self.cm.dirty && self.cm.deadline.is_none() {
+            return Ok(false);
+        }
+        if !self.cm.due(self.cm_now()) {
+            return Ok(false);
+        }
         let mut moved = false;
+        let mut more = false;
         for _ in 0..4 {
             let now = self.cm_now();
             self.cm.timers(now);
@@ -100,11 +107,13 @@ impl Daemon {
             self.counters.sent_pkts += sent as u64;
             n += sent + (self.cm.qp1.hairpin_pkts - before) as usize;
             n += self.cm_events();
+            more = n > 0;
             if n == 0 {
                 break;
             }
             moved = true;
         }
+        self.cm.turn_done(more);
         Ok(moved)
     }
 
@@ -122,7 +131,13 @@ impl Daemon {
                 continue;
             };
             self.cm.clients.events += 1;
-            if let Err(why) = c.queue(&crate::cm::ucma::ToLibrary::Event(ev)) {
+            // Sent now if its socket takes it (the outbox is otherwise drained when the
+            // loop next looks at the control sockets).
+            let sent = c
+                .queue(&crate::cm::ucma::ToLibrary::Event(ev))
+                .map_err(|e| e.to_string())
+                .and_then(|()| c.send_queued_answers().map_err(|e| e.to_string()));
+            if let Err(why) = sent {
                 c.counters.left = Some(why);
                 let _ = c.sock.shutdown(std::net::Shutdown::Both);
             }

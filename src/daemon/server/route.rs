@@ -2,8 +2,8 @@
 //! DestQP, from the port (one copy into its receive ring) or from another process of the
 //! daemon (the hairpin: one copy, ring to ring).
 
-use super::lease::Leases;
-use super::server::{Client, PortCounters};
+use super::{Client, PortCounters};
+use crate::daemon::lease::Leases;
 use crate::ring::{DaemonEnd, Entry, Meta, PushError};
 
 /// The index of the client that owns the block of a packet's DestQP (`bth`: its first 12
