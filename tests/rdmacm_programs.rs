@@ -304,3 +304,61 @@ fn libfabric_fi_pingpong_verbs_msg() {
         assert!(out.contains("1k      100     =100"), "{out}");
     }
 }
+
+/// Zero configuration: no ROCE_EMU_DEVICES, in a network namespace of its own (the
+/// machine is `lo` alone, the device rxe_lo on 127.0.0.1): the first rdma_cm call starts
+/// the on-demand daemon of udp:127.0.0.1 (`daemon::demand`), whose connection manager
+/// connects rping's server and client.
+#[test]
+fn rping_with_zero_set_up() {
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip("rdmacm_zero", "needs root for a network namespace");
+        return;
+    }
+    let Some(env) = dropin::setup("rdmacm_zero") else {
+        return;
+    };
+    let ns = common::netns::Netns::new("rdmacm0");
+    let rping = |args: &[&str]| {
+        let mut c = ns.cmd(env.bin("rping").to_str().unwrap());
+        c.args(args)
+            .env("LD_LIBRARY_PATH", env.library_path())
+            .env_remove("ROCE_EMU_DEVICES")
+            .env("ROCE_EMU_BIN", BIN)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let server = rping(&["-s", "-a", "127.0.0.1", "-p", "7475", "-v", "-C", "3"])
+        .spawn()
+        .unwrap();
+    // The server starts the daemon and listens; until then a client is rejected (no
+    // listener) or finds no daemon: try again, a bounded number of times.
+    let mut last = None;
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        let c = rping(&["-c", "-a", "127.0.0.1", "-p", "7475", "-v", "-C", "3"])
+            .spawn()
+            .unwrap();
+        let out = dropin::finish(c, Duration::from_secs(60), "rping client");
+        if out.status.success() {
+            last = Some(out);
+            break;
+        }
+        last = Some(out);
+    }
+    let c = last.unwrap();
+    let s = dropin::finish(server, Duration::from_secs(60), "rping server");
+    assert!(
+        c.status.success() && s.status.success(),
+        "--- server: {}\n--- client: {}",
+        dropin::show(&s),
+        dropin::show(&c)
+    );
+    assert!(
+        dropin::stdout(&c).contains("ping data: rdma-ping-2: "),
+        "{}",
+        dropin::show(&c)
+    );
+}

@@ -18,7 +18,9 @@ pub fn cm(call: &str, e: &roce_emu::verbs::cm::CmError) -> libc::c_int {
     // A device with no daemon is the one failure a user must act on: say it once.
     if matches!(
         e,
-        roce_emu::verbs::cm::CmError::NoDaemon { .. } | roce_emu::verbs::cm::CmError::Daemon(_)
+        roce_emu::verbs::cm::CmError::NoDaemon { .. }
+            | roce_emu::verbs::cm::CmError::Daemon(_)
+            | roce_emu::verbs::cm::CmError::Demand(_)
     ) {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| eprintln!("librdmacm (roce-emu): {e}"));

@@ -13,7 +13,7 @@
 use super::channel::{Delivered, EventChannel};
 use super::CmError;
 use crate::cm::ucma::{self, Command, EventKind, IdNum, Reply, Request, ToLibrary};
-use crate::daemon::client::{DaemonError, ATTACH_TIMEOUT};
+use crate::daemon::client::{AttachError, ATTACH_TIMEOUT};
 use crate::daemon::control::{self, ControlError, ToDaemon, ToProcess};
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::collections::HashMap;
@@ -60,13 +60,13 @@ impl Conn {
     /// Connects to the daemon at `path` and says the CM hello (bounded waits).
     pub fn connect(path: &Path) -> Result<Arc<Conn>, CmError> {
         let daemon = |why: String| {
-            CmError::Daemon(DaemonError::Protocol {
+            CmError::Daemon(AttachError::Protocol {
                 path: path.to_path_buf(),
                 why,
             })
         };
         let conn_err = |source: std::io::Error| {
-            CmError::Daemon(DaemonError::Connect {
+            CmError::Daemon(AttachError::Connect {
                 path: path.to_path_buf(),
                 source,
             })
@@ -82,7 +82,7 @@ impl Conn {
         let own = nix::unistd::geteuid().as_raw();
         let theirs = control::peer_uid(sock.as_fd()).map_err(|e| daemon(e.to_string()))?;
         if theirs != own && theirs != 0 {
-            return Err(CmError::Daemon(DaemonError::Untrusted {
+            return Err(CmError::Daemon(AttachError::Untrusted {
                 path: path.to_path_buf(),
                 why: format!("it runs as user {theirs} and this program as user {own}"),
             }));
@@ -94,7 +94,7 @@ impl Conn {
         let sent = control::send(sock.as_fd(), &hello, &[]);
         let (answer, _fds) = control::recv::<ToProcess>(sock.as_fd()).map_err(|e| match e {
             ControlError::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                CmError::Daemon(DaemonError::Silent {
+                CmError::Daemon(AttachError::Silent {
                     path: path.to_path_buf(),
                     secs: ATTACH_TIMEOUT.as_secs(),
                 })
@@ -121,7 +121,7 @@ impl Conn {
                 }
             }
             ToProcess::Refused { why } => {
-                return Err(CmError::Daemon(DaemonError::Refused {
+                return Err(CmError::Daemon(AttachError::Refused {
                     path: path.to_path_buf(),
                     why,
                 }))

@@ -16,7 +16,8 @@ mod conn;
 pub use channel::{Delivered, EventChannel};
 pub use conn::{Conn, Welcome, COMMAND_TIMEOUT};
 
-use crate::daemon::client::DaemonError;
+use crate::daemon::client::AttachError;
+use crate::daemon::demand;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,10 @@ use std::sync::{Arc, Mutex};
 pub enum CmError {
     /// The daemon could not be reached, or refused the connection manager hello.
     #[error(transparent)]
-    Daemon(DaemonError),
+    Daemon(AttachError),
+    /// No daemon could be found or started for a zero-configuration device.
+    #[error(transparent)]
+    Demand(#[from] demand::DaemonError),
     /// The manager refused the command (the kernel's errno for the same case).
     #[error("{what}")]
     Errno { errno: i32, what: String },
@@ -37,7 +41,7 @@ pub enum CmError {
     /// No device holds or routes the address.
     #[error("no roce-emu device {what} {ip} (ROCE_EMU_DEVICES lists the devices)")]
     NoDevice { what: &'static str, ip: IpAddr },
-    /// The device has no daemon and none could be started for it.
+    /// No usable device (the device list failed, or names none of roce-emu's).
     #[error("device {device}: {why}")]
     NoDaemon { device: String, why: String },
     #[error("device list: {0}")]
@@ -48,7 +52,10 @@ impl CmError {
     /// The errno librdmacm sets for it (the kernel's for the same failure).
     pub fn errno(&self) -> i32 {
         match self {
-            CmError::Daemon(_) | CmError::NoDaemon { .. } | CmError::Config(_) => libc::ENODEV,
+            CmError::Daemon(_)
+            | CmError::Demand(_)
+            | CmError::NoDaemon { .. }
+            | CmError::Config(_) => libc::ENODEV,
             CmError::Errno { errno, .. } => *errno,
             CmError::Gone { .. } => libc::ENODEV,
             CmError::NoDevice { what, .. } => {
@@ -67,6 +74,8 @@ impl CmError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmDevice {
     pub name: String,
+    /// The device's own address (its GID; the on-demand daemon's port).
+    pub ip: IpAddr,
     pub addrs: Vec<IpAddr>,
     pub node_guid: u64,
     /// `NAME=daemon:SOCK`; `None`: a zero-configuration device, whose daemon is started
@@ -80,6 +89,7 @@ pub fn devices() -> Result<Vec<CmDevice>, CmError> {
         .into_iter()
         .map(|p| CmDevice {
             node_guid: p.node_guid(),
+            ip: p.ip,
             name: p.name,
             addrs: p.addrs,
             daemon: p.daemon,
@@ -123,24 +133,13 @@ pub fn by_dst(devs: &[CmDevice], dst: IpAddr) -> Result<usize, CmError> {
 }
 
 /// The daemon socket of a device: its `daemon:` entry, or the on-demand daemon of its
-/// address.
+/// address (`daemon::demand::ensure_udp`: found, or started, as the data path's
+/// zero-configuration attach does).
 pub fn daemon_of(dev: &CmDevice) -> Result<PathBuf, CmError> {
-    if let Some(p) = &dev.daemon {
-        return Ok(p.clone());
+    match &dev.daemon {
+        Some(p) => Ok(p.clone()),
+        None => Ok(demand::ensure_udp(dev.ip)?),
     }
-    let ip = dev.addrs.first().copied();
-    on_demand(&dev.name, ip)
-}
-
-/// The on-demand daemon of a zero-configuration device (contract §4,
-/// `daemon::demand::ensure_udp`, another part of issue 23): until it exists, a clear error.
-fn on_demand(device: &str, _ip: Option<IpAddr>) -> Result<PathBuf, CmError> {
-    Err(CmError::NoDaemon {
-        device: device.to_string(),
-        why: "rdma_cm needs a roce-emu daemon: start `roce-emu daemon --port udp:ADDR` and \
-              name it in ROCE_EMU_DEVICES=NAME=daemon:SOCKET"
-            .into(),
-    })
 }
 
 /// The process's connection to the daemon at `path`: made once, shared by every id and
@@ -166,6 +165,7 @@ mod tests {
     fn dev(name: &str, ip: &str) -> CmDevice {
         CmDevice {
             name: name.into(),
+            ip: ip.parse().unwrap(),
             addrs: vec![ip.parse().unwrap()],
             node_guid: 1,
             daemon: None,
