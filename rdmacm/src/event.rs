@@ -5,24 +5,16 @@
 //! REJECTED moves the QP to ERR.
 
 use crate::channel::Channel;
-use crate::conn::{modify_qp_err, process_conn_resp};
 use crate::errno::err;
+use crate::evt::{ack, Evt};
 use crate::ffi::*;
 use crate::guard;
 use crate::id::{self, CmId, Handle};
+use crate::qpstate::{modify_qp_err, process_conn_resp};
 use libc::{c_char, c_int};
 use roce_emu::cm::ucma::{self, Command, EventKind};
 use roce_emu::verbs::cm::Delivered;
 use std::sync::Arc;
-
-/// The C event at the front of ours, with the private data it points into.
-#[repr(C)]
-pub struct Evt {
-    pub c: rdma_cm_event,
-    /// The id whose event count the ack completes (the listener for a request).
-    owner: *const CmId,
-    private_data: [u8; ucma::MAX_PRIVATE_DATA],
-}
 
 fn kind_raw(k: EventKind) -> u32 {
     k as u32
@@ -129,13 +121,13 @@ fn conn_req(listener: &CmId, d: &Delivered) -> Result<*mut CmId, i32> {
     }
     let sync = listener.lock().sync;
     let r = if sync {
-        crate::lifecycle::migrate(cid, std::ptr::null_mut())
+        crate::teardown::migrate(cid, std::ptr::null_mut())
     } else {
         Ok(())
     }
     .and_then(|()| id::query(cid, &h));
     if let Err(e) = r {
-        crate::lifecycle::destroy(child);
+        crate::teardown::destroy(child);
         return Err(e);
     }
     Ok(child)
@@ -265,16 +257,6 @@ pub fn complete(id: &CmId) -> c_int {
         return err(status.abs());
     }
     0
-}
-
-/// Acks an event (`rdma_ack_cm_event`): counts it on its owner and frees it.
-pub fn ack(ev: *mut rdma_cm_event) {
-    // SAFETY: every event this library hands out is the front of a Box<Evt>.
-    let e = unsafe { Box::from_raw(ev as *mut Evt) };
-    if !e.owner.is_null() {
-        // SAFETY: the owner waits in destroy for this very ack, so it is alive.
-        unsafe { &*e.owner }.complete_event();
-    }
 }
 
 /// # Safety

@@ -29,13 +29,16 @@ mod channel;
 mod conn;
 mod errno;
 mod event;
+mod evt;
 mod ffi;
 mod guard;
 mod ibv;
 mod id;
 mod lifecycle;
 mod qp;
+mod qpstate;
 mod stubs;
+mod teardown;
 
 /// Logging: `ROCE_EMU_LOG` (an `EnvFilter`), to stderr; off by default.
 fn init_logging() {

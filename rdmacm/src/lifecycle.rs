@@ -3,13 +3,13 @@
 //! readers (ports, device list): `cma.c`'s semantics over roce-emu's manager.
 
 use crate::addr;
-use crate::channel::Channel;
 use crate::errno::{cm as cm_err, err};
-use crate::event::{ack, complete};
+use crate::event::complete;
 use crate::ffi::*;
 use crate::guard;
 use crate::ibv;
 use crate::id::{self, CmId};
+use crate::teardown::{destroy, migrate};
 use libc::{c_int, c_void};
 use roce_emu::cm::ucma::{CmOption, Command};
 use std::net::SocketAddr;
@@ -77,29 +77,6 @@ pub unsafe fn create_id2(
         }
         Err(e) => err(e),
     }
-}
-
-/// `rdma_destroy_id`: the manager forgets the id (and drops its queued events), then the
-/// call waits until every event handed out for it was acked.
-pub fn destroy(p: *mut CmId) -> c_int {
-    // SAFETY: p is a live id of ours (the callers').
-    let id = unsafe { &*p };
-    let hs = std::mem::take(&mut id.lock().handles);
-    for h in &hs {
-        id::detach(h, &id.channel().ch);
-    }
-    let c = id.c();
-    // SAFETY: the id's own C struct.
-    let ev = unsafe { (*c).event };
-    if !ev.is_null() {
-        ack(ev);
-        // SAFETY: as above.
-        unsafe { (*c).event = std::ptr::null_mut() };
-    }
-    id.wait_acked();
-    // SAFETY: the id is out of the table and every event acked: nothing refers to it.
-    unsafe { id::free(p) };
-    0
 }
 
 /// # Safety
@@ -219,40 +196,6 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_i
         }
         0
     })
-}
-
-/// `rdma_migrate_id`: the id's queued and future events go to `channel` (a new private
-/// one when NULL, making the id synchronous); waits until its handed-out events are
-/// acked.
-pub fn migrate(id: &CmId, channel: *mut rdma_event_channel) -> Result<(), i32> {
-    let was_sync = id.lock().sync;
-    if was_sync && channel.is_null() {
-        return Err(libc::EINVAL);
-    }
-    let sync = channel.is_null();
-    let channel = if sync { Channel::create()? } else { channel };
-    // SAFETY: a channel of ours (made above, or the program's from this library).
-    let to = unsafe { Channel::from_c(channel) };
-    for h in id.handles() {
-        h.conn.migrate(h.num, &to.ch);
-    }
-    let c = id.c();
-    if was_sync {
-        // SAFETY: the id's own C struct.
-        let ev = unsafe { (*c).event };
-        if !ev.is_null() {
-            ack(ev);
-            // SAFETY: as above.
-            unsafe { (*c).event = std::ptr::null_mut() };
-        }
-        // SAFETY: the id's private channel, now empty of its events.
-        unsafe { Channel::destroy((*c).channel) };
-    }
-    id.lock().sync = sync;
-    // SAFETY: the id's own C struct.
-    unsafe { (*c).channel = channel };
-    id.wait_acked();
-    Ok(())
 }
 
 /// # Safety

@@ -3,14 +3,15 @@
 //! made on the id's device with the id's PD and CQs (made for it when missing), moved to
 //! INIT (UD: to RTS) with the manager's attributes.
 
-use crate::conn::init_qp_attr;
 use crate::errno::err;
-use crate::event::ack;
+use crate::evt::ack;
 use crate::ffi::*;
 use crate::guard;
 use crate::ibv;
 use crate::id::{self, CmId};
-use crate::lifecycle::{create_id2, destroy, id_or_einval, resolve_addr};
+use crate::lifecycle::{create_id2, id_or_einval, resolve_addr};
+use crate::qpstate::init_qp_attr;
+use crate::teardown::destroy;
 use libc::{c_int, c_void};
 use roce_emu::cm::ucma::QpState;
 
