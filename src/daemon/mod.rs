@@ -23,10 +23,12 @@
 //!   `server::open`: opening the port, its capture and the control socket.
 
 pub mod client;
+pub mod cm_host;
 pub mod control;
 pub mod demand;
 pub mod fault;
 pub mod lease;
 pub mod port;
+pub mod qp1;
 pub mod report;
 pub mod server;

@@ -15,9 +15,11 @@
 //! attachment, never of the daemon.
 
 mod clients;
+mod cm;
 mod open;
 mod route;
 
+use super::cm_host::CmHost;
 use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
 use super::fault::Command as FaultCommand;
 use super::lease::{self, Leases};
@@ -189,6 +191,8 @@ pub(super) struct Client {
     /// Answers not sent yet (its socket was full), oldest first, and their bytes.
     pub(super) outbox: std::collections::VecDeque<Vec<u8>>,
     pub(super) outbox_bytes: usize,
+    /// A CM client (its `CmHello` was served): its messages are `cm::ucma::Request`s.
+    pub(super) cm: bool,
 }
 
 /// What a stopped daemon reports.
@@ -239,6 +243,8 @@ pub struct Daemon {
     scratch: Vec<u8>,
     /// Since when the daemon has had nothing to keep it (`Config::idle_exit`).
     idle_since: Option<Instant>,
+    /// The port's connection manager and QP1 (`server::cm`).
+    cm: CmHost,
 }
 
 impl Daemon {
@@ -255,6 +261,7 @@ impl Daemon {
             faults,
             capture,
             leases: Leases::new(cfg.quarantine),
+            cm: CmHost::new(&cfg.port, &info),
             cfg,
             port,
             info,
@@ -322,7 +329,8 @@ impl Daemon {
             Ok(()) => "the daemon stopped".to_string(),
             Err(e) => format!("the port failed: {e}"),
         };
-        for c in &self.clients {
+        // A CM client speaks `ucma::ToLibrary` only: it sees its socket's end.
+        for c in self.clients.iter().filter(|c| !c.cm) {
             let _ = control::send(
                 c.sock.as_fd(),
                 &ToProcess::PortDown { why: why.clone() },
@@ -344,7 +352,8 @@ impl Daemon {
         let Some(limit) = self.cfg.idle_exit else {
             return false;
         };
-        if !self.clients.is_empty() || {
+        // The CM's ids too: a departed program's DREQ retries and timewait run their course.
+        if !self.clients.is_empty() || self.cm.cm.id_count() > 0 || {
             let c = self.leases.counts(self.now());
             c.leased > 0 || c.quarantined > 0
         } {
@@ -394,7 +403,8 @@ impl Daemon {
             moved += n;
         }
         moved += self.send_queued()?;
-        self.busy = moved > 0;
+        // The CM's timers, MADs and events (bounded; `server::cm`).
+        self.busy = moved > 0 || self.cm_turn()?;
         if self.busy {
             self.spin.active();
         } else {
@@ -428,7 +438,11 @@ impl Daemon {
                 }
             }
         }
-        let timeout = if work { Duration::ZERO } else { MAX_SLEEP };
+        let timeout = if work {
+            Duration::ZERO
+        } else {
+            MAX_SLEEP.min(self.cm_wait())
+        };
         {
             let mut fds = vec![
                 PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
@@ -463,6 +477,7 @@ impl Daemon {
     /// Routes what the port received; how many packets.
     fn route_received(&mut self) -> Result<usize, ServerError> {
         let mut moved = 0;
+        let now = self.cm_now();
         for _ in 0..RX_TURNS {
             let n = self.port.recv_batch(&mut self.rx_pool, &mut self.rx_meta)?;
             if n == 0 {
@@ -483,13 +498,20 @@ impl Daemon {
                         segment: None,
                         flags: 0,
                     };
-                    deliver(
-                        &mut self.clients,
-                        &self.leases,
-                        &mut self.counters,
-                        &meta,
-                        &self.rx_pool[start..start + len],
-                    );
+                    let pkt = &self.rx_pool[start..start + len];
+                    if super::qp1::is_for_qp1(pkt) {
+                        // QP1 is the daemon's own (the connection manager's).
+                        let pkt = pkt.to_vec();
+                        self.qp1_received(now, &r, &pkt);
+                    } else {
+                        deliver(
+                            &mut self.clients,
+                            &self.leases,
+                            &mut self.counters,
+                            &meta,
+                            pkt,
+                        );
+                    }
                     at += len;
                 }
             }

@@ -3,6 +3,7 @@
 
 pub mod attach;
 pub mod cm;
+pub mod cm_client;
 pub mod daemon;
 pub mod dropin;
 pub mod log;

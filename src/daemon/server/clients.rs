@@ -21,11 +21,16 @@ pub(super) enum Leave {
     Rings(crate::ring::LinkError),
     #[error("cannot send the rings: {0}")]
     SendRings(crate::ring::LinkError),
+    #[error(
+        "CM protocol version {theirs}; this daemon speaks {}",
+        crate::cm::ucma::VERSION
+    )]
+    CmVersion { theirs: u32 },
 }
 
 impl Client {
     /// Queues an answer; `Err` when the process has left too many unread.
-    pub(super) fn queue(&mut self, msg: &ToProcess) -> Result<(), Leave> {
+    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), Leave> {
         let bytes = control::encode(msg)?;
         self.outbox_bytes += bytes.len();
         self.outbox.push_back(bytes);
@@ -58,6 +63,17 @@ impl Daemon {
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
             for _ in 0..CONTROL_MSGS {
+                if self.clients[k].cm {
+                    // A CM client's messages are `ucma::Request`s (`server::cm`).
+                    match self.serve_cm(k) {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(why) => {
+                            gone = Some(why);
+                            break;
+                        }
+                    }
+                }
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
@@ -94,6 +110,7 @@ impl Daemon {
             }
             if gone.is_none()
                 && self.clients[k].link.is_none()
+                && !self.clients[k].cm
                 && self.clients[k].since.elapsed() > UNATTACHED_TTL
             {
                 gone = Some(format!(
@@ -140,6 +157,9 @@ impl Daemon {
                     "leases": self.leases.counts(self.now()),
                     "port_stats": self.port.stats(),
                     "l2": self.port.l2_stats(),
+                    "qp1": self.cm.qp1,
+                    "cm": self.cm.cm.stats(),
+                    "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -174,6 +194,7 @@ impl Daemon {
                 let m = ToProcess::FaultSet { error };
                 self.clients[k].queue(&m)
             }
+            ToDaemon::CmHello { version, pid: _ } => self.cm_hello(k, version),
             ToDaemon::Hello {
                 version,
                 pid: claimed,
@@ -186,7 +207,7 @@ impl Daemon {
                     let _ = control::send(sock, &m, &[]);
                     Err(why)
                 };
-                if self.clients[k].link.is_some() {
+                if self.clients[k].link.is_some() || self.clients[k].cm {
                     return refuse(Leave::AlreadyAttached);
                 }
                 if version != control::VERSION {
@@ -251,6 +272,9 @@ impl Daemon {
             }
             self.departed.push(c.counters.clone());
         }
+        if c.cm {
+            self.cm_gone(c.id);
+        }
         // Dropping `c` unmaps its rings and closes its socket.
     }
 
@@ -309,6 +333,7 @@ impl Daemon {
                 dirty: false,
                 outbox: Default::default(),
                 outbox_bytes: 0,
+                cm: false,
             });
         }
     }
