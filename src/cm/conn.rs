@@ -15,7 +15,7 @@ use crate::wire::mad::{self, attr};
 use std::net::{IpAddr, SocketAddr};
 
 /// -ETIMEDOUT, the status of UNREACHABLE and of a DREQ that got no answer.
-pub const ETIMEDOUT: i32 = 110;
+pub use super::errno::ETIMEDOUT;
 
 /// The IB CM events rdma_cm acts on (`enum ib_cm_event_type`).
 pub(super) enum IbEv {
