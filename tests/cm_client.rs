@@ -100,6 +100,7 @@ impl Drop for Fake {
 
 fn port() -> PortInfo {
     PortInfo {
+        prefixes: Vec::new(),
         kind: "udp".into(),
         name: "127.0.0.1".into(),
         addrs: vec!["127.0.0.1".parse().unwrap()],

@@ -32,6 +32,7 @@ const SRC_PORT: u16 = 50_123;
 
 fn port_info() -> PortInfo {
     PortInfo {
+        prefixes: Vec::new(),
         kind: "udp".into(),
         name: PORT_IP.into(),
         addrs: vec![PORT_IP.parse().unwrap()],

@@ -104,6 +104,11 @@ pub struct PortInfo {
     pub name: String,
     /// The addresses the port serves (its GIDs).
     pub addrs: Vec<IpAddr>,
+    /// A frame port's prefix length of each of `addrs` (its subnets: where its own L2
+    /// reaches, which the machine's routes know nothing of); empty on a UDP port, whose
+    /// reach the kernel's routes decide.
+    #[serde(default)]
+    pub prefixes: Vec<u8>,
     pub mac: [u8; 6],
     /// The IP MTU of the link.
     pub mtu: u32,

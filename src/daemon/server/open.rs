@@ -80,6 +80,7 @@ pub(super) fn open_port(
                 kind: "udp".into(),
                 name: ip.to_string(),
                 addrs: vec![*ip],
+                prefixes: Vec::new(),
                 mac: [0; 6],
                 mtu,
             };
@@ -180,6 +181,11 @@ fn frame_port_info(
             .map(|(a, _)| IpAddr::V4(a))
             .into_iter()
             .chain(v6.map(|(a, _)| IpAddr::V6(a)))
+            .collect(),
+        prefixes: v4
+            .map(|(_, p)| p)
+            .into_iter()
+            .chain(v6.map(|(_, p)| p))
             .collect(),
         mac: link.mac(),
         mtu: link.mtu() as u32,

@@ -104,11 +104,16 @@ pub fn by_src(devs: &[CmDevice], ip: IpAddr) -> Result<usize, CmError> {
         .ok_or(CmError::NoDevice { what: "holds", ip })
 }
 
-/// The device the destination is reached through: the one holding it (loopback), else
-/// the one holding the source address the kernel's route to it gives (a UDP socket
-/// `connect`ed to it: no packet leaves).
+/// The device the destination is reached through: the one holding it (loopback), else a
+/// daemon's frame port (TAP, AF_PACKET) whose subnet holds it (its own L2 reaches it, and
+/// the machine's routes know nothing of that port), else the one holding the source
+/// address the kernel's route to it gives (a UDP socket `connect`ed to it: no packet
+/// leaves).
 pub fn by_dst(devs: &[CmDevice], dst: IpAddr) -> Result<usize, CmError> {
     if let Ok(i) = by_src(devs, dst) {
+        return Ok(i);
+    }
+    if let Some(i) = devs.iter().position(|d| frame_port_reaches(d, dst)) {
         return Ok(i);
     }
     let unreachable = CmError::NoDevice {
@@ -129,6 +134,36 @@ pub fn by_dst(devs: &[CmDevice], dst: IpAddr) -> Result<usize, CmError> {
     match s.local_addr() {
         Ok(a) => by_src(devs, a.ip()).map_err(|_| unreachable),
         Err(_) => Err(unreachable),
+    }
+}
+
+/// Whether `dev` is a daemon's frame port with `dst` in one of its subnets (asked of the
+/// daemon: `Info` carries the prefixes; a UDP port has none).
+fn frame_port_reaches(dev: &CmDevice, dst: IpAddr) -> bool {
+    let Some(path) = &dev.daemon else {
+        return false;
+    };
+    let Ok(port) = crate::daemon::client::info(path) else {
+        return false;
+    };
+    port.addrs
+        .iter()
+        .zip(&port.prefixes)
+        .any(|(a, &p)| in_subnet(*a, p, dst))
+}
+
+/// `dst` is in `addr`/`prefix`.
+fn in_subnet(addr: IpAddr, prefix: u8, dst: IpAddr) -> bool {
+    match (addr, dst) {
+        (IpAddr::V4(a), IpAddr::V4(d)) if prefix <= 32 => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            u32::from(a) & mask == u32::from(d) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(d)) if prefix <= 128 => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            u128::from(a) & mask == u128::from(d) & mask
+        }
+        _ => false,
     }
 }
 
@@ -171,6 +206,20 @@ pub fn connect(path: &Path) -> Result<Arc<Conn>, CmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subnets() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert!(in_subnet(ip("10.97.0.2"), 24, ip("10.97.0.3")));
+        assert!(!in_subnet(ip("10.97.0.2"), 24, ip("10.97.1.3")));
+        assert!(in_subnet(ip("10.97.0.2"), 0, ip("192.0.2.1")));
+        assert!(in_subnet(ip("10.97.0.2"), 32, ip("10.97.0.2")));
+        assert!(!in_subnet(ip("10.97.0.2"), 32, ip("10.97.0.3")));
+        assert!(in_subnet(ip("fd00:97::2"), 64, ip("fd00:97::3")));
+        assert!(!in_subnet(ip("fd00:97::2"), 64, ip("fd00:98::3")));
+        assert!(!in_subnet(ip("10.97.0.2"), 24, ip("fd00:97::3")));
+        assert!(!in_subnet(ip("10.97.0.2"), 33, ip("10.97.0.2")));
+    }
 
     fn dev(name: &str, ip: &str) -> CmDevice {
         CmDevice {
