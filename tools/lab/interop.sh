@@ -217,6 +217,41 @@ cm_rej_rxe_rxe() {
   [ $rc2 != 0 ] && grep -qi "reject\|error" "$T/guest2.txt"
 }
 
+# The drop-in librdmacm on the host side against the kernel's rdma_cm in guest 1: Debian's
+# unmodified rdmacm-utils through ROCE_EMU_DEVICES=rxe0=HOST4 (no daemon named: the first
+# rdma_cm call starts the on-demand daemon of udp:HOST4, whose connection manager owns QP1).
+cm_dropin() { # PROGRAM host-server|host-client
+  local prog=$1 role=$2 k rc grc w=0 flag=$LAB_RUN/g1/listening hp
+  POST=icrc_ok
+  if [ "$role" = host-server ]; then
+    local args
+    args=$(cm_cmd "$prog" server); args=${args#"$prog"}
+    [ "$prog" = rping ] && args="-s -a $LAB_HOST4 -C 10 -V"
+    dropin_cmd "$prog" $args &
+    hp=$!
+    # Listening once the on-demand daemon holds UDP 4791 (the listen follows the bind).
+    until h ss -Hlun 'sport = :4791' 2>/dev/null | grep -q .; do
+      sleep 0.1; w=$((w + 1)); [ $w -lt 200 ] && kill -0 $hp 2>/dev/null || break
+    done
+    sleep 1
+    k=$(g_start 1 "$(cm_cmd "$prog" client) $LAB_HOST4" 110)
+    g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
+    wait $hp; rc=$?
+  else
+    rm -f "$flag"
+    # The guest's listener is up once the kernel lists a LISTEN cm_id (iproute2's rdma).
+    k=$(g_start 1 "$(cm_cmd "$prog" server) & p=\$!; i=0; while [ \$i -lt 300 ] && ! rdma res show cm_id 2>/dev/null | grep -q LISTEN; do sleep 0.1; i=\$((i + 1)); done; : > /lab/g1/listening; wait \$p" 110)
+    until [ -f "$flag" ]; do sleep 0.1; w=$((w + 1)); [ $w -lt 400 ] || break; done
+    local args
+    args=$(cm_cmd "$prog" client); args=${args#"$prog"}
+    dropin_cmd "$prog" $args "$S1"; rc=$?
+    g_wait 1 "$k" 120; grc=$?; g_out 1 "$k" > "$T/guest.txt"
+  fi
+  HOST_RC=$rc
+  cm_seen; FIG="$CM_MADS CM MADs"
+  [ $rc = 0 ] && [ $grc = 0 ] && cm_done "$prog" "$T/host.txt" && cm_done "$prog" "$T/guest.txt"
+}
+
 # ---- pingpong -----------------------------------------------------------------------------
 rcpp() { echo "ibv_rc_pingpong -d rxe0 -g $1 -s $2 -m $3 -n $4 ${5:-}"; }
 pp_emu_client() { # SIZE MTU ITERS [-c]
@@ -716,6 +751,9 @@ run_test "dropin-gid-table" dropin_gids
 # rdma_cm: Debian's rdmacm-utils rxe against rxe (the baseline of the drop-in librdmacm).
 for p in rping ucmatose udaddy; do run_test "$p-rxe-rxe" cm_rxe_rxe "$p"; done
 run_test "rping-rej-rxe-rxe" cm_rej_rxe_rxe
+for p in rping ucmatose udaddy; do
+  for r in host-server host-client; do run_test "dropin-$p-$r" cm_dropin "$p" "$r"; done
+done
 
 # The same programs through a roce-emu daemon on its own L2 port on the bridge.
 run_test "daemon-tap-rc_pingpong-host-server" daemon_test tap pp host-server 4096 1024 300
