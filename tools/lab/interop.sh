@@ -55,6 +55,7 @@ for t in ud uc srq; do DROPIN_TESTS="$DROPIN_TESTS dropin-${t}_pingpong-host-ser
 for k in tap afpacket; do
   for t in rc_pingpong write_bw; do DROPIN_TESTS="$DROPIN_TESTS daemon-$k-$t-host-server daemon-$k-$t-host-client"; done
 done
+for p in rping ucmatose udaddy; do DROPIN_TESTS="$DROPIN_TESTS dropin-$p-host-server dropin-$p-host-client"; done
 want_any() { local n; for n in "$@"; do [ -z "$FILTER" ] || [[ "$n" =~ $FILTER ]] && return 0; done; return 1; }
 if want_any $DROPIN_TESTS; then
   DROPIN=${ROCE_EMU_DROPIN_DIR:-$(dirname "$BIN")/dropin}
