@@ -101,6 +101,14 @@ pub fn env(args: &EnvArgs) -> i32 {
         return 2;
     }
     println!("export LD_LIBRARY_PATH={}", quoted(&library_path(&dir)));
+    if let Ok(me) = std::env::current_exe() {
+        // The daemon a program starts on demand is this roce-emu (`daemon::demand`).
+        println!(
+            "export {}={}",
+            crate::daemon::demand::BIN_VAR,
+            quoted(&me.display().to_string())
+        );
+    }
     if let Some(d) = &args.devices {
         println!("export ROCE_EMU_DEVICES={}", quoted(d));
     }
@@ -123,6 +131,10 @@ pub fn run(args: &RunArgs) -> i32 {
     let (prog, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let mut cmd = std::process::Command::new(prog);
     cmd.args(rest).env("LD_LIBRARY_PATH", library_path(&dir));
+    if let Ok(me) = std::env::current_exe() {
+        // The daemon the program starts on demand is this roce-emu (`daemon::demand`).
+        cmd.env(crate::daemon::demand::BIN_VAR, me);
+    }
     if let Some(d) = &args.env.devices {
         cmd.env("ROCE_EMU_DEVICES", d);
     }
