@@ -558,3 +558,129 @@ fn address_resolution_errors() {
     );
     assert_eq!(cm.stats().timeouts, 1);
 }
+
+#[test]
+fn stale_connection_is_rejected_and_dropped() {
+    // The client loses its connection without the server hearing of it (the DREQ of its
+    // death is lost); its next REQ from the same QP number finds the old connection:
+    // REJ(STALE_CONN = 10) to the REQ and a DREQ for the old one (cm_match_req).
+    let mut net = Net::new(2, 22);
+    let (_c, s) = establish(&mut net);
+    net.fault = Some(Box::new(|w| {
+        if w.mad.header.attr_id == attr::DREQ {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    net.hosts[CLIENT].owner_gone(net.now, CO);
+    net.pump();
+    net.fault = None;
+    assert!(
+        net.event(SERVER, s, EventKind::Disconnected).is_none(),
+        "half-open"
+    );
+    let c2 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert_eq!(
+        net.event(CLIENT, c2, EventKind::Rejected).unwrap().status,
+        10
+    );
+    assert_eq!(
+        net.event(SERVER, s, EventKind::Disconnected)
+            .unwrap()
+            .status,
+        0
+    );
+    // The server's program disconnects the old one; the next connect works.
+    net.cmd(SERVER, SO, Command::DestroyId { id: s });
+    net.settle(Duration::from_secs(60));
+    let c3 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert!(net.event(CLIENT, c3, EventKind::ConnectResponse).is_none());
+    let l = net
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.2.kind == EventKind::ConnectRequest)
+        .unwrap()
+        .2
+        .clone();
+    assert_ne!(l.id, s, "a new request");
+}
+
+#[test]
+fn ipv6_and_dual_stack_listeners() {
+    use roce_emu::wire::cm::{cma, Message};
+    let a6: IpAddr = "2001:db8:4791::11".parse().unwrap();
+    let b6: IpAddr = "2001:db8:4791::12".parse().unwrap();
+    let any6: IpAddr = "::".parse().unwrap();
+    let mut net = Net::new(2, 23);
+    net.add_addr(SERVER, a6);
+    net.add_addr(CLIENT, b6);
+    let l = net.listen(SERVER, SO, PortSpace::Tcp, Some(any6), PORT);
+    let c = net.connect(
+        CLIENT,
+        CO,
+        PortSpace::Tcp,
+        SocketAddr::new(a6, PORT),
+        rping_param(7, b"six"),
+    );
+    net.advance(Duration::from_millis(5));
+    let r = net.request(SERVER, l).expect("an IPv6 request").clone();
+    let Reply::Info(i) = net.cmd(SERVER, SO, Command::Query { id: r.id }) else {
+        panic!()
+    };
+    assert_eq!(i.src, Some(SocketAddr::new(a6, PORT)));
+    assert_eq!(i.dst.unwrap().ip(), b6);
+    let req = net.sent(CLIENT, attr::REQ)[0].mad;
+    let Message::Req(q) = req.msg else { panic!() };
+    let h = cma::Repr::parse(&cma::Packet::new_checked(&q.private_data[..]).unwrap()).unwrap();
+    assert!(matches!(h.addrs, cma::Addrs::V6 { .. }));
+    assert_eq!(q.primary_path.local_gid, roce_emu::cm::ucma::ip_gid(b6));
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Accept {
+            id: r.id,
+            param: rping_param(8, b""),
+        },
+    );
+    net.advance(Duration::from_millis(5));
+    assert!(net.event(CLIENT, c, EventKind::ConnectResponse).is_some());
+    // An IPv4 request reaches the "::" listener too, unless it is AF_ONLY.
+    let c4 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(9, b""));
+    net.advance(Duration::from_millis(5));
+    assert!(net.event(CLIENT, c4, EventKind::Rejected).is_none());
+    assert_eq!(net.request(SERVER, l).unwrap().listen_id, Some(l));
+    let id = net.create(SERVER, SO, PortSpace::Tcp);
+    net.cmd(
+        SERVER,
+        SO,
+        Command::SetOption {
+            id,
+            option: CmOption::AfOnly(true),
+        },
+    );
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Bind {
+            id,
+            addr: SocketAddr::new(any6, PORT + 2),
+        },
+    );
+    net.cmd(SERVER, SO, Command::Listen { id, backlog: 1 });
+    let c5 = net.connect(
+        CLIENT,
+        CO,
+        PortSpace::Tcp,
+        SocketAddr::new(v4(11), PORT + 2),
+        rping_param(10, b""),
+    );
+    net.advance(Duration::from_millis(5));
+    assert_eq!(
+        net.event(CLIENT, c5, EventKind::Rejected).unwrap().status,
+        28
+    );
+}

@@ -111,8 +111,10 @@ impl Cm {
             self.stats.drop(DropReason::StaleResolve);
             return;
         }
+        let dst_v4 = self.ids[&id].dst.is_some_and(|d| d.is_ipv4());
         let r = r.and_then(|r| {
-            if self.is_local(r.src) {
+            // The route's source: one of the port's addresses, of the destination's family.
+            if self.is_local(r.src) && r.src.is_ipv4() == dst_v4 {
                 Ok(r)
             } else {
                 Err(EADDRNOTAVAIL)

@@ -81,6 +81,9 @@ pub struct Cm {
     /// (remote communication ID, remote CA GUID) -> id: duplicate REQ and REP detection
     /// (`cm.remote_id_table`).
     remote_ids: HashMap<(u32, u64), IdNum>,
+    /// (remote QPN, remote CA GUID) -> id: stale connection detection
+    /// (`cm.remote_qp_table`).
+    remote_qps: HashMap<(u32, u64), IdNum>,
     /// (request ID, peer address) -> id of a SIDR_REQ being answered (`remote_sidr_table`).
     sidr_remote: HashMap<(u32, IpAddr), IdNum>,
     ports: ports::Ports,
@@ -104,6 +107,7 @@ impl Cm {
             next_id: 1,
             by_comm: HashMap::new(),
             remote_ids: HashMap::new(),
+            remote_qps: HashMap::new(),
             sidr_remote: HashMap::new(),
             ports: ports::Ports::default(),
             next_comm,
@@ -329,6 +333,10 @@ impl Cm {
                 let key = (c.remote_id, c.remote_guid);
                 if self.remote_ids.get(&key) == Some(&id) {
                     self.remote_ids.remove(&key);
+                }
+                let qkey = (c.remote_qpn, c.remote_guid);
+                if self.remote_qps.get(&qkey) == Some(&id) {
+                    self.remote_qps.remove(&qkey);
                 }
             }
         }
