@@ -557,3 +557,67 @@ fn a_client_gone_mid_connect_is_rejected_at_the_server() {
     });
     cli2.expect(EventKind::ConnectResponse);
 }
+
+/// The UDP port space (udaddy's): SIDR_REQ and SIDR_REP between two daemons; the client's
+/// ESTABLISHED carries the server's QPN, the port space's Q_Key and the address vector
+/// of the server's address; the server's CONNECT_REQUEST the client's address vector.
+#[test]
+fn ud_ids_resolve_the_peers_qp_by_sidr_between_two_daemons() {
+    use roce_emu::cm::ucma::{ip_gid, PortSpace, QpType};
+    let (sip, cip) = (addr(11, 1), addr(11, 2));
+    let ds = udp_daemon(sip, "cm-sidr-s");
+    let dc = udp_daemon(cip, "cm-sidr-c");
+    let at = SocketAddr::new(sip, 7480);
+    let (mut srv, _) = CmClient::connect(&ds.socket, "server");
+    let (mut cli, _) = CmClient::connect(&dc.socket, "client");
+    let ud_id = |c: &mut CmClient| match c.ok(Command::CreateId {
+        ps: PortSpace::Udp,
+        qp_type: QpType::Ud,
+    }) {
+        Reply::Id { id } => id,
+        r => panic!("{r:?}"),
+    };
+    let lid = ud_id(&mut srv);
+    srv.ok(Command::Bind { id: lid, addr: at });
+    srv.ok(Command::Listen {
+        id: lid,
+        backlog: 4,
+    });
+    let cid = ud_id(&mut cli);
+    cli.ok(Command::ResolveAddr {
+        id: cid,
+        src: None,
+        dst: at,
+        timeout_ms: 2000,
+    });
+    cli.expect(EventKind::AddrResolved);
+    cli.ok(Command::ResolveRoute {
+        id: cid,
+        timeout_ms: 2000,
+    });
+    cli.expect(EventKind::RouteResolved);
+    cli.ok(Command::Connect {
+        id: cid,
+        param: param(0x99_0001, b"udp hello"),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    assert_eq!(req.listen_id, Some(lid));
+    assert_eq!(
+        req.ah.expect("the client's address vector").dgid,
+        ip_gid(cip)
+    );
+    let p = req.param.unwrap();
+    assert!(p.private_data.starts_with(b"udp hello"), "{p:?}");
+    srv.ok(Command::Accept {
+        id: req.id,
+        param: param(0xaa_0001, b"udp reply"),
+    });
+    let e = cli.expect(EventKind::Established);
+    let p = e.param.unwrap();
+    assert_eq!((e.id, p.qp_num, p.qkey), (cid, 0xaa_0001, 0x0123_4567));
+    assert!(p.private_data.starts_with(b"udp reply"), "{p:?}");
+    assert_eq!(e.ah.expect("the server's address vector").dgid, ip_gid(sip));
+    let (ks, kc) = (ds.counters(), dc.counters());
+    assert_eq!(kc["cm"]["mads_out"]["sidr_req"], 1, "{kc:#}");
+    assert_eq!(ks["cm"]["mads_out"]["sidr_rep"], 1, "{ks:#}");
+}
