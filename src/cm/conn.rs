@@ -88,6 +88,10 @@ impl Cm {
             Message::Drep(r) => self.drep_handler(now, &r),
             Message::SidrReq(r) => self.sidr_req_handler(peer, tid, &r),
             Message::SidrRep(r) => self.sidr_rep_handler(&r),
+            // Outside the range checked above (merge of wire::cm's LAP/APR/ClassPortInfo).
+            Message::Lap(_) | Message::Apr(_) | Message::ClassPortInfo(_) => {
+                self.stats.drop(DropReason::Unsupported)
+            }
         }
     }
 
