@@ -61,6 +61,8 @@ impl Shared {
 pub struct CmHost {
     pub shared: Arc<Mutex<Shared>>,
     pub stop: Arc<AtomicBool>,
+    /// The NIC is attached to a daemon, whose QP1 it is: no CM here.
+    pub via_daemon: bool,
 }
 
 impl CmHost {
@@ -82,11 +84,15 @@ impl CmHost {
                 start: std::time::Instant::now(),
             })),
             stop: Arc::new(AtomicBool::new(false)),
+            via_daemon: false,
         }
     }
 
     /// Runs QP1 for the CM until `stop` (the agent's thread body).
     pub fn run(&self, ctx: &Context) -> Result<(), String> {
+        if self.via_daemon {
+            return Ok(());
+        }
         let pd = ctx.alloc_pd();
         let cq = ctx
             .create_cq(SLOTS * 2 + 64, None)
