@@ -47,8 +47,12 @@ int cmd_cm_listen(void)
 	if (roce_v2_ipv4(ip, sizeof(ip)) < 0 || inet_pton(AF_INET, ip, &sin.sin_addr) != 1)
 		return err("no IPv4 RoCE v2 address");
 	sin.sin_port = htons((uint16_t)port);
+	/* No rdma_cm here (no /dev/infiniband/rdma_cm: the drop-in libibverbs without a
+	 * librdmacm of its own): the CM scripts are not applicable. */
 	if (!ch && !(ch = rdma_create_event_channel()))
-		return cm_err("rdma_create_event_channel");
+		return errno == ENOENT || errno == ENODEV
+			       ? unsupported("rdma_cm (rdma_create_event_channel: %s)", strerror(errno))
+			       : cm_err("rdma_create_event_channel");
 	if (rdma_create_id(ch, &id, NULL, space))
 		return cm_err("rdma_create_id");
 	listeners[nlisteners++] = id;
