@@ -85,6 +85,22 @@ fn every_spec_script_passes_through_a_daemon() {
         n("rcvd_pkts")
     );
     assert!(n("sent_pkts") > 0, "{c}");
+    // The CM scripts' MADs crossed the daemon's QP1 (the agent is a CM client of its CM).
+    let mads: usize = conform::load(&[spec_dir()])
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s.steps
+                .iter()
+                .filter(|st| matches!(st.action, conform::script::Action::SendMad(_)))
+                .count()
+        })
+        .sum();
+    let qp1 = |k: &str| c["qp1"][k].as_u64().unwrap_or(0);
+    assert!(
+        mads > 0 && qp1("rcvd_pkts") >= mads as u64 && qp1("sent_pkts") > 0,
+        "{mads} MADs sent, the daemon's QP1: {c}"
+    );
 }
 
 const HEAD: &str = "title \"t\"\ncite C9-104 \"9.7.5.1.1\"\nrole responder\n";

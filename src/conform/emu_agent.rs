@@ -40,10 +40,12 @@ pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Resu
     })?;
     // The connection manager on the NIC's QP1, for `role cm_passive` scripts
     // (`super::emu_cm`); its thread lives as long as the agent.
-    let mut host = super::emu_cm::CmHost::new(&ctx);
-    // Attached to a daemon, QP1 is the daemon's (its own CM answers the peer's MADs): the
-    // CM scripts are not applicable there (its CM is tested by tests/daemon_cm.rs).
-    host.via_daemon = dev.daemon.is_some();
+    // Attached to a daemon, QP1 is the daemon's: the agent is a CM client of its CM, as a
+    // program's librdmacm is.
+    let host = match &dev.daemon {
+        Some(d) => super::emu_cm::CmHost::via_daemon(&ctx, d)?,
+        None => super::emu_cm::CmHost::new(&ctx),
+    };
     std::thread::scope(|scope| {
         let h = &host;
         let c = &ctx;
@@ -189,9 +191,6 @@ impl<'a> State<'a> {
             "modify_srq" => self.modify_srq(&a),
             "post_srq_recv" => self.post_srq_recv(&a),
             "port" => self.port(),
-            c if c.starts_with("cm_") && self.host.via_daemon => Ok(Reply::Unsupported(
-                "the CM scripts on roce-emu attached to a daemon (its QP1 is the daemon's)".into(),
-            )),
             "cm_listen" => (|| {
                 let port = u16::try_from(a.n("port")?).map_err(|_| "port: 16 bits")?;
                 let ip = self.ctx.local_ip();

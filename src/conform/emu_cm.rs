@@ -4,11 +4,12 @@
 //! MADs in, its MADs out as UD sends from QP1 to QP1, its timers, its events queued for
 //! the agent's `cm_event` request.
 //!
-//! Why not the daemon: the agent's NIC is a private port in the runner's process (no
-//! daemon runs unless `--daemon` is given), and a second port cannot share its address;
-//! the CM core is the same code either way, and its QP1 here is the engine's UD path with
-//! the GSI Q_Key check (`Qp::expected_qkey`). The daemon's own QP1 framing is tested by
-//! tests/daemon_cm.rs.
+//! Attached to a daemon (`--daemon`), the agent is instead a CM client of the daemon's CM
+//! (`CmHost::via_daemon`), as a program's librdmacm is: the same scripts then check the
+//! daemon's QP1 and its CM protocol too. Why not always the daemon: the agent's NIC is
+//! by default a private port in the runner's process, and a second port cannot share its
+//! address; the CM core is the same code either way, and its QP1 here is the engine's UD
+//! path with the GSI Q_Key check (`Qp::expected_qkey`).
 
 use crate::cm::ucma::{self, Command, Event, Reply};
 use crate::cm::{Cm, CmConfig, MadPeer, Resolved};
@@ -35,6 +36,54 @@ pub struct Shared {
     cm: Cm,
     events: VecDeque<Event>,
     start: std::time::Instant,
+    /// Attached to a daemon: its CM, as a program's librdmacm reaches it (a CM client
+    /// connection: `CmHello`, then JSON requests, replies and events), instead of `cm`.
+    daemon: Option<DaemonCm>,
+}
+
+/// A CM client connection to a daemon.
+struct DaemonCm {
+    sock: socket2::Socket,
+    seq: u64,
+}
+
+/// How long a daemon's reply is waited for.
+const DAEMON_WAIT: Duration = Duration::from_secs(10);
+
+impl DaemonCm {
+    fn connect(path: &std::path::Path) -> Result<DaemonCm, String> {
+        use crate::daemon::control::{self, ToDaemon, ToProcess};
+        use socket2::{Domain, SockAddr, Socket, Type};
+        use std::os::fd::AsFd;
+        let err = |e: std::io::Error| format!("the daemon's CM at {}: {e}", path.display());
+        let sock = Socket::new(Domain::UNIX, Type::SEQPACKET.cloexec(), None).map_err(err)?;
+        sock.connect(&SockAddr::unix(path).map_err(err)?)
+            .map_err(err)?;
+        sock.set_read_timeout(Some(Duration::from_millis(100)))
+            .map_err(err)?;
+        let hello = ToDaemon::CmHello {
+            version: ucma::VERSION,
+            pid: std::process::id(),
+        };
+        control::send(sock.as_fd(), &hello, &[]).map_err(|e| e.to_string())?;
+        let until = std::time::Instant::now() + DAEMON_WAIT;
+        loop {
+            match control::recv::<ToProcess>(sock.as_fd()) {
+                Ok((ToProcess::CmWelcome { .. }, _)) => return Ok(DaemonCm { sock, seq: 0 }),
+                Ok((m, _)) => return Err(format!("the daemon answered CmHello with {m:?}")),
+                Err(_) if std::time::Instant::now() < until => {}
+                Err(e) => return Err(format!("no CmWelcome: {e}")),
+            }
+        }
+    }
+
+    /// One message if one comes within the socket's timeout.
+    fn recv(&self) -> Option<ucma::ToLibrary> {
+        use std::os::fd::AsFd;
+        crate::daemon::control::recv::<ucma::ToLibrary>(self.sock.as_fd())
+            .ok()
+            .map(|(m, _)| m)
+    }
 }
 
 impl Shared {
@@ -45,10 +94,41 @@ impl Shared {
     /// One command of the agent's: the CM's reply.
     pub fn command(&mut self, cmd: Command) -> Reply {
         let now = self.now();
-        self.cm.command(now, OWNER, cmd)
+        let Some(d) = self.daemon.as_mut() else {
+            return self.cm.command(now, OWNER, cmd);
+        };
+        use std::os::fd::AsFd;
+        d.seq += 1;
+        let seq = d.seq;
+        let req = ucma::Request { seq, command: cmd };
+        if let Err(e) = crate::daemon::control::send(d.sock.as_fd(), &req, &[]) {
+            return Reply::Errno {
+                errno: 5,
+                what: format!("the daemon's CM: {e}"),
+            };
+        }
+        let until = std::time::Instant::now() + DAEMON_WAIT;
+        while std::time::Instant::now() < until {
+            match d.recv() {
+                Some(ucma::ToLibrary::Reply { seq: s, reply }) if s == seq => return reply,
+                Some(ucma::ToLibrary::Event(ev)) if self.events.len() < MAX_EVENTS => {
+                    self.events.push_back(ev)
+                }
+                _ => {}
+            }
+        }
+        Reply::Errno {
+            errno: 110,
+            what: "no reply from the daemon's CM".into(),
+        }
     }
 
     pub fn pop_event(&mut self) -> Option<Event> {
+        if self.events.is_empty() {
+            if let Some(ucma::ToLibrary::Event(ev)) = self.daemon.as_ref().and_then(|d| d.recv()) {
+                self.events.push_back(ev);
+            }
+        }
         self.events.pop_front()
     }
 
@@ -61,11 +141,22 @@ impl Shared {
 pub struct CmHost {
     pub shared: Arc<Mutex<Shared>>,
     pub stop: Arc<AtomicBool>,
-    /// The NIC is attached to a daemon, whose QP1 it is: no CM here.
+    /// The NIC is attached to a daemon, whose QP1 and CM it is: commands go to the
+    /// daemon's CM, no QP1 here.
     pub via_daemon: bool,
 }
 
 impl CmHost {
+    /// The CM of the daemon at `path` (the agent's NIC is attached to it).
+    pub fn via_daemon(ctx: &Context, path: &std::path::Path) -> Result<CmHost, String> {
+        let h = CmHost::new(ctx);
+        h.shared.lock().map_err(|_| "poisoned")?.daemon = Some(DaemonCm::connect(path)?);
+        Ok(CmHost {
+            via_daemon: true,
+            ..h
+        })
+    }
+
     pub fn new(ctx: &Context) -> CmHost {
         let ip = ctx.local_ip();
         let seed = std::time::SystemTime::now()
@@ -82,6 +173,7 @@ impl CmHost {
                 cm,
                 events: VecDeque::new(),
                 start: std::time::Instant::now(),
+                daemon: None,
             })),
             stop: Arc::new(AtomicBool::new(false)),
             via_daemon: false,
