@@ -621,3 +621,51 @@ fn ud_ids_resolve_the_peers_qp_by_sidr_between_two_daemons() {
     assert_eq!(kc["cm"]["mads_out"]["sidr_req"], 1, "{kc:#}");
     assert_eq!(ks["cm"]["mads_out"]["sidr_rep"], 1, "{ks:#}");
 }
+
+/// A CM client that sends requests and never reads its answers cannot hold the daemon:
+/// its answers wait in its outbox until it holds more than 8 MiB, then it is detached
+/// (its ids go, as at its exit); another client is answered at once all along.
+#[test]
+fn a_cm_client_that_never_reads_is_detached_and_blocks_nobody() {
+    use std::os::fd::AsFd;
+    let ip = addr(12, 1);
+    let d = udp_daemon(ip, "cm-flood");
+    let (mut good, _) = CmClient::connect(&d.socket, "good");
+    let (mut bad, _) = CmClient::connect(&d.socket, "flooder");
+    bad.create_id();
+    bad.sock.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut cut = false;
+    let mut good_ids = 0u64;
+    while start.elapsed() < Duration::from_secs(30) && sent < 400_000 {
+        match roce_emu::daemon::control::try_send_bytes(bad.sock.as_fd(), b"x") {
+            Ok(()) => sent += 1,
+            Err(roce_emu::daemon::control::ControlError::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                // The daemon is busy or its buffer is full: meanwhile another client is
+                // served without delay.
+                let t = Instant::now();
+                good.create_id();
+                good_ids += 1;
+                assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    let k = wait_counters(&d, "the flooder is detached", |k| {
+        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["connected"] == 1
+    });
+    eprintln!(
+        "flooder cut after {sent} requests in {:?} (its send failed: {cut}); bad_requests {}",
+        start.elapsed(),
+        k["cm_clients"]["bad_requests"]
+    );
+    // Only the good client's ids are left: the flooder's went with it.
+    assert_eq!(k["cm_clients"]["ids"].as_u64().unwrap(), good_ids, "{k:#}");
+}

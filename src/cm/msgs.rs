@@ -140,6 +140,11 @@ impl Cm {
         if self.conn_state(id) != CmState::DreqRcvd {
             return false;
         }
+        // The DREP's private data (none from rdma_disconnect) replaces the RTU's, for its
+        // repetition in timewait (cm_set_private_data).
+        if let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) {
+            c.private_data.clear();
+        }
         self.enter_timewait(now, id);
         if let Some(m) = self.fmt_drep(id) {
             self.send_conn(id, &m);
