@@ -1,7 +1,8 @@
 //! `roce-emu env`, `roce-emu run` and `roce-emu devinfo`: using the drop-in
-//! `libibverbs.so.1` (abi/, built by tools/dropin/build.sh) with unmodified programs.
+//! `libibverbs.so.1` (abi/) and `librdmacm.so.1` (rdmacm/), built side by side by
+//! tools/dropin/build.sh, with unmodified programs.
 //!
-//! The library is found next to this binary (`target/<profile>/dropin/`, where the build
+//! The libraries are found next to this binary (`target/<profile>/dropin/`, where the build
 //! script puts it), in `../lib/roce-emu/` beside it (`PREFIX/bin/roce-emu` and
 //! `PREFIX/lib/roce-emu/`, where tools/install.sh puts them) or in `ROCE_EMU_DROPIN_DIR`. `run` puts that folder first on the
 //! program's `LD_LIBRARY_PATH` and replaces itself with the program, so the program's exit
@@ -112,7 +113,14 @@ pub fn env(args: &EnvArgs) -> i32 {
     if let Some(d) = &args.devices {
         println!("export ROCE_EMU_DEVICES={}", quoted(d));
     }
-    println!("# roce-emu's libibverbs.so.1 is now the one programs of this shell load");
+    if dir.join("librdmacm.so.1").is_file() {
+        println!(
+            "# roce-emu's libibverbs.so.1 and librdmacm.so.1 are now the ones programs of this \
+             shell load"
+        );
+    } else {
+        println!("# roce-emu's libibverbs.so.1 is now the one programs of this shell load");
+    }
     0
 }
 

@@ -2,7 +2,7 @@
 //! the host, RoCE route resolution (`cma_resolve_iboe_route`), listening and finding the
 //! listener of a request, rdma_cm's private-data header and flow label.
 
-use super::cmd::{err, EINVAL};
+use super::errno::{err, EINVAL};
 use super::id::{Id, RdmaState};
 use super::ports::{Binding, EADDRNOTAVAIL};
 use super::stats::DropReason;

@@ -15,7 +15,7 @@ use crate::wire::mad::{self, attr};
 use std::net::{IpAddr, SocketAddr};
 
 /// -ETIMEDOUT, the status of UNREACHABLE and of a DREQ that got no answer.
-pub const ETIMEDOUT: i32 = 110;
+pub use super::errno::ETIMEDOUT;
 
 /// The IB CM events rdma_cm acts on (`enum ib_cm_event_type`).
 pub(super) enum IbEv {
@@ -88,7 +88,7 @@ impl Cm {
             Message::Drep(r) => self.drep_handler(now, &r),
             Message::SidrReq(r) => self.sidr_req_handler(peer, tid, &r),
             Message::SidrRep(r) => self.sidr_rep_handler(&r),
-            // Outside the range checked above (merge of wire::cm's LAP/APR/ClassPortInfo).
+            // Filtered out above by attribute; counted the same if they ever get here.
             Message::Lap(_) | Message::Apr(_) | Message::ClassPortInfo(_) => {
                 self.stats.drop(DropReason::Unsupported)
             }

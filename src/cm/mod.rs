@@ -2,14 +2,15 @@
 //! with rdma_cm (`core/cma.c`, its service IDs and private-data header) on top, for one
 //! device, sans-IO like the engine: commands from owners (processes), MADs from QP1 and
 //! time in; MADs, events and deadlines out. It runs in the daemon, which owns the device's
-//! QP1 (design wave3.md §3, the contract in helpers/i23-contract.md §1).
+//! QP1 (design wave3.md §3; docs/internals.md has its API).
 //!
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
 //! - `id`: an rdma_cm id and its IB CM connection; `ports`: the bind tables; `addr`:
-//!   binding, address and route resolution, listeners; `cmd`: the other commands; `conn`: the IB CM connection state machine (messages in, events out); `msgs`: the
-//!   messages it sends; `sidr`: UD's service ID
-//!   resolution; `qp_attr`: INIT_QP_ATTR; `timers`: the kernel's timer arithmetic;
-//!   `stats`: counters.
+//!   binding, address and route resolution, listeners; `cmd`: the other commands;
+//!   `conn`: the IB CM connection state machine (messages in, events out); `msgs`: the
+//!   messages it sends; `sidr`: UD's service ID resolution; `qp_attr`: INIT_QP_ATTR;
+//!   `timers`: the kernel's timer arithmetic; `stats`: counters; `errno`: the errors
+//!   commands answer with (a leaf, so no module imports another's constants in a cycle).
 //!
 //! MADs are routed as quinn-proto's endpoint routes datagrams: by the communication ID the
 //! message names (our Local Communication ID in the peer's Remote Communication ID field),
@@ -18,6 +19,7 @@
 mod addr;
 mod cmd;
 mod conn;
+mod errno;
 mod id;
 mod msgs;
 mod ports;

@@ -27,6 +27,7 @@
 //! queue the same way.
 
 mod channel;
+pub mod cm;
 pub mod discover;
 pub mod gids;
 mod mw;
