@@ -204,6 +204,7 @@ impl<'a> State<'a> {
             "cm_accept" => self.cm_accept(),
             "cm_reject" => self.cm.reject(self.host).map(|kv| ok(&kv)),
             "cm_disconnect" => self.cm.disconnect(self.host, self.ctx).map(|kv| ok(&kv)),
+            "cm_destroy" => self.cm.destroy(self.host, self.ctx).map(|kv| ok(&kv)),
             "" => Err("empty request".into()),
             o => Err(format!("unknown request {o:?}")),
         };

@@ -568,6 +568,18 @@ impl CmIds {
         Ok(vec![])
     }
 
+    /// `cm_destroy`: the connection's QP and id go, as when a program exits (its CM
+    /// sends what the state calls for: a DREQ when established, a REJ before).
+    pub fn destroy(&mut self, host: &CmHost, ctx: &Context) -> Result<Kv, String> {
+        let (id, _) = self.conn()?;
+        if let Some(qp) = self.qps.pop() {
+            let _ = ctx.destroy_qp(qp);
+        }
+        Self::cmd(host, Command::DestroyId { id })?;
+        self.conn = None;
+        Ok(vec![])
+    }
+
     /// Destroys the script's ids (as a program that exits: its connection's DREQ or REJ
     /// goes out) and QPs; its events go.
     pub fn reset(&mut self, host: &CmHost, ctx: &Context) {

@@ -90,8 +90,9 @@ pub enum Action {
         ps: &'static str,
         port: u16,
     },
-    /// `accept`, `reject`, `disconnect`: the target's rdma_accept (with a new QP),
-    /// rdma_reject and rdma_disconnect on the connection its last CONNECT_REQUEST made.
+    /// `accept`, `reject`, `disconnect`, `destroy`: the target's rdma_accept (with a new
+    /// QP), rdma_reject, rdma_disconnect and rdma_destroy_qp + rdma_destroy_id on the
+    /// connection its last CONNECT_REQUEST made.
     CmCall(&'static str),
     /// `send mad NAME field=value ...`: a CM MAD from the peer's QP1.
     SendMad(MadSpec),
@@ -574,6 +575,7 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
         "accept" => Some(Action::CmCall("accept")),
         "reject" => Some(Action::CmCall("reject")),
         "disconnect" => Some(Action::CmCall("disconnect")),
+        "destroy" => Some(Action::CmCall("destroy")),
         "wait" => Some(Action::Wait {
             ms: a
                 .word("milliseconds")?
@@ -583,7 +585,7 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
         o => {
             return Err(format!(
             "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait listen accept reject \
-             disconnect"
+             disconnect destroy"
         ))
         }
     };

@@ -77,6 +77,7 @@ int cmd_cm_event(void);
 int cmd_cm_accept(void);
 int cmd_cm_reject(void);
 int cmd_cm_disconnect(void);
+int cmd_cm_destroy(void);
 void cm_reset(void);
 
 #pragma GCC visibility pop

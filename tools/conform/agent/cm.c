@@ -181,6 +181,24 @@ int cmd_cm_disconnect(void)
 	return 0;
 }
 
+/* cm_destroy: the connection's QP and id go, as when a program exits. */
+int cmd_cm_destroy(void)
+{
+	static const char *const k[] = { NULL };
+	struct rdma_cm_id *id = conn();
+	if (only(k))
+		return -1;
+	if (!id)
+		return err("no connection request yet");
+	if (id->qp)
+		rdma_destroy_qp(id);
+	if (rdma_destroy_id(id))
+		return cm_err("rdma_destroy_id");
+	nconns--;
+	rprintf("ok");
+	return 0;
+}
+
 /* Destroys the script's ids (a connected one sends its DREQ, as a program that exits),
  * their QPs, and the events left (a CONNECT_REQUEST's new id with them). */
 void cm_reset(void)
