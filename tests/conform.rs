@@ -292,7 +292,7 @@ const CM_HEAD: &str = "title \"t\"\ncite - \"12.6.7\"\nrole cm_passive\n";
 #[test]
 fn a_cm_expectation_fails_with_the_mad_that_came() {
     let s = script(&format!(
-        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=28 remote_comm_id=ours\n"
+        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=28 remote_comm_id=ours within=3000\n"
     ));
     let mut t = target(11);
     match t.play(&s, 0, 1.0) {
@@ -305,7 +305,7 @@ fn a_cm_expectation_fails_with_the_mad_that_came() {
     }
     // The right one passes, and the program saw nothing.
     let s = script(&format!(
-        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=8 remote_comm_id=ours tid=sent\n\
+        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=8 remote_comm_id=ours tid=sent within=3000\n\
          expect no_cm_event within=100\n"
     ));
     assert_eq!(t.play(&s, 1, 1.0), Outcome::Pass);

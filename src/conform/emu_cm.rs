@@ -144,6 +144,9 @@ pub struct CmHost {
     /// The NIC is attached to a daemon, whose QP1 and CM it is: commands go to the
     /// daemon's CM, no QP1 here.
     pub via_daemon: bool,
+    /// QP1 is up with its receives posted (set by `run`): the agent serves after it, so a
+    /// script's first MAD cannot come before QP1 exists.
+    pub ready: AtomicBool,
 }
 
 impl CmHost {
@@ -177,12 +180,14 @@ impl CmHost {
             })),
             stop: Arc::new(AtomicBool::new(false)),
             via_daemon: false,
+            ready: AtomicBool::new(false),
         }
     }
 
     /// Runs QP1 for the CM until `stop` (the agent's thread body).
     pub fn run(&self, ctx: &Context) -> Result<(), String> {
         if self.via_daemon {
+            self.ready.store(true, Ordering::Release);
             return Ok(());
         }
         let pd = ctx.alloc_pd();
@@ -244,6 +249,7 @@ impl CmHost {
         for i in 0..SLOTS {
             post(i).map_err(|e| format!("QP1 post_recv: {e}"))?;
         }
+        self.ready.store(true, Ordering::Release);
         let local = ctx.local_ip();
         let mut wc = [Completion::default(); 16];
         let mut buf = vec![0u8; SLOT];
