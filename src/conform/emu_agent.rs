@@ -54,12 +54,7 @@ pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Resu
                 tracing::error!("conform agent: the CM's QP1: {e}");
             }
         });
-        // Bounded: a QP1 that failed to come up (logged) leaves the CM scripts failing,
-        // the others unaffected.
-        let until = Instant::now() + Duration::from_secs(10);
-        while !host.ready.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        host.wait_ready();
         let r = serve_on(&listener, &ctx, &host);
         host.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         r

@@ -184,6 +184,15 @@ impl CmHost {
         }
     }
 
+    /// Waits until `run` has QP1 up. Bounded: a QP1 that failed to come up (logged)
+    /// leaves the CM scripts failing, the others unaffected.
+    pub fn wait_ready(&self) {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !self.ready.load(Ordering::Acquire) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// Runs QP1 for the CM until `stop` (the agent's thread body).
     pub fn run(&self, ctx: &Context) -> Result<(), String> {
         if self.via_daemon {
