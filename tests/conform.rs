@@ -85,6 +85,22 @@ fn every_spec_script_passes_through_a_daemon() {
         n("rcvd_pkts")
     );
     assert!(n("sent_pkts") > 0, "{c}");
+    // The CM scripts' MADs crossed the daemon's QP1 (the agent is a CM client of its CM).
+    let mads: usize = conform::load(&[spec_dir()])
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s.steps
+                .iter()
+                .filter(|st| matches!(st.action, conform::script::Action::SendMad(_)))
+                .count()
+        })
+        .sum();
+    let qp1 = |k: &str| c["qp1"][k].as_u64().unwrap_or(0);
+    assert!(
+        mads > 0 && qp1("rcvd_pkts") >= mads as u64 && qp1("sent_pkts") > 0,
+        "{mads} MADs sent, the daemon's QP1: {c}"
+    );
 }
 
 const HEAD: &str = "title \"t\"\ncite C9-104 \"9.7.5.1.1\"\nrole responder\n";
@@ -267,4 +283,64 @@ fn conform_prints_a_line_per_script() {
     }
     // The matrix is still on stdout, unchanged in form.
     assert!(stdout.starts_with("script"), "{stdout}");
+}
+
+const CM_HEAD: &str = "title \"t\"\ncite - \"12.6.7\"\nrole cm_passive\n";
+
+/// A CM script's `expect mad` checks the fields it names: a REQ nobody listens for is
+/// rejected with reason 8, so an expectation of 28 fails, naming the field and the MAD.
+#[test]
+fn a_cm_expectation_fails_with_the_mad_that_came() {
+    let s = script(&format!(
+        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=28 remote_comm_id=ours within=3000\n"
+    ));
+    let mut t = target(11);
+    match t.play(&s, 0, 1.0) {
+        Outcome::Fail { line, why, got, .. } => {
+            assert_eq!(line, 5);
+            assert!(why.contains("reason: expected 0x1c, got 0x8"), "{why}");
+            assert!(got[0].contains("REJ"), "{got:?}");
+        }
+        o => panic!("expected a failure, got {o:?}"),
+    }
+    // The right one passes, and the program saw nothing.
+    let s = script(&format!(
+        "{CM_HEAD}send mad REQ port=7399\nexpect mad REJ reason=8 remote_comm_id=ours tid=sent within=3000\n\
+         expect no_cm_event within=100\n"
+    ));
+    assert_eq!(t.play(&s, 1, 1.0), Outcome::Pass);
+    // A CONNECT_REQUEST expected where none comes fails.
+    let s = script(&format!(
+        "{CM_HEAD}listen port=7398\nexpect cm_event CONNECT_REQUEST within=200\n"
+    ));
+    match t.play(&s, 2, 1.0) {
+        Outcome::Fail { why, .. } => assert!(why.contains("no rdma_cm event"), "{why}"),
+        o => panic!("expected a failure, got {o:?}"),
+    }
+}
+
+#[test]
+fn cm_statement_errors_name_the_fix() {
+    let cases = [
+        ("send mad REQ colour=1\n", "colour= is not a field of REQ"),
+        ("send mad HELLO\n", "mad needs a message: REQ MRA"),
+        ("expect mad REP\n", ""),
+        ("expect cm_event PARTY\n", "expect cm_event needs one of"),
+        ("listen ps=tcp\n", "listen needs port="),
+        ("listen port=1 ps=sctp\n", "ps=sctp: one of tcp udp"),
+        ("accept now\n", "unexpected \"now\""),
+    ];
+    for (line, want) in cases {
+        let text = format!("{CM_HEAD}{line}");
+        match conform::parse("f.rc", "f", &text) {
+            Ok(_) => assert!(want.is_empty(), "{line} parsed"),
+            Err(e) => {
+                assert_eq!(e.line, 4, "{line}: {e}");
+                assert!(
+                    !want.is_empty() && e.to_string().contains(want),
+                    "{line}: {e} lacks {want:?}"
+                );
+            }
+        }
+    }
 }

@@ -611,6 +611,8 @@ fn the_runner_gets_the_same_matrix_through_the_c_agent() {
             (r[0]["target"].as_str(), r[1]["target"].as_str()),
             (Some("roce-emu"), Some("c-agent"))
         );
+        // cm/ too: the C agent's librdmacm calls reach the drop-in librdmacm.so.1, which
+        // `roce-emu run` puts next to libibverbs.so.1.
         assert_eq!(
             mark(0),
             mark(1),

@@ -38,10 +38,38 @@ pub fn serve(listener: TcpListener, ip: IpAddr, daemon: Option<PathBuf>) -> Resu
         Some(d) => format!("cannot attach to the daemon at {}: {e}", d.display()),
         None => format!("cannot open a NIC on {ip}: {e}"),
     })?;
+    // The connection manager on the NIC's QP1, for `role cm_passive` scripts
+    // (`super::emu_cm`); its thread lives as long as the agent.
+    // Attached to a daemon, QP1 is the daemon's: the agent is a CM client of its CM, as a
+    // program's librdmacm is.
+    let host = match &dev.daemon {
+        Some(d) => super::emu_cm::CmHost::via_daemon(&ctx, d)?,
+        None => super::emu_cm::CmHost::new(&ctx),
+    };
+    std::thread::scope(|scope| {
+        let h = &host;
+        let c = &ctx;
+        scope.spawn(move || {
+            if let Err(e) = h.run(c) {
+                tracing::error!("conform agent: the CM's QP1: {e}");
+            }
+        });
+        host.wait_ready();
+        let r = serve_on(&listener, &ctx, &host);
+        host.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    })
+}
+
+fn serve_on(
+    listener: &TcpListener,
+    ctx: &Context,
+    host: &super::emu_cm::CmHost,
+) -> Result<(), String> {
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
         let _ = conn.set_nodelay(true);
-        let mut st = State::new(&ctx);
+        let mut st = State::new(ctx, host);
         let Ok(w) = conn.try_clone() else { continue };
         let mut w = std::io::BufWriter::new(w);
         let mut r = std::io::Read::take(BufReader::new(conn), u64::MAX);
@@ -95,6 +123,8 @@ struct Mr {
 
 struct State<'a> {
     ctx: &'a Context,
+    host: &'a super::emu_cm::CmHost,
+    cm: super::emu_cm::CmIds,
     pd: Option<Pd>,
     cq: Option<u32>,
     /// The first QP: what modify, state and post act on.
@@ -114,9 +144,11 @@ fn ok(kv: &[(&str, String)]) -> Reply {
 type R = Result<Reply, String>;
 
 impl<'a> State<'a> {
-    fn new(ctx: &'a Context) -> State<'a> {
+    fn new(ctx: &'a Context, host: &'a super::emu_cm::CmHost) -> State<'a> {
         State {
             ctx,
+            host,
+            cm: Default::default(),
             pd: None,
             cq: None,
             qpn: None,
@@ -160,6 +192,20 @@ impl<'a> State<'a> {
             "modify_srq" => self.modify_srq(&a),
             "post_srq_recv" => self.post_srq_recv(&a),
             "port" => self.port(),
+            "cm_listen" => (|| {
+                let port = u16::try_from(a.n("port")?).map_err(|_| "port: 16 bits")?;
+                let ip = self.ctx.local_ip();
+                self.cm.listen(self.host, ip, a.s("ps")?, port)
+            })()
+            .map(|kv| ok(&kv)),
+            "cm_event" => a
+                .n_or("ms", 0)
+                .and_then(|ms| self.cm.event(self.host, ms))
+                .map(|kv| ok(&kv)),
+            "cm_accept" => self.cm_accept(),
+            "cm_reject" => self.cm.reject(self.host).map(|kv| ok(&kv)),
+            "cm_disconnect" => self.cm.disconnect(self.host, self.ctx).map(|kv| ok(&kv)),
+            "cm_destroy" => self.cm.destroy(self.host, self.ctx).map(|kv| ok(&kv)),
             "" => Err("empty request".into()),
             o => Err(format!("unknown request {o:?}")),
         };
@@ -170,7 +216,24 @@ impl<'a> State<'a> {
         *self.pd.get_or_insert_with(|| self.ctx.alloc_pd())
     }
 
+    /// `cm_accept`: the QP goes on the script's PD and CQ (made now if none).
+    fn cm_accept(&mut self) -> R {
+        let pd = self.pd();
+        let cq = match self.cq {
+            Some(c) => c,
+            None => self
+                .ctx
+                .create_cq(64, None)
+                .map_err(|e| format!("create_cq: {e}"))?,
+        };
+        self.cq = Some(cq);
+        self.cm
+            .accept(self.host, self.ctx, pd, cq)
+            .map(|kv| ok(&kv))
+    }
+
     fn reset(&mut self) {
+        self.cm.reset(self.host, self.ctx);
         self.qpn = None;
         for (q, _) in self.qps.drain(..) {
             let _ = self.ctx.destroy_qp(q);

@@ -7,7 +7,9 @@
 //! repeat requests, answer with responses nobody asked for, corrupt ICRCs).
 
 pub mod agent;
+pub mod cm;
 pub mod emu_agent;
+pub mod emu_cm;
 pub mod packet;
 pub mod peer;
 pub mod report;

@@ -74,6 +74,7 @@ fn role_name(r: Role) -> &'static str {
     match r {
         Role::Responder => "responder",
         Role::Requester => "requester",
+        Role::CmPassive => "cm_passive",
     }
 }
 

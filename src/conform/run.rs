@@ -2,6 +2,7 @@
 //! through its agent.
 
 use super::agent::{Agent, Reply};
+use super::cm::{self, CmCtx};
 use super::packet::{self, Got, Qpns};
 use super::peer::Peer;
 use super::script::{Action, Expect, Fields, QpRef, Script, Step, COUNTERS};
@@ -70,6 +71,7 @@ impl Run<'_> {
                 .steps
                 .iter()
                 .any(|s| matches!(s.action, Action::Expect(Expect::Counter { .. }))),
+            cm: CmCtx::new(self.peer_qpn & 0xffff, self.peer_qpn),
         };
         let mut outcome = Outcome::Pass;
         for step in &s.steps {
@@ -218,7 +220,39 @@ impl Run<'_> {
                     .map_err(|e| Stop::Error(format!("peer: {e}")))?;
             }
             Action::Wait { ms } => std::thread::sleep(self.ms(Some(*ms), 0)),
+            Action::Expect(Expect::Mad { spec, within }) => self.expect_mad(spec, *within, st)?,
             Action::Expect(e) => self.expect(e, st)?,
+            Action::Listen { ps, port } => {
+                self.call(&format!("cm_listen ps={ps} port={port}"), Duration::ZERO)?;
+            }
+            Action::CmCall(what) => {
+                let r = self.call(&format!("cm_{what}"), Duration::ZERO)?;
+                let num = |k: &str| {
+                    r.get(k)
+                        .and_then(|v| Num::parse(v).ok())
+                        .map(|n| n.0 as u32)
+                };
+                if let Some(q) = num("qpn") {
+                    st.cm.target_qpn = q;
+                }
+                if let Some(p) = num("rq_psn") {
+                    st.cm.target_psn = p;
+                }
+            }
+            Action::SendMad(m) => {
+                let b = cm::build(
+                    m.attr,
+                    &m.fields,
+                    &mut st.cm,
+                    self.peer.local().ip(),
+                    self.agent.ip,
+                )
+                .map_err(script_err)?;
+                let to = self.agent.ip;
+                self.peer
+                    .send(to, b, false)
+                    .map_err(|e| Stop::Error(format!("peer: {e}")))?;
+            }
         }
         Ok(())
     }
@@ -226,8 +260,19 @@ impl Run<'_> {
     /// The next packet for this script's peer QP before `deadline`; packets for an
     /// earlier script's QPN are set aside.
     fn next(&mut self, deadline: Instant, qpns: Qpns) -> Option<Got> {
+        self.next_cm(deadline, qpns, None)
+    }
+
+    /// As `next`, and a CM MAD addressed to another script's comm ID is set aside too
+    /// (`cm`: this script's; none for a script that is not the CM's: every such MAD).
+    fn next_cm(&mut self, deadline: Instant, qpns: Qpns, cm: Option<&CmCtx>) -> Option<Got> {
         loop {
             let g = self.peer.next(deadline)?;
+            if let Some(to) = cm::mad_of(&g).as_ref().and_then(cm::addressed_to) {
+                if cm.is_none_or(|c| c.foreign(to)) && to & 0xff00_0000 == 0x5c00_0000 {
+                    continue;
+                }
+            }
             if let Ok(r) = g.repr() {
                 let old = r.bth.dqpn & 0xff_0000 == 0xc0_0000 && r.bth.dqpn != qpns.peer;
                 if old {
@@ -448,6 +493,8 @@ impl Run<'_> {
                     )),
                 }
             }
+            Expect::CmEvent { .. } | Expect::NoCmEvent { .. } => self.cm_event(e),
+            Expect::Mad { spec, within } => self.expect_mad(spec, *within, st),
             Expect::Memory { mr, off, bytes } => {
                 let want = bytes.bytes(&st.mrs).map_err(Stop::Error)?.ok_or_else(|| {
                     Stop::Error("expect memory needs the bytes (fill= or data=)".into())
@@ -485,6 +532,7 @@ impl Run<'_> {
 }
 
 struct Ctx {
+    cm: CmCtx,
     mrs: Mrs,
     qpns: Qpns,
     /// The port counters (in COUNTERS' order) when the first QP was made, if the script
@@ -494,6 +542,70 @@ struct Ctx {
 }
 
 impl Run<'_> {
+    /// `expect mad`: the next packet is the target's CM MAD with the fields named.
+    fn expect_mad(
+        &mut self,
+        spec: &super::script::MadSpec,
+        within: Option<u64>,
+        st: &mut Ctx,
+    ) -> Result<(), Stop> {
+        let t = self.ms(within, PACKET_MS);
+        let Some(g) = self.next_cm(Instant::now() + t, st.qpns, Some(&st.cm)) else {
+            return Err(Stop::Fail(
+                format!("no {} within {} ms", spec.name, t.as_millis()),
+                vec![],
+            ));
+        };
+        let Some(m) = cm::mad_of(&g) else {
+            return Err(Stop::Fail("not a CM MAD".into(), vec![g.describe()]));
+        };
+        let r = cm::check(spec.attr, &spec.fields, &m, &st.cm);
+        cm::learn(&m, &mut st.cm);
+        r.map_err(|why| Stop::Fail(why, vec![format!("{}", m)]))
+    }
+
+    /// `expect cm_event` and `expect no_cm_event`: the agent's next rdma_cm event.
+    fn cm_event(&mut self, e: &Expect) -> Result<(), Stop> {
+        let (want, status, within, default) = match e {
+            Expect::CmEvent {
+                name,
+                status,
+                within,
+            } => (Some(name), *status, *within, PACKET_MS),
+            Expect::NoCmEvent { within } => (None, None, *within, SILENCE_MS),
+            _ => return Ok(()),
+        };
+        let t = self.ms(within, default);
+        let r = self.call(&format!("cm_event ms={}", t.as_millis()), t)?;
+        let got = r.get("event").map(str::to_string);
+        let got_status = r.get("status").and_then(|v| v.parse::<i64>().ok());
+        match (want, got) {
+            (None, None) => Ok(()),
+            (None, Some(g)) => Err(Stop::Fail(
+                format!("an rdma_cm event ({g}) where none was expected"),
+                vec![],
+            )),
+            (Some(w), None) => Err(Stop::Fail(
+                format!("no rdma_cm event {w} within {} ms", t.as_millis()),
+                vec![],
+            )),
+            (Some(w), Some(g)) if *w != g => Err(Stop::Fail(
+                format!(
+                    "rdma_cm event: expected {w}, got {g} (status {})",
+                    got_status.unwrap_or(0)
+                ),
+                vec![],
+            )),
+            (Some(w), Some(_)) => match status {
+                Some(s) if Some(s) != got_status => Err(Stop::Fail(
+                    format!("{w}: status expected {s}, got {}", got_status.unwrap_or(0)),
+                    vec![],
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
     /// The target's port counters, in COUNTERS' order (`port` request).
     fn counters(&mut self) -> Result<Vec<u64>, Stop> {
         let r = self.call("port", Duration::ZERO)?;

@@ -11,8 +11,10 @@ use crate::wire::Opcode;
 use std::collections::BTreeMap;
 
 mod args;
+mod cm;
 pub use args::opcode_by_name;
 use args::{tokenize, Args};
+pub use cm::MadSpec;
 
 /// One script, as written.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +42,10 @@ pub struct Cite {
 pub enum Role {
     Responder,
     Requester,
+    /// The target is the passive side of the connection manager (it listens; the peer
+    /// sends REQ, SIDR_REQ, ...): its MADs on QP1, its rdma_cm events through the agent.
+    #[serde(rename = "cm_passive")]
+    CmPassive,
 }
 
 /// A statement with the line it came from.
@@ -78,6 +84,18 @@ pub enum Action {
     Wait {
         ms: u64,
     },
+    /// `listen port=N [ps=tcp|udp]`: the target listens on rdma_cm's port N (its own
+    /// address) in that port space.
+    Listen {
+        ps: &'static str,
+        port: u16,
+    },
+    /// `accept`, `reject`, `disconnect`, `destroy`: the target's rdma_accept (with a new
+    /// QP), rdma_reject, rdma_disconnect and rdma_destroy_qp + rdma_destroy_id on the
+    /// connection its last CONNECT_REQUEST made.
+    CmCall(&'static str),
+    /// `send mad NAME field=value ...`: a CM MAD from the peer's QP1.
+    SendMad(MadSpec),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +263,21 @@ pub enum Expect {
         off: u64,
         bytes: Payload,
     },
+    /// `expect mad NAME field=value ...`: the next CM MAD the target sends.
+    Mad {
+        spec: MadSpec,
+        within: Option<u64>,
+    },
+    /// `expect cm_event NAME [status=N]`: the target's next rdma_cm event.
+    CmEvent {
+        name: String,
+        status: Option<i64>,
+        within: Option<u64>,
+    },
+    /// `expect no_cm_event within=MS`.
+    NoCmEvent {
+        within: Option<u64>,
+    },
 }
 
 /// What is wrong with a script, and where.
@@ -375,7 +408,7 @@ pub fn parse(file: &str, name: &str, text: &str) -> Result<Script, ScriptError> 
         return Err(err("no cite line: name the compliance statement checked"));
     }
     s.role = role.ok_or_else(|| err("no role line (responder or requester)"))?;
-    if !s.steps.iter().any(|s| matches!(s.action, Action::Qp(_))) {
+    if s.role != Role::CmPassive && !s.steps.iter().any(|s| matches!(s.action, Action::Qp(_))) {
         return Err(err("no qp line"));
     }
     Ok(s)
@@ -403,10 +436,11 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
             None
         }
         "role" => {
-            *role = Some(match a.word("responder or requester")? {
+            *role = Some(match a.word("responder, requester or cm_passive")? {
                 "responder" => Role::Responder,
                 "requester" => Role::Requester,
-                o => return Err(format!("role {o:?}: responder or requester")),
+                "cm_passive" => Role::CmPassive,
+                o => return Err(format!("role {o:?}: responder, requester or cm_passive")),
             });
             None
         }
@@ -504,6 +538,7 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
                 .ok_or_else(|| "modify needs state=".to_string())?
                 .to_string(),
         }),
+        "send" if a.word_in(&["mad"]).is_some() => Some(Action::SendMad(cm::mad_spec(&mut a)?)),
         "send" => {
             let f = a.fields(true)?;
             if f.psn.is_none() {
@@ -511,7 +546,36 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
             }
             Some(Action::Send(f))
         }
+        "expect" if a.word_in(&["mad"]).is_some() => Some(Action::Expect(Expect::Mad {
+            within: a.num("within")?,
+            spec: cm::mad_spec(&mut a)?,
+        })),
+        "expect" if a.word_in(&["cm_event"]).is_some() => {
+            let within = a.num("within")?;
+            let name = a
+                .word_in(cm::CM_EVENTS)
+                .ok_or_else(|| format!("expect cm_event needs one of {}", cm::CM_EVENTS.join(" ")))?
+                .to_string();
+            let status = match a.take("status")? {
+                Some(v) => Some(v.parse::<i64>().map_err(|_| format!("status={v}: an integer"))?),
+                None => None,
+            };
+            Some(Action::Expect(Expect::CmEvent { name, status, within }))
+        }
+        "expect" if a.word_in(&["no_cm_event"]).is_some() => {
+            Some(Action::Expect(Expect::NoCmEvent { within: a.num("within")? }))
+        }
         "expect" => Some(Action::Expect(expect(&mut a)?)),
+        "listen" => Some(Action::Listen {
+            ps: a.choice("ps", &["tcp", "udp"])?.unwrap_or("tcp"),
+            port: a
+                .num_as::<u16>("port", u64::from(u16::MAX))?
+                .ok_or("listen needs port=")?,
+        }),
+        "accept" => Some(Action::CmCall("accept")),
+        "reject" => Some(Action::CmCall("reject")),
+        "disconnect" => Some(Action::CmCall("disconnect")),
+        "destroy" => Some(Action::CmCall("destroy")),
         "wait" => Some(Action::Wait {
             ms: a
                 .word("milliseconds")?
@@ -520,7 +584,8 @@ fn statement(raw: &str, s: &mut Script, role: &mut Option<Role>) -> Result<Optio
         }),
         o => {
             return Err(format!(
-            "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait"
+            "unknown statement {o:?}: title cite role note mr srq qp post modify send expect wait listen accept reject \
+             disconnect destroy"
         ))
         }
     };

@@ -24,13 +24,16 @@ mkdir -p "$out"
 ldir=$out/lib
 mkdir -p "$ldir"
 ln -sf "$lib/libibverbs.so.1.stock" "$ldir/libibverbs.so"
+# Debian's librdmacm (the CM scripts' commands, agent/cm.c).
+rdmacm=$(ls "$lib"/librdmacm.so.1.*.* | head -1)
+ln -sf "$rdmacm" "$ldir/librdmacm.so"
 gcc -std=gnu11 -O2 -g -Wall -Wextra -Werror -Wshadow -Wformat=2 \
   -isystem "$root/usr/include" \
-  -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp,srq}.c \
-  -L"$ldir" $rpath_link -Wl,--as-needed -libverbs
+  -o "$out/agent.tmp" "$here"/agent/{main,proto,verbs,qp,srq,cm}.c \
+  -L"$ldir" $rpath_link -Wl,--as-needed -libverbs -lrdmacm
 # Only libibverbs.so.1 and libc; no glibc symbol newer than Debian 12's 2.36.
 needed=$(objdump -p "$out/agent.tmp" | awk '/NEEDED/ {print $2}' | sort | paste -sd' ')
-[ "$needed" = "libc.so.6 libibverbs.so.1" ] || { echo "agent needs: $needed" >&2; exit 1; }
+[ "$needed" = "libc.so.6 libibverbs.so.1 librdmacm.so.1" ] || { echo "agent needs: $needed" >&2; exit 1; }
 if objdump -T "$out/agent.tmp" | grep -E 'GLIBC_2\.(3[7-9]|[4-9][0-9])' >&2; then
   echo "agent needs a glibc newer than Debian 12's" >&2; exit 1
 fi

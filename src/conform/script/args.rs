@@ -243,6 +243,18 @@ impl<'a> Args<'a> {
         Ok(f)
     }
 
+    /// Every `key=value` no one took yet, in order (taken now).
+    pub(super) fn rest(&mut self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (k, v, used) in &mut self.pairs {
+            if !*used {
+                *used = true;
+                out.push((k.to_string(), v.to_string()));
+            }
+        }
+        out
+    }
+
     pub(super) fn finish(self, kw: &str) -> Result<(), String> {
         if let Some(w) = self.words.last() {
             return Err(format!("{kw}: unexpected {w:?}"));

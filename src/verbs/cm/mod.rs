@@ -91,7 +91,14 @@ pub fn devices() -> Result<Vec<CmDevice>, CmError> {
             node_guid: p.node_guid(),
             ip: p.ip,
             name: p.name,
-            addrs: p.addrs,
+            // A device on an address no interface holds (127.0.41.5, in lo's subnet) has
+            // no interface addresses: its own address is still its (its UDP port binds
+            // it), so a bind to it is not EADDRNOTAVAIL (found by spec/cm on the C agent).
+            addrs: if p.addrs.is_empty() {
+                vec![p.ip]
+            } else {
+                p.addrs
+            },
             daemon: p.daemon,
         })
         .collect())

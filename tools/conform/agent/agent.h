@@ -71,6 +71,14 @@ int cmd_modify_srq(void);
 int cmd_post_srq_recv(void);
 int cmd_port(void);
 int parse_sges(struct ibv_sge *sg, int *n, int inside);
+/* cm.c: the connection manager through librdmacm */
+int cmd_cm_listen(void);
+int cmd_cm_event(void);
+int cmd_cm_accept(void);
+int cmd_cm_reject(void);
+int cmd_cm_disconnect(void);
+int cmd_cm_destroy(void);
+void cm_reset(void);
 
 #pragma GCC visibility pop
 

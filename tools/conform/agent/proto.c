@@ -244,7 +244,10 @@ void handle(char *line)
 		{ "state", cmd_state },		{ "read", cmd_read },
 		{ "event", cmd_event },		{ "srq", cmd_srq },
 		{ "modify_srq", cmd_modify_srq }, { "post_srq_recv", cmd_post_srq_recv },
-		{ "port", cmd_port },
+		{ "port", cmd_port },		{ "cm_listen", cmd_cm_listen },
+		{ "cm_event", cmd_cm_event },	{ "cm_accept", cmd_cm_accept },
+		{ "cm_reject", cmd_cm_reject }, { "cm_disconnect", cmd_cm_disconnect },
+		{ "cm_destroy", cmd_cm_destroy },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (strcmp(cmd, cmds[i].name) == 0) {

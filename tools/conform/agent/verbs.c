@@ -140,6 +140,7 @@ static void drain_events(void)
 
 void reset_all(void)
 {
+	cm_reset();
 	for (int i = 0; i < nqps; i++)
 		ibv_destroy_qp(qps[i]);
 	memset(qps, 0, sizeof(qps));
