@@ -24,8 +24,8 @@
 //!   rules, for tests, fuzzing and the demo's `--loss`.
 //! - [`iface`]: the sans-IO L2 of a NIC that owns its frames (ARP, IPv6 ND, ICMP echo,
 //!   framing with the IPv4 ID and ICRC rebased).
-//! - [`backend`]: ports: the `Backend` trait, UDP (batched, GSO/GRO), the daemon-less
-//!   shared port, TAP and AF_PACKET links, fault and capture wrappers.
+//! - [`backend`]: ports: the `Backend` trait, UDP (batched, GSO/GRO), TAP and AF_PACKET
+//!   links, fault and capture wrappers.
 //! - [`driver`]: the real clock and the I/O loop that feeds an engine from a backend.
 //! - [`ring`]: shared-memory packet rings between the daemon and one attached process.
 //! - [`daemon`]: `roce-emu daemon`: one port shared by a machine's programs (leases,

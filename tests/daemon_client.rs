@@ -11,7 +11,7 @@ mod common;
 
 use common::nic::{Ep, Nic, SEND_SRC, WAIT};
 use roce_emu::backend::{Backend, Outgoing, Received};
-use roce_emu::daemon::client::{self, DaemonBackend, DaemonError};
+use roce_emu::daemon::client::{self, AttachError, DaemonBackend};
 use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
 use roce_emu::daemon::lease;
 use roce_emu::engine::{Completion, Mtu, SendOp};
@@ -362,7 +362,7 @@ fn a_refusal_a_silent_daemon_and_no_daemon_are_clear_errors() {
     let Err(e) = DaemonBackend::connect(&fake.path) else {
         panic!("attached to a daemon that refused");
     };
-    assert!(matches!(e, DaemonError::Refused { .. }), "{e:?}");
+    assert!(matches!(e, AttachError::Refused { .. }), "{e:?}");
     let text = e.to_string();
     assert!(text.contains("no free QPN block"), "{text}");
     assert!(text.contains(&fake.path.display().to_string()), "{text}");
@@ -378,7 +378,7 @@ fn a_refusal_a_silent_daemon_and_no_daemon_are_clear_errors() {
         panic!("attached to a daemon that never answered");
     };
     assert!(t.elapsed() < WAIT);
-    assert!(matches!(e, DaemonError::Silent { .. }), "{e:?}");
+    assert!(matches!(e, AttachError::Silent { .. }), "{e:?}");
     assert!(
         e.to_string().contains(&fake.path.display().to_string()),
         "{e}"
@@ -388,7 +388,7 @@ fn a_refusal_a_silent_daemon_and_no_daemon_are_clear_errors() {
     let Err(e) = DaemonBackend::connect(&missing) else {
         panic!("attached to no daemon");
     };
-    assert!(matches!(e, DaemonError::Connect { .. }), "{e:?}");
+    assert!(matches!(e, AttachError::Connect { .. }), "{e:?}");
     assert!(
         e.to_string().contains(&missing.display().to_string()),
         "{e}"

@@ -52,11 +52,9 @@ fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {
     let p = port.to_string();
     let mut args = vec!["-d", "rxe0", "-g", "1", "-p", &p, "-n", "200"];
     args.extend_from_slice(extra);
-    // Both on one address of their own: the server opens first and holds UDP port 4791,
-    // the client shares it (src/backend/shared), as two programs on a machine do. One
-    // address per test: a third process as the port's hub would be another test's, and
-    // its exit mid-run (a hand-over loses the packets in flight) could take the last ACK
-    // of this pair with it, after the client that would answer a retransmission is gone.
+    // Both on one address of their own: the server opens first and starts the address's
+    // daemon (`daemon::demand`), the client attaches to it, as two programs on a machine
+    // do. One address per test, so each test's daemon and counters are its own.
     let n = (100 + port - 18800) as u8;
     let ip = format!("127.0.20.{n}");
     let mut server = env.cmd("ibv_rc_pingpong", &dev(n), &args);

@@ -6,8 +6,8 @@
 //! sends a completion's packets before the program sees it and hands on what a NIC holds
 //! at exit (`abi/src/exit.rs`).
 //!
-//! In-process (both programs on one shared address: the server's NIC is the hub, so its
-//! NAK to the client must be forwarded before it exits) and through a `roce-emu daemon` on
+//! In-process (both programs on one shared address, attached to its daemon started on
+//! demand: the server's NAK to the client must leave before it exits) and through a `roce-emu daemon` on
 //! a UDP port. `DROPIN_EXIT_RUNS` runs each, 5 by default (20 by hand:
 //! `DROPIN_EXIT_RUNS=20 cargo test --test dropin_exit`). Addresses 127.0.53.x, TCP ports
 //! 19110-19119.

@@ -23,7 +23,7 @@ fn perftest(tool: &str, conn: &str, n: u8, port: u16, args: &[&str]) -> Option<V
     let p = port.to_string();
     // Each on an address of its own: UD and UC have no retransmission, and a message lost
     // on the way (a receiver descheduled on a loaded machine while its socket's or the
-    // shared port's buffer fills) leaves perftest's SEND server waiting forever for it.
+    // daemon's ring fills) leaves perftest's SEND server waiting forever for it.
     // Two sockets, each with its own 4 MiB, hold a whole run.
     let ip = format!("127.0.53.{}", 10 * n + 1);
     let client_ip = format!("127.0.53.{}", 10 * n + 2);

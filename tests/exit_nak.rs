@@ -9,8 +9,8 @@
 //!   is never driven again (as a program that exits without closing): the NAK must have
 //!   left before the completion was visible.
 //! - **dropped**: the responder drops its context right after its error completion, on
-//!   two addresses, on one shared address (the responder is the hub, so its NAK lands on
-//!   its own socket and must be forwarded before it goes) and through a `roce-emu daemon`.
+//!   two addresses, on one shared address (both attached to the daemon started on demand:
+//!   its NAK goes through the daemon's hairpin) and through a `roce-emu daemon`.
 //!
 //! 20 runs each (about a second in all; `EXIT_NAK_RUNS=N` for another count).
 //! Addresses 127.0.51.x (in-process) and 127.0.52.x (the daemon's port).
@@ -167,8 +167,8 @@ fn responder_dropped_at_its_error_completion_two_addresses() {
 
 #[test]
 fn responder_dropped_at_its_error_completion_one_shared_address() {
-    repeat("dropped, one shared address (responder is the hub)", || {
-        // Opened first: the hub, which receives for both.
+    repeat("dropped, one shared address (the daemon on demand)", || {
+        // Opened first: it starts the address's daemon, which routes for both.
         let resp = open("127.0.51.5", true, None);
         let req = open("127.0.51.5", true, None);
         run(req, resp, drop)

@@ -30,6 +30,7 @@ fn installed_roce_emu_runs_an_unmodified_program() {
     for f in [
         "bin/roce-emu",
         "lib/roce-emu/libibverbs.so.1",
+        "lib/roce-emu/librdmacm.so.1",
         "share/man/man1/roce-emu.1",
         "share/man/man1/roce-emu-run.1",
         "share/bash-completion/completions/roce-emu",

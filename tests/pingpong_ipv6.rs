@@ -107,8 +107,8 @@ fn pingpong_over_ipv6_loopback() {
     assert_ran("server --bind fd00::1", &server, "fd00::1", "::1");
     assert_ran("client ::1", &client, "::1", "fd00::1");
 
-    // Both on ::1: the second NIC shares the address with the first (`backend::shared`,
-    // the default): it leases QPNs from the first, which forwards it its packets.
+    // Both on ::1: the two NICs share the address (the default) through its daemon,
+    // started on demand (`daemon::demand`): each leases a QPN block from it.
     let (server, client) = pair(&ns, &["--bind", "::1"], &["::1"]);
     assert_ran("server --bind ::1 (shared)", &server, "::1", "::1");
     assert_ran("client ::1 beside it", &client, "::1", "::1");

@@ -4,8 +4,8 @@
 # run: ROUNDS alternating rounds, the median of each, and their ratio.
 #
 # Usage: tools/bench-dropin.sh [write|read|send] [SIZE] [ITERS] [ROUNDS] [same|two]
-#   same: server and client on one address (127.0.0.1; the second shares the first's UDP
-#   port through its hub); two (default): 127.0.0.1 and 127.0.0.2, each its own port.
+#   same: server and client on one address (127.0.0.1; both attach to its daemon, started
+#   on demand); two (default): 127.0.0.1 and 127.0.0.2, each its own daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 op=${1:-write}; size=${2:-65536}; iters=${3:-20000}; rounds=${4:-5}; mode=${5:-two}

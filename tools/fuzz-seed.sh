@@ -24,7 +24,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/share_proto fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw fuzz/corpus/cm_parse
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw fuzz/corpus/cm_parse
 
 python3 - fuzz/corpus tests/data/*.pcap tests/data/cm/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -86,7 +86,7 @@ def udp_payload(f):
     return l4[8:ulen]
 
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
-     "share_proto": 0, "iface_rx": 0,
+     "iface_rx": 0,
      "ring_consume": 0, "conform_peer": 0, "control_report": 0,
      "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0, "cm_parse": 0}
 
@@ -136,15 +136,6 @@ def iface_header(f):
 def record(op, body):
     return struct.pack("<BH", op, len(body)) + body
 
-# share_proto: the shared port's control messages (join with a claim, lease, refusal) and a
-# forward message with one IPv4 entry (src/backend/shared/proto.rs: 'P', version 1, two
-# spare bytes; a 48-byte entry header: length, segment size, family, flags, ports, addresses).
-for ctl in (b"J\x01\x01\x05\0\0\0\0", b"L\x01\x07\0\0\0\0\0", b"N\x01\x01\0\0\0\0\0"):
-    n["share_proto"] += save("share_proto", ctl)
-pkt = bytes(range(28))
-entry = struct.pack("<IHBBHHH", len(pkt), len(pkt), 4, 0, 49152, 0, 4791) + bytes(2)
-entry += bytes(12) + bytes([127, 0, 15, 2]) + bytes(12) + bytes([127, 0, 15, 1])
-n["share_proto"] += save("share_proto", b"P\x01\0\0" + entry + pkt)
 # ring_consume: rings as the ring fuzz target lays them out ([mode][tail][head][waiting][data
 # area]; src/ring/mod.rs): a few IPv4/IPv6 packets, then the same ring wrapped (a pad entry at
 # the end of the 4 KiB data area, the next packet at 0), for pop and pop_batch.

@@ -16,16 +16,16 @@ cargo fmt --all -- --check
 step "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-# The drop-in's C types must be exactly Debian 12's headers (bindgen; CI installs it).
-step "abi/src/ffi.rs against Debian 12's libibverbs-dev (tools/dropin/bindgen.sh --check)"
+# The drop-ins' C types must be exactly Debian 12's headers (bindgen; CI installs it).
+step "abi/src/ffi.rs and rdmacm/src/ffi.rs against Debian 12's libibverbs-dev and librdmacm-dev (tools/dropin/bindgen.sh --check)"
 if command -v bindgen >/dev/null && tools/dropin/bindgen.sh --check; then
   :
 elif command -v bindgen >/dev/null; then
   exit 1
 elif [ -n "${CI:-}" ]; then
-  echo "bindgen is missing: CI must check abi/src/ffi.rs" >&2; exit 1
+  echo "bindgen is missing: CI must check abi/src/ffi.rs and rdmacm/src/ffi.rs" >&2; exit 1
 else
-  echo "SKIPPED: abi/src/ffi.rs check (no bindgen: cargo install bindgen-cli; apt-get install libclang-dev)" >&2
+  echo "SKIPPED: abi/src/ffi.rs and rdmacm/src/ffi.rs check (no bindgen: cargo install bindgen-cli; apt-get install libclang-dev)" >&2
 fi
 
 step "cargo test (workspace: the NIC, the tools, the drop-in libibverbs.so.1)"

@@ -9,12 +9,13 @@
 //! `get_grh_header_version`), the peer's address as the destination GID, and our GID
 //! the packet was sent to as the source GID index.
 
-use crate::context::Ctx;
+use crate::ctx::Ctx;
 use crate::errno::set_errno;
 use crate::ffi;
 use crate::mr::PdObj;
 use libc::c_int;
-use std::net::IpAddr;
+use roce_emu::verbs::AddressVector;
+use std::net::{IpAddr, Ipv6Addr};
 use std::ptr::null_mut;
 
 /// One address handle: rdma-core's `ibv_ah` first (the program's pointer), then what a
@@ -58,7 +59,7 @@ pub unsafe extern "C" fn ibv_create_ah(
             set_errno(libc::EINVAL);
             return null_mut();
         }
-        let av = match crate::qp::av_of(ctx, a) {
+        let av = match av_of(ctx, a) {
             Ok(av) => av,
             Err(why) => {
                 // The kernel's rdma_check_ah_attr: a RoCE port needs the GRH.
@@ -239,6 +240,39 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         // SAFETY: our PD; `a` is ours.
         unsafe { ibv_create_ah(pd, &mut a) }
     })
+}
+
+/// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
+/// address); the source GID index must be the device's own address (`GidTable::source`:
+/// its port sends from no other) and of the destination's IP family.
+pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
+    if ah.is_global == 0 {
+        return Err("RoCE needs a GRH (ah_attr.is_global = 1 and the peer's GID)");
+    }
+    if let Err(why) = ctx.dev.gids.source(u32::from(ah.grh.sgid_index)) {
+        tracing::debug!("{why}");
+        // The likeliest mistake of a first hour: `-g 0` from an rxe tutorial, where index
+        // 0 is the link-local GID rxe can send from and this device cannot. The program
+        // itself says only "Failed to modify QP to RTR", so say why once, even unasked.
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("ROCE_EMU_LOG").is_none()
+            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            eprintln!("roce-emu: {why}");
+        }
+        return Err("sgid_index: not a GID the device sends from (ROCE_EMU_LOG=debug lists them)");
+    }
+    // SAFETY: a GID is 16 raw bytes, whichever union member was written.
+    let raw = unsafe { ah.grh.dgid.raw };
+    let v6 = Ipv6Addr::from(raw);
+    let dest_ip = match v6.to_ipv4_mapped() {
+        Some(v4) => IpAddr::V4(v4),
+        None => IpAddr::V6(v6),
+    };
+    if dest_ip.is_ipv4() != ctx.dev.port.ip.is_ipv4() {
+        return Err("the destination GID's IP family differs from the source GID's");
+    }
+    Ok(AddressVector { dest_ip })
 }
 
 #[cfg(test)]

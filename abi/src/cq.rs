@@ -4,7 +4,7 @@
 //! filled in. A completion channel is the verbs layer's: a real fd, readable while an
 //! event waits, honouring O_NONBLOCK set by the program.
 
-use crate::context::{fd_nonblocking, Ctx};
+use crate::ctx::{fd_nonblocking, Ctx};
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};

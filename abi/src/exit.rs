@@ -1,8 +1,8 @@
 //! The program's exit. A user-space NIC sends nothing once its process is gone, and most
 //! programs exit without `ibv_close_device` (rc_pingpong returns from `main` on an error
 //! completion): what a NIC still held then (the NAK of the request that failed, which the
-//! peer needs to report the right error instead of a retry timeout; the packets a shared
-//! address's hub had to forward; a capture's buffered frames) was lost. An `atexit`
+//! peer needs to report the right error instead of a retry timeout; a capture's buffered
+//! frames) was lost. An `atexit`
 //! handler, registered at the first `ibv_open_device`, hands it on for every context still
 //! open (`verbs::Context::flush_at_exit`).
 //!

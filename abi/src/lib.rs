@@ -36,6 +36,8 @@ mod ah;
 mod clock;
 mod context;
 mod cq;
+mod ctx;
+mod dev;
 mod device;
 mod errno;
 mod exit;
@@ -46,11 +48,11 @@ mod mr;
 mod mw;
 mod pcap;
 mod qp;
+mod sge;
 mod srq;
 mod strings;
 mod stubs;
 mod sysfs;
-mod wr;
 
 pub use errno::set_errno;
 

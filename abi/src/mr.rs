@@ -2,7 +2,7 @@
 //! (`Backing::foreign`): a WRITE from the network lands at the program's address, a READ
 //! reads there, an atomic is a real 8-byte atomic there.
 
-use crate::context::Ctx;
+use crate::ctx::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};

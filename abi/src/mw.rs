@@ -1,21 +1,20 @@
 //! Memory windows: `ibv_alloc_mw`, `ibv_dealloc_mw` and `ibv_bind_mw` (inline in verbs.h,
-//! through `ibv_context_ops`), and the bind work request's conversion for
-//! `ibv_post_send`'s IBV_WR_BIND_MW and `ibv_wr_bind_mw`.
+//! through `ibv_context_ops`); the bind work request's conversion, which `ibv_bind_mw`,
+//! `ibv_post_send`'s IBV_WR_BIND_MW and `ibv_wr_bind_mw` share, is `qp::wr::bind_op`.
 //!
 //! As rxe's provider: `ibv_bind_mw` (type 1) posts a BIND_MW work request on the QP with
 //! the window's next key (`ibv_inc_rkey`) and sets `mw->rkey` to it at once (the program
 //! undoes it if the completion fails); a type 2 bind posted by the program leaves
 //! `mw->rkey` alone, the program tracks the key it chose.
 
-use crate::context::Ctx;
+use crate::ctx::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
+use crate::qp::wr::bind_op;
 use crate::qp::Qp;
 use libc::c_int;
-use roce_emu::verbs::{
-    Access, Lkey, Local, MemoryWindow, MwBind, MwType, SendFlags, SendOp, SendWr,
-};
+use roce_emu::verbs::{Local, MemoryWindow, MwType, SendFlags, SendWr};
 use std::ptr::null_mut;
 use std::sync::Arc;
 
@@ -82,49 +81,6 @@ pub unsafe extern "C" fn dealloc_mw(mw: *mut ffi::ibv_mw) -> c_int {
             }
             Err(e) => refused("ibv_dealloc_mw", &e),
         }
-    })
-}
-
-/// The BIND_MW operation binding `mw` (its current key `(*mw).rkey`) as `info` says, with
-/// new key `rkey`. EINVAL for access bits no window has.
-///
-/// # Safety
-/// `mw` is a window of ours; `info.mr` is NULL or a region of ours.
-pub unsafe fn bind_op(
-    mw: *const ffi::ibv_mw,
-    rkey: u32,
-    info: &ffi::ibv_mw_bind_info,
-) -> Result<SendOp, c_int> {
-    use ffi::ibv_access_flags as f;
-    if mw.is_null() {
-        return Err(libc::EINVAL);
-    }
-    let flags = info.mw_access_flags;
-    let rights = f::IBV_ACCESS_LOCAL_WRITE
-        | f::IBV_ACCESS_REMOTE_WRITE
-        | f::IBV_ACCESS_REMOTE_READ
-        | f::IBV_ACCESS_REMOTE_ATOMIC;
-    if flags & !(rights | f::IBV_ACCESS_ZERO_BASED) != 0 {
-        return Err(libc::EINVAL);
-    }
-    let access = Access::from_bits(flags & rights).ok_or(libc::EINVAL)?;
-    let mr_lkey = if info.mr.is_null() {
-        0
-    } else {
-        // SAFETY: a region of ours (the caller's promise).
-        unsafe { (*info.mr).lkey }
-    };
-    Ok(SendOp::BindMw {
-        // SAFETY: a window of ours (the caller's promise).
-        mw_rkey: unsafe { (*mw).rkey },
-        new_rkey: rkey,
-        bind: MwBind {
-            mr_lkey: Lkey(mr_lkey),
-            va: info.addr,
-            length: info.length,
-            access,
-            zero_based: flags & f::IBV_ACCESS_ZERO_BASED != 0,
-        },
     })
 }
 

@@ -9,11 +9,11 @@
 //! XRC SRQs (`IBV_SRQT_XRC`, with an XRC domain) and tag matching are EOPNOTSUPP: there
 //! is no XRC domain here (`ibv_open_xrcd` is EOPNOTSUPP).
 
-use crate::context::Ctx;
+use crate::ctx::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
-use crate::wr::{sges, MAX_SGE};
+use crate::sge::{sges, MAX_SGE};
 use libc::c_int;
 use roce_emu::verbs::{RecvWr, Sge, SrqInit};
 use std::ptr::null_mut;
@@ -57,7 +57,7 @@ unsafe fn create(
     let c = pd_obj.pd.context;
     // SAFETY: a context we opened.
     let ctx = unsafe { Ctx::of(c) };
-    // The drop-in's receive WRs carry at most MAX_SGE SGEs (wr/mod.rs): more is EINVAL, as
+    // The drop-in's receive WRs carry at most MAX_SGE SGEs (sge.rs): more is EINVAL, as
     // rxe's max_srq_sge (`rxe_srq_chk_init`).
     if attr.max_sge as usize > MAX_SGE {
         return Err(libc::EINVAL);

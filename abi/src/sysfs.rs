@@ -3,7 +3,8 @@
 //! Our devices have no kernel objects, so their files are virtual: served from the device
 //! as rxe's would read. Any other path is read from the real file system.
 
-use crate::device::{self, Dev};
+use crate::dev::{self, Dev};
+use crate::device;
 use libc::{c_char, c_int};
 use roce_emu::verbs::gids;
 use std::ffi::CStr;
@@ -88,7 +89,7 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
         let (Ok(dir), Ok(file)) = (dir.to_str(), file.to_str()) else {
             return -1;
         };
-        let ours = device::devices().ok().and_then(|devs| {
+        let ours = dev::devices().ok().and_then(|devs| {
             devs.iter().find_map(|d| {
                 let base = format!("/sys/class/infiniband/{}", d.port.name);
                 let path = format!("{dir}/{file}");

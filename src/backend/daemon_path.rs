@@ -1,7 +1,7 @@
 //! Where `roce-emu daemon`s listen by default, so that a NIC refused UDP 4791 on an
 //! address can say which daemon holds it and how to attach instead.
 //!
-//! The daemon's own default (`daemon::open::default_socket`) is built from these, so the
+//! The daemon's own default (`daemon::server::default_socket`) is built from these, so the
 //! two never disagree.
 
 use std::io::ErrorKind;

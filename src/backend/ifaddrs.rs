@@ -1,6 +1,6 @@
 //! This machine's network interfaces, as getifaddrs(3) lists them: the one walk behind
 //! device discovery (`verbs::discover`), the MTU of an address's interface
-//! ([`super::udp::link_mtu`]) and an AF_PACKET port's address (`daemon::open`).
+//! ([`super::udp::link_mtu`]) and an AF_PACKET port's address (`daemon::server`).
 
 use nix::net::if_::InterfaceFlags as F;
 use std::net::IpAddr;

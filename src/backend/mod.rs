@@ -20,10 +20,11 @@ pub mod ifaddrs;
 pub mod l2;
 pub mod link;
 pub mod pcapng;
-pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
-pub use sys::{adopt_received_fd, close_in_forked_children, keep_in_forked_children};
+pub use sys::{
+    adopt_received_fd, close_in_forked_children, keep_in_forked_children, new_session_on_exec,
+};
 pub mod tap;
 pub mod udp;
 
@@ -71,32 +72,15 @@ pub struct PortStats {
     /// (the file could not be written: the capture stops, the traffic does not).
     pub captured: u64,
     pub capture_errors: u64,
-    /// A shared address ([`shared`]), at the hub: packets forwarded to the member NIC that
-    /// owns their BTH DestQP, the Unix messages they went in (one system call sends all of
-    /// a batch's messages to one member), and packets dropped because the member's socket
-    /// was full (a NIC whose queue is full drops; the transport retransmits) or gone.
-    pub share_forwarded: u64,
-    pub share_forward_msgs: u64,
-    pub share_forward_dropped: u64,
-    /// At the hub: packets for a QPN block no NIC on the address holds; its own engine
-    /// gets them and counts them as for an unknown QP.
-    pub share_unleased: u64,
-    /// At a member: packets the hub forwarded to it, and forward messages that did not
-    /// parse (dropped).
+    /// Attached to a daemon (`daemon::client`, the port shared by the programs of an
+    /// address): packets the daemon handed over through the receive ring, and ring
+    /// entries that did not parse (dropped).
     pub share_received: u64,
     pub share_malformed: u64,
-    /// At the hub: member NICs that joined and that left (closed, or their process died).
-    pub share_joined: u64,
-    pub share_left: u64,
-    /// Times this NIC became the hub after the hub went away, and times it joined a new
-    /// hub after the old one went away (keeping its QPN block either way).
-    pub share_takeovers: u64,
-    pub share_rejoins: u64,
 }
 
 impl PortStats {
-    /// Adds `o`'s counts: a backend that replaces a part of itself (a shared port's member
-    /// becoming the hub) keeps what the old part counted.
+    /// Adds `o`'s counts (totals over several ports).
     pub fn add(&mut self, o: &PortStats) {
         let PortStats {
             truncated,
@@ -111,16 +95,8 @@ impl PortStats {
             fault_dropped,
             captured,
             capture_errors,
-            share_forwarded,
-            share_forward_msgs,
-            share_forward_dropped,
-            share_unleased,
             share_received,
             share_malformed,
-            share_joined,
-            share_left,
-            share_takeovers,
-            share_rejoins,
         } = *o;
         self.truncated += truncated;
         self.no_source += no_source;
@@ -134,16 +110,8 @@ impl PortStats {
         self.fault_dropped += fault_dropped;
         self.captured += captured;
         self.capture_errors += capture_errors;
-        self.share_forwarded += share_forwarded;
-        self.share_forward_msgs += share_forward_msgs;
-        self.share_forward_dropped += share_forward_dropped;
-        self.share_unleased += share_unleased;
         self.share_received += share_received;
         self.share_malformed += share_malformed;
-        self.share_joined += share_joined;
-        self.share_left += share_left;
-        self.share_takeovers += share_takeovers;
-        self.share_rejoins += share_rejoins;
     }
 }
 
@@ -193,8 +161,6 @@ pub trait Backend: Send {
     /// Hands on what the port holds for others before the NIC goes (its program may be
     /// exiting, with no destructor to come): a capture's buffered frames go to the file,
     /// and the capture ends.
-    /// Packets a port forwards to other NICs it serves (a shared address's hub) are not
-    /// held here but on its socket: the caller receives once more for those.
     fn flush_held(&mut self) {}
 }
 

@@ -309,8 +309,7 @@ impl<'p> SendBatch<'_, 'p> {
         self.push_to(Some(dst), parts, segment)
     }
 
-    /// Stages one message on a connected socket (no address): a shared port's hub
-    /// forwarding packets to a member over a Unix socket.
+    /// Stages one message on a connected socket (no address): an AF_PACKET frame.
     pub fn push_connected(&mut self, parts: impl ExactSizeIterator<Item = &'p [u8]>) -> bool {
         self.push_to(None, parts, None)
     }
@@ -386,8 +385,7 @@ impl<'p> SendBatch<'_, 'p> {
                 fd.as_raw_fd(),
                 self.m.b.hdrs[from..].as_mut_ptr(),
                 n as libc::c_uint,
-                // A Unix socket whose peer died (a shared port's member) must give EPIPE,
-                // not kill the process.
+                // A connected socket whose peer went must give EPIPE, not kill the process.
                 libc::MSG_NOSIGNAL,
             )
         };
@@ -572,9 +570,9 @@ extern "C" fn close_fork_slots() {
 }
 
 /// A descriptor that a child forked from this process (without exec) must not keep: the
-/// shared port's UDP socket and Unix sockets. Were a child to keep them, the port would
-/// outlive this process: the other NICs on the address would never see it go (no EOF),
-/// could not take the port over, and would lose their QPs. The child's copies are closed
+/// control socket to the daemon (`daemon::client`). Were a child to keep it, the
+/// attachment would outlive this process: the daemon would never see it go (no EOF), and
+/// its QPN block would stay leased. The child's copies are closed
 /// right after `fork` (a `pthread_atfork` handler); what the child inherited of the NIC is
 /// dead there anyway (no threads; the drop-in fails its calls with EIO). `false` if the
 /// table is full (then the child keeps it, as before).
@@ -606,5 +604,24 @@ pub fn keep_in_forked_children(fd: std::os::fd::RawFd) {
             std::sync::atomic::Ordering::Relaxed,
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+}
+
+/// Makes the program `cmd` runs a session leader of its own (`setsid(2)` in the child
+/// between fork and exec): no controlling terminal and its own process group, so a ^C
+/// or a hang-up of the terminal that started the program (`rping` with the drop-in)
+/// reaches neither. Used for the daemon started on demand (`daemon::demand`): a library
+/// never forks without exec, and this is the one step between the two.
+pub fn new_session_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and calls only setsid(2),
+    // which is async-signal-safe (signal-safety(7)); it allocates nothing and takes no
+    // lock. It fails only if the child already leads a process group, which a freshly
+    // forked child never does; then the exec goes ahead in the parent's session.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
     }
 }

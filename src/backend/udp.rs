@@ -150,8 +150,7 @@ impl UdpBackend {
         UdpBackend::bind_port(SocketAddr::new(ip, ROCE_UDP_PORT))
     }
 
-    /// Binds `addr`; port 0 takes one the kernel picks (`local` then names it): a NIC
-    /// on a shared address sends from such a socket (`backend::shared`).
+    /// Binds `addr`; port 0 takes one the kernel picks (`local` then names it).
     pub fn bind_port(addr: SocketAddr) -> Result<UdpBackend, BackendError> {
         let rx = bind(addr)?;
         let local = rx.local_addr().map_err(|source| BackendError::Bind {

@@ -91,6 +91,34 @@ fn group(out: &mut String, name: &str, v: &Value, null: &str) {
     let _ = writeln!(out, "  {name:<12} {text}");
 }
 
+/// An object with its nested objects' fields brought up as `outer_inner` (the CM's
+/// counters group MADs by kind and drops by reason).
+fn flatten(v: &Value) -> Value {
+    fn into(out: &mut Map<String, Value>, prefix: &str, v: &Map<String, Value>) {
+        for (k, x) in v {
+            let name = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}_{k}")
+            };
+            match x {
+                Value::Object(o) => into(out, &name, o),
+                other => {
+                    out.insert(name, other.clone());
+                }
+            }
+        }
+    }
+    match v {
+        Value::Object(o) => {
+            let mut out = Map::new();
+            into(&mut out, "", o);
+            Value::Object(out)
+        }
+        other => other.clone(),
+    }
+}
+
 /// The process of `before` with the same pid and block as `p`.
 fn same_process<'a>(before: Option<&'a Value>, p: &Value) -> Option<&'a Value> {
     before?["processes"]
@@ -127,6 +155,9 @@ pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
     let _ = writeln!(out, "  {:<12} {counters}", "counters");
     group(&mut out, "port_stats", &v["port_stats"], "(none)");
     group(&mut out, "l2", &v["l2"], "(none: a UDP port has no frames)");
+    group(&mut out, "qp1", &v["qp1"], "(none)");
+    group(&mut out, "cm", &flatten(&v["cm"]), "(none)");
+    group(&mut out, "cm_clients", &v["cm_clients"], "(none)");
     let l = &v["leases"];
     let _ = writeln!(
         out,

@@ -2,7 +2,7 @@
 //! (its fault rules at run time); `roce-emu counters` is in [`super::counters`].
 
 use crate::daemon::control::{self, ToDaemon, ToProcess};
-use crate::daemon::port::PortSpec;
+use crate::daemon::port::{PortSpec, PortSpecError};
 use crate::daemon::report;
 use crate::daemon::server::{self, Config, Daemon};
 use std::path::PathBuf;
@@ -43,6 +43,11 @@ pub struct DaemonArgs {
     /// before it sleeps on them (0: always sleep, which leaves the CPU to the programs).
     #[arg(long = "spin-us", value_name = "MICROSECONDS", default_value_t = crate::verbs::DEFAULT_SPIN_US)]
     pub spin_us: u64,
+    /// Exit once no process has been connected, and no QPN block has been leased or in
+    /// quarantine, for SECS (what a daemon started on demand does: `daemon::demand`).
+    /// Without it the daemon runs until signalled.
+    #[arg(long, value_name = "SECS", value_parser = super::seconds)]
+    pub idle_exit: Option<Duration>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -84,7 +89,9 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             .ok_or_else(|| format!("{}:{}: write key = value", path.display(), i + 1))?;
         let at = |e: String| format!("{}:{}: {e}", path.display(), i + 1);
         match k {
-            "port" if args.port.is_none() => args.port = Some(v.parse().map_err(at)?),
+            "port" if args.port.is_none() => {
+                args.port = Some(v.parse().map_err(|e: PortSpecError| at(e.to_string()))?)
+            }
             "socket" if args.socket.is_none() => args.socket = Some(PathBuf::from(v)),
             "quarantine" if args.quarantine.is_none() => {
                 args.quarantine = Some(super::seconds(v).map_err(at)?)
@@ -115,6 +122,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         faults: args.faults.clone(),
         neigh_timeout: args.neigh_timeout,
         spin_us: args.spin_us,
+        idle_exit: args.idle_exit,
     };
     if let Some(path) = &args.config {
         if let Err(e) = read_config(path, &mut a) {
@@ -134,6 +142,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
     cfg.pcap = a.pcap.clone();
     cfg.neigh_timeout = a.neigh_timeout;
     cfg.spin = Duration::from_micros(a.spin_us);
+    cfg.idle_exit = a.idle_exit;
     for text in &a.faults {
         match crate::daemon::fault::parse(text) {
             Ok(crate::daemon::fault::Command::Add(r)) => cfg.faults.push(r),
@@ -172,8 +181,15 @@ pub fn run(args: &DaemonArgs) -> i32 {
     );
     match daemon.run(&stop) {
         Ok(s) => {
+            let why = match (s.idle, a.idle_exit) {
+                (true, Some(t)) => format!(
+                    ": idle ({} s with no process and no QPN block in quarantine)",
+                    t.as_secs_f64()
+                ),
+                _ => String::new(),
+            };
             println!(
-                "roce-emu daemon: stopped; {} packets received, {} sent, {} processes served{}",
+                "roce-emu daemon: stopped{why}; {} packets received, {} sent, {} processes served{}",
                 s.port.rcvd_pkts,
                 s.port.sent_pkts,
                 s.processes.len(),
@@ -220,7 +236,9 @@ fn ask_keep(socket: &PathBuf, msg: &ToDaemon) -> Result<(socket2::Socket, ToProc
 pub(super) fn fetch(socket: &PathBuf) -> Result<serde_json::Value, String> {
     use std::os::fd::AsFd;
     match ask_keep(socket, &ToDaemon::Counters)? {
-        (s, ToProcess::Counters { json }) => report::collect_answer(s.as_fd(), json),
+        (s, ToProcess::Counters { json }) => {
+            report::collect_answer(s.as_fd(), json).map_err(|e| e.to_string())
+        }
         (_, other) => Err(format!("unexpected answer {other:?}")),
     }
 }

@@ -1,7 +1,8 @@
 //! `roce-emu env`, `roce-emu run` and `roce-emu devinfo`: using the drop-in
-//! `libibverbs.so.1` (abi/, built by tools/dropin/build.sh) with unmodified programs.
+//! `libibverbs.so.1` (abi/) and `librdmacm.so.1` (rdmacm/), built side by side by
+//! tools/dropin/build.sh, with unmodified programs.
 //!
-//! The library is found next to this binary (`target/<profile>/dropin/`, where the build
+//! The libraries are found next to this binary (`target/<profile>/dropin/`, where the build
 //! script puts it), in `../lib/roce-emu/` beside it (`PREFIX/bin/roce-emu` and
 //! `PREFIX/lib/roce-emu/`, where tools/install.sh puts them) or in `ROCE_EMU_DROPIN_DIR`. `run` puts that folder first on the
 //! program's `LD_LIBRARY_PATH` and replaces itself with the program, so the program's exit
@@ -101,10 +102,25 @@ pub fn env(args: &EnvArgs) -> i32 {
         return 2;
     }
     println!("export LD_LIBRARY_PATH={}", quoted(&library_path(&dir)));
+    if let Ok(me) = std::env::current_exe() {
+        // The daemon a program starts on demand is this roce-emu (`daemon::demand`).
+        println!(
+            "export {}={}",
+            crate::daemon::demand::BIN_VAR,
+            quoted(&me.display().to_string())
+        );
+    }
     if let Some(d) = &args.devices {
         println!("export ROCE_EMU_DEVICES={}", quoted(d));
     }
-    println!("# roce-emu's libibverbs.so.1 is now the one programs of this shell load");
+    if dir.join("librdmacm.so.1").is_file() {
+        println!(
+            "# roce-emu's libibverbs.so.1 and librdmacm.so.1 are now the ones programs of this \
+             shell load"
+        );
+    } else {
+        println!("# roce-emu's libibverbs.so.1 is now the one programs of this shell load");
+    }
     0
 }
 
@@ -123,6 +139,10 @@ pub fn run(args: &RunArgs) -> i32 {
     let (prog, rest) = args.command.split_first().expect("clap requires PROGRAM");
     let mut cmd = std::process::Command::new(prog);
     cmd.args(rest).env("LD_LIBRARY_PATH", library_path(&dir));
+    if let Ok(me) = std::env::current_exe() {
+        // The daemon the program starts on demand is this roce-emu (`daemon::demand`).
+        cmd.env(crate::daemon::demand::BIN_VAR, me);
+    }
     if let Some(d) = &args.env.devices {
         cmd.env("ROCE_EMU_DEVICES", d);
     }

@@ -310,9 +310,11 @@ pub struct Request {
     pub command: Command,
 }
 
-/// A message from the manager on a CM connection.
+/// A message from the manager on a CM connection. Tagged `msg` (as the daemon's other
+/// messages): an `Event` has a `kind` field of its own, and a `kind` tag made every event
+/// a JSON object with two `kind` keys, which does not parse back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "msg", rename_all = "snake_case")]
 pub enum ToLibrary {
     Reply { seq: u64, reply: Reply },
     Event(Event),

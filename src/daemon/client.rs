@@ -43,7 +43,7 @@ const RX_MAX: usize = 64;
 
 /// Why attaching to a daemon (or asking it for its port) failed; names the socket.
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub enum AttachError {
     #[error("cannot reach the roce-emu daemon at {path}: {source}")]
     Connect { path: PathBuf, source: io::Error },
     #[error("the roce-emu daemon at {path} did not answer within {secs} s")]
@@ -80,8 +80,8 @@ impl Attached {
 }
 
 /// Connects to the daemon's socket with bounded waits.
-fn connect_socket(path: &Path, timeout: Duration) -> Result<Socket, DaemonError> {
-    let err = |source: io::Error| DaemonError::Connect {
+fn connect_socket(path: &Path, timeout: Duration) -> Result<Socket, AttachError> {
+    let err = |source: io::Error| AttachError::Connect {
         path: path.to_path_buf(),
         source,
     };
@@ -99,15 +99,15 @@ fn connect_socket(path: &Path, timeout: Duration) -> Result<Socket, DaemonError>
 /// receive every packet this program sends and hand it any packet it likes. A socket path
 /// is only as safe as its folder; the peer's credentials (`SO_PEERCRED`: who listens) are
 /// what the kernel vouches for.
-fn check_daemon_user(path: &Path, sock: &Socket) -> Result<(), DaemonError> {
+fn check_daemon_user(path: &Path, sock: &Socket) -> Result<(), AttachError> {
     let own = nix::unistd::geteuid().as_raw();
     let theirs =
-        control::peer_uid(std::os::fd::AsFd::as_fd(sock)).map_err(|e| DaemonError::Connect {
+        control::peer_uid(std::os::fd::AsFd::as_fd(sock)).map_err(|e| AttachError::Connect {
             path: path.to_path_buf(),
             source: io::Error::other(e.to_string()),
         })?;
     if theirs != own && theirs != 0 {
-        return Err(DaemonError::Untrusted {
+        return Err(AttachError::Untrusted {
             path: path.to_path_buf(),
             why: format!(
                 "it runs as user {theirs} and this program as user {own}: a daemon of \
@@ -119,7 +119,7 @@ fn check_daemon_user(path: &Path, sock: &Socket) -> Result<(), DaemonError> {
 }
 
 /// Maps a control error while attaching to what it means for the user.
-fn control_err(path: &Path, timeout: Duration, e: ControlError) -> DaemonError {
+fn control_err(path: &Path, timeout: Duration, e: ControlError) -> AttachError {
     let path = path.to_path_buf();
     match e {
         ControlError::Io(io)
@@ -128,26 +128,26 @@ fn control_err(path: &Path, timeout: Duration, e: ControlError) -> DaemonError {
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) =>
         {
-            DaemonError::Silent {
+            AttachError::Silent {
                 path,
                 secs: timeout.as_secs().max(1),
             }
         }
-        ControlError::Io(source) => DaemonError::Connect { path, source },
-        ControlError::Closed => DaemonError::Protocol {
+        ControlError::Io(source) => AttachError::Connect { path, source },
+        ControlError::Closed => AttachError::Protocol {
             path,
             why: "it closed the connection without an answer".into(),
         },
-        e => DaemonError::Protocol {
+        e => AttachError::Protocol {
             path,
             why: e.to_string(),
         },
     }
 }
 
-fn version_check(path: &Path, version: u32) -> Result<(), DaemonError> {
+fn version_check(path: &Path, version: u32) -> Result<(), AttachError> {
     if version != control::VERSION {
-        return Err(DaemonError::Protocol {
+        return Err(AttachError::Protocol {
             path: path.to_path_buf(),
             why: format!(
                 "it speaks protocol version {version}, this program {}",
@@ -158,20 +158,20 @@ fn version_check(path: &Path, version: u32) -> Result<(), DaemonError> {
     Ok(())
 }
 
-fn unexpected(path: &Path, m: &ToProcess) -> DaemonError {
-    DaemonError::Protocol {
+fn unexpected(path: &Path, m: &ToProcess) -> AttachError {
+    AttachError::Protocol {
         path: path.to_path_buf(),
         why: format!("unexpected answer {m:?}"),
     }
 }
 
 /// The daemon's port, without attaching (for a device list).
-pub fn info(path: impl AsRef<Path>) -> Result<PortInfo, DaemonError> {
+pub fn info(path: impl AsRef<Path>) -> Result<PortInfo, AttachError> {
     info_within(path.as_ref(), ATTACH_TIMEOUT)
 }
 
 /// [`info`] with its own bound on each wait.
-pub fn info_within(path: &Path, timeout: Duration) -> Result<PortInfo, DaemonError> {
+pub fn info_within(path: &Path, timeout: Duration) -> Result<PortInfo, AttachError> {
     let sock = connect_socket(path, timeout)?;
     // A daemon that refuses us says why and closes at once: the send may then fail while
     // its answer waits to be read, so the answer decides.
@@ -183,12 +183,19 @@ pub fn info_within(path: &Path, timeout: Duration) -> Result<PortInfo, DaemonErr
             version_check(path, version)?;
             Ok(port)
         }
-        ToProcess::Refused { why } => Err(DaemonError::Refused {
+        ToProcess::Refused { why } => Err(AttachError::Refused {
             path: path.to_path_buf(),
             why,
         }),
         m => Err(unexpected(path, &m)),
     }
+}
+
+/// The process id of the daemon listening at `path` (`SO_PEERCRED`), without asking it
+/// anything; `None` if none answers.
+pub fn daemon_pid(path: &Path, timeout: Duration) -> Option<u32> {
+    let sock = connect_socket(path, timeout).ok()?;
+    control::peer(sock.as_fd()).ok().map(|(_, pid)| pid)
 }
 
 /// Whether the port went down, and why: set by the control thread, read on every call.
@@ -234,7 +241,7 @@ pub struct DaemonBackend {
 
 impl DaemonBackend {
     /// Attaches to the daemon at `path`.
-    pub fn connect(path: impl AsRef<Path>) -> Result<(DaemonBackend, Attached), DaemonError> {
+    pub fn connect(path: impl AsRef<Path>) -> Result<(DaemonBackend, Attached), AttachError> {
         DaemonBackend::connect_within(path.as_ref(), ATTACH_TIMEOUT)
     }
 
@@ -242,7 +249,7 @@ impl DaemonBackend {
     pub fn connect_within(
         path: &Path,
         timeout: Duration,
-    ) -> Result<(DaemonBackend, Attached), DaemonError> {
+    ) -> Result<(DaemonBackend, Attached), AttachError> {
         let sock = connect_socket(path, timeout)?;
         let cerr = |e| control_err(path, timeout, e);
         let hello = ToDaemon::Hello {
@@ -268,7 +275,7 @@ impl DaemonBackend {
                 }
             }
             ToProcess::Refused { why } => {
-                return Err(DaemonError::Refused {
+                return Err(AttachError::Refused {
                     path: path.to_path_buf(),
                     why,
                 })
@@ -276,12 +283,12 @@ impl DaemonBackend {
             m => return Err(unexpected(path, &m)),
         };
         let Some(ip) = attached.local_ip() else {
-            return Err(DaemonError::Protocol {
+            return Err(AttachError::Protocol {
                 path: path.to_path_buf(),
                 why: "its port has no address".into(),
             });
         };
-        let proto = |why: String| DaemonError::Protocol {
+        let proto = |why: String| AttachError::Protocol {
             path: path.to_path_buf(),
             why,
         };

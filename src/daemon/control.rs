@@ -49,6 +49,11 @@ pub enum ToDaemon {
         #[serde(default)]
         report: serde_json::Value,
     },
+    /// Makes this connection a CM client (a program's librdmacm, `crate::cm::ucma`): the
+    /// daemon answers `CmWelcome` (or `Refused` for another `version`); after that every
+    /// message from the process is a `ucma::Request` and every one to it a
+    /// `ucma::ToLibrary`. The connection is one `cm::Owner`: its end is `Cm::owner_gone`.
+    CmHello { version: u32, pid: u32 },
 }
 
 /// What the daemon answers or announces.
@@ -80,6 +85,14 @@ pub enum ToProcess {
     CountersMore { processes: Vec<serde_json::Value> },
     /// The answer to `Fault`: empty when the rule was taken, else why not.
     FaultSet { error: Option<String> },
+    /// The answer to `CmHello`: the CM protocol version, and the device as the CM sees it
+    /// (its node GUID, the port's addresses, its IB MTU in bytes).
+    CmWelcome {
+        version: u32,
+        node_guid: u64,
+        addrs: Vec<IpAddr>,
+        mtu: u32,
+    },
 }
 
 /// The port as the attached process's device shows it.

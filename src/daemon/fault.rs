@@ -33,20 +33,68 @@ const MAX_LEN: usize = 512;
 const DEFAULT_DEPTH: u32 = 4;
 const FILTERS: &str = "P%, in, out, opcode=NAME|NUM, qpn=N, seed=S";
 
-pub fn parse(text: &str) -> Result<Command, String> {
+/// Why a rule text was refused; each names the word to fix.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RuleError {
+    #[error("a rule is at most {MAX_LEN} characters")]
+    TooLong,
+    #[error("empty rule: write e.g. `drop 5%`, `delay 10ms 5% out`, `clear` or `list`")]
+    Empty,
+    #[error("`{word}` takes nothing after it (found `{found}`)")]
+    TrailingWord { word: String, found: String },
+    #[error("`delay` needs a time first, e.g. `delay 10ms 5%`")]
+    DelayWithoutTime,
+    #[error("no action `{0}`: use drop, duplicate, reorder, delay, corrupt, clear or list")]
+    NoAction(String),
+    #[error("two rates (`{0}`): give one")]
+    TwoRates(String),
+    #[error("two directions (`{0}`): give in or out once, or neither for both")]
+    TwoDirections(String),
+    #[error("qpn={0} is over 24 bits (0xffffff)")]
+    QpnTooLarge(String),
+    #[error("depth={0}: give 1 to {MAX_DEPTH}")]
+    BadDepth(String),
+    #[error("`{0}`: depth= is for reorder rules only")]
+    DepthNotReorder(String),
+    #[error("unknown setting `{key}=` in `{word}`: expected {FILTERS}")]
+    UnknownSetting { key: String, word: String },
+    #[error("a time (`{0}`) is for delay rules only, right after `delay`")]
+    TimeNotDelay(String),
+    #[error("unknown word `{0}`: expected {FILTERS}")]
+    UnknownWord(String),
+    #[error("rate `{0}` is not between 0% and 100%")]
+    RateRange(String),
+    #[error("rate `{0}` is not a number: write e.g. 5% or 0.5%")]
+    RateNotNumber(String),
+    #[error("{what}={value} is not a number (decimal or 0x hex)")]
+    NotNumber { what: &'static str, value: String },
+    #[error("opcode={0} is over 255")]
+    OpcodeTooLarge(String),
+    #[error(
+        "no opcode named `{0}`: use rxe's names (RC_SEND_ONLY, RC_ACKNOWLEDGE, ...) or a number"
+    )]
+    NoOpcode(String),
+    #[error("`{0}` is not a time: write e.g. 10ms, 500us or 1s")]
+    NotTime(String),
+    #[error("`{0}` is longer than the {max}s a delay may be", max = MAX_DELAY.as_secs())]
+    DelayTooLong(String),
+}
+
+pub fn parse(text: &str) -> Result<Command, RuleError> {
     if text.len() > MAX_LEN {
-        return Err(format!("a rule is at most {MAX_LEN} characters"));
+        return Err(RuleError::TooLong);
     }
     let mut words = text.split_whitespace();
     let Some(first) = words.next() else {
-        return Err(
-            "empty rule: write e.g. `drop 5%`, `delay 10ms 5% out`, `clear` or `list`".into(),
-        );
+        return Err(RuleError::Empty);
     };
     let action = match first.to_ascii_lowercase().as_str() {
         "clear" | "list" => {
             if let Some(w) = words.next() {
-                return Err(format!("`{first}` takes nothing after it (found `{w}`)"));
+                return Err(RuleError::TrailingWord {
+                    word: first.into(),
+                    found: w.into(),
+                });
             }
             return Ok(if first.eq_ignore_ascii_case("clear") {
                 Command::Clear
@@ -62,15 +110,11 @@ pub fn parse(text: &str) -> Result<Command, String> {
         "corrupt" => Action::Corrupt,
         "delay" => {
             let Some(t) = words.next() else {
-                return Err("`delay` needs a time first, e.g. `delay 10ms 5%`".into());
+                return Err(RuleError::DelayWithoutTime);
             };
             Action::Delay(duration(t)?)
         }
-        _ => {
-            return Err(format!(
-                "no action `{first}`: use drop, duplicate, reorder, delay, corrupt, clear or list"
-            ))
-        }
+        _ => return Err(RuleError::NoAction(first.into())),
     };
     let mut rule = Rule::new(action);
     let mut seen_rate = false;
@@ -78,15 +122,13 @@ pub fn parse(text: &str) -> Result<Command, String> {
         let lw = w.to_ascii_lowercase();
         if let Some(p) = w.strip_suffix('%') {
             if seen_rate {
-                return Err(format!("two rates (`{w}`): give one"));
+                return Err(RuleError::TwoRates(w.into()));
             }
             seen_rate = true;
             rule.percent = percent(p, w)?;
         } else if lw == "in" || lw == "out" {
             if rule.dir.is_some() {
-                return Err(format!(
-                    "two directions (`{w}`): give in or out once, or neither for both"
-                ));
+                return Err(RuleError::TwoDirections(w.into()));
             }
             rule.dir = Some(if lw == "in" { Dir::In } else { Dir::Out });
         } else if let Some((k, v)) = w.split_once('=') {
@@ -95,7 +137,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
                 "qpn" | "qp" => {
                     let q = number(v, "qpn")?;
                     if q > 0x00ff_ffff {
-                        return Err(format!("qpn={v} is over 24 bits (0xffffff)"));
+                        return Err(RuleError::QpnTooLarge(v.into()));
                     }
                     rule.qpn = Some(q as u32);
                 }
@@ -104,65 +146,65 @@ pub fn parse(text: &str) -> Result<Command, String> {
                     Action::Reorder { depth } => {
                         let d = number(v, "depth")?;
                         if d == 0 || d > u64::from(MAX_DEPTH) {
-                            return Err(format!("depth={v}: give 1 to {MAX_DEPTH}"));
+                            return Err(RuleError::BadDepth(v.into()));
                         }
                         *depth = d as u32;
                     }
-                    _ => return Err(format!("`{w}`: depth= is for reorder rules only")),
+                    _ => return Err(RuleError::DepthNotReorder(w.into())),
                 },
                 _ => {
-                    return Err(format!(
-                        "unknown setting `{k}=` in `{w}`: expected {FILTERS}"
-                    ))
+                    return Err(RuleError::UnknownSetting {
+                        key: k.into(),
+                        word: w.into(),
+                    })
                 }
             }
         } else if duration(w).is_ok() {
-            return Err(format!(
-                "a time (`{w}`) is for delay rules only, right after `delay`"
-            ));
+            return Err(RuleError::TimeNotDelay(w.into()));
         } else {
-            return Err(format!("unknown word `{w}`: expected {FILTERS}"));
+            return Err(RuleError::UnknownWord(w.into()));
         }
     }
     Ok(Command::Add(rule))
 }
 
 /// `5`, `0.5`, `100` (the `%` already cut off).
-fn percent(p: &str, w: &str) -> Result<f64, String> {
+fn percent(p: &str, w: &str) -> Result<f64, RuleError> {
     match p.parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..=100.0).contains(&v) => Ok(v),
-        Ok(_) => Err(format!("rate `{w}` is not between 0% and 100%")),
-        Err(_) => Err(format!("rate `{w}` is not a number: write e.g. 5% or 0.5%")),
+        Ok(_) => Err(RuleError::RateRange(w.into())),
+        Err(_) => Err(RuleError::RateNotNumber(w.into())),
     }
 }
 
 /// A decimal or `0x` hex number.
-fn number(v: &str, what: &str) -> Result<u64, String> {
+fn number(v: &str, what: &'static str) -> Result<u64, RuleError> {
     let r = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
         None => v.parse::<u64>(),
     };
-    r.map_err(|_| format!("{what}={v} is not a number (decimal or 0x hex)"))
+    r.map_err(|_| RuleError::NotNumber {
+        what,
+        value: v.into(),
+    })
 }
 
 /// An opcode by rxe's name or number.
-fn opcode(v: &str) -> Result<u8, String> {
+fn opcode(v: &str) -> Result<u8, RuleError> {
     if v.starts_with(|c: char| c.is_ascii_digit()) {
         let n = number(v, "opcode")?;
-        return u8::try_from(n).map_err(|_| format!("opcode={v} is over 255"));
+        return u8::try_from(n).map_err(|_| RuleError::OpcodeTooLarge(v.into()));
     }
     let up = v.to_ascii_uppercase();
     let name = up.strip_prefix("IB_OPCODE_").unwrap_or(&up);
     (0..=255u8)
         .find(|&o| Opcode(o).info().is_some_and(|i| i.name == name))
-        .ok_or_else(|| {
-            format!("no opcode named `{v}`: use rxe's names (RC_SEND_ONLY, RC_ACKNOWLEDGE, ...) or a number")
-        })
+        .ok_or_else(|| RuleError::NoOpcode(v.into()))
 }
 
 /// `10ms`, `500us`, `1s`, `2.5ms`.
-fn duration(t: &str) -> Result<Duration, String> {
-    let bad = || format!("`{t}` is not a time: write e.g. 10ms, 500us or 1s");
+fn duration(t: &str) -> Result<Duration, RuleError> {
+    let bad = || RuleError::NotTime(t.into());
     let (num, unit) = if let Some(n) = t.strip_suffix("ms") {
         (n, 1e-3)
     } else if let Some(n) = t.strip_suffix("us") {
@@ -178,10 +220,7 @@ fn duration(t: &str) -> Result<Duration, String> {
     }
     // Checked before the conversion, which panics on huge values.
     if v * unit > MAX_DELAY.as_secs_f64() {
-        return Err(format!(
-            "`{t}` is longer than the {}s a delay may be",
-            MAX_DELAY.as_secs()
-        ));
+        return Err(RuleError::DelayTooLong(t.into()));
     }
     let d = Duration::from_secs_f64(v * unit);
     // Whole microseconds: what `Display` writes, so a rule reads back as itself.

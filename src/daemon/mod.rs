@@ -20,14 +20,15 @@
 //! - [`report`]: each process's engine counters, published to the daemon and checked
 //!   there field by field; `roce-emu counters` shows them.
 //! - [`fault`]: fault rules set at run time (`roce-emu fault`); [`port`]: the port specs;
-//!   `open`: opening the port, its capture and the control socket.
+//!   `server::open`: opening the port, its capture and the control socket.
 
 pub mod client;
+pub mod cm_host;
 pub mod control;
+pub mod demand;
 pub mod fault;
 pub mod lease;
-mod open;
 pub mod port;
+pub mod qp1;
 pub mod report;
-mod route;
 pub mod server;

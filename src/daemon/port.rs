@@ -5,6 +5,35 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+const USAGE: &str = "write udp:ADDR, tap:NAME,ADDR/PREFIX[,ADDR6/PREFIX] or afpacket:IFACE[,ADDR]";
+
+/// Why a port text was refused; each says how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortSpecError {
+    #[error("{0:?}: {USAGE}")]
+    Usage(String),
+    #[error("{text:?}: no port kind {kind:?}; {USAGE}")]
+    NoKind { text: String, kind: String },
+    #[error("{0:?} is not an IPv4 or IPv6 address")]
+    NotAddress(String),
+    #[error("{0:?}: write ADDR/PREFIX, e.g. 10.0.0.2/24")]
+    NotCidr(String),
+    #[error("{text:?} is not a prefix length of 0 to {max}")]
+    BadPrefix { text: String, max: u8 },
+    #[error("{0:?}: write tap:NAME,ADDR/PREFIX[,ADDR6/PREFIX]")]
+    TapUsage(String),
+    #[error("{0:?}: write afpacket:IFACE[,ADDR]")]
+    AfPacketUsage(String),
+    #[error("{text:?}: a second {family} address ({cidr})")]
+    SecondAddress {
+        text: String,
+        family: &'static str,
+        cidr: String,
+    },
+    #[error("{0:?} is not an interface name (1 to 15 characters, no '/' or ':')")]
+    IfaceName(String),
+}
+
 /// An interface address with its prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
@@ -13,20 +42,21 @@ pub struct Cidr {
 }
 
 impl FromStr for Cidr {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Cidr, String> {
+    type Err = PortSpecError;
+    fn from_str(s: &str) -> Result<Cidr, PortSpecError> {
         let (a, p) = s
             .split_once('/')
-            .ok_or_else(|| format!("{s:?}: write ADDR/PREFIX, e.g. 10.0.0.2/24"))?;
-        let addr: IpAddr = a
-            .parse()
-            .map_err(|_| format!("{a:?} is not an IPv4 or IPv6 address"))?;
+            .ok_or_else(|| PortSpecError::NotCidr(s.into()))?;
+        let addr: IpAddr = a.parse().map_err(|_| PortSpecError::NotAddress(a.into()))?;
         let max = if addr.is_ipv4() { 32 } else { 128 };
-        let prefix = p
-            .parse::<u8>()
-            .ok()
-            .filter(|&n| n <= max)
-            .ok_or_else(|| format!("{p:?} is not a prefix length of 0 to {max}"))?;
+        let prefix =
+            p.parse::<u8>()
+                .ok()
+                .filter(|&n| n <= max)
+                .ok_or_else(|| PortSpecError::BadPrefix {
+                    text: p.into(),
+                    max,
+                })?;
         Ok(Cidr { addr, prefix })
     }
 }
@@ -53,7 +83,7 @@ pub enum PortSpec {
     AfPacket { iface: String, addr: Option<IpAddr> },
 }
 
-fn iface_name(n: &str) -> Result<String, String> {
+fn iface_name(n: &str) -> Result<String, PortSpecError> {
     // IFNAMSIZ is 16 with the NUL; the kernel refuses '/', ':' and white space in names.
     let ok = !n.is_empty()
         && n.len() < 16
@@ -62,28 +92,27 @@ fn iface_name(n: &str) -> Result<String, String> {
     if ok {
         Ok(n.to_string())
     } else {
-        Err(format!(
-            "{n:?} is not an interface name (1 to 15 characters, no '/' or ':')"
-        ))
+        Err(PortSpecError::IfaceName(n.into()))
     }
 }
 
 impl FromStr for PortSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<PortSpec, String> {
-        let usage = "write udp:ADDR, tap:NAME,ADDR/PREFIX[,ADDR6/PREFIX] or afpacket:IFACE[,ADDR]";
-        let (kind, rest) = s.split_once(':').ok_or_else(|| format!("{s:?}: {usage}"))?;
+    type Err = PortSpecError;
+    fn from_str(s: &str) -> Result<PortSpec, PortSpecError> {
+        let (kind, rest) = s
+            .split_once(':')
+            .ok_or_else(|| PortSpecError::Usage(s.into()))?;
         let parts: Vec<&str> = rest.split(',').collect();
         match kind {
             "udp" => {
                 let ip = rest
                     .parse()
-                    .map_err(|_| format!("udp:{rest}: {rest:?} is not an IPv4 or IPv6 address"))?;
+                    .map_err(|_| PortSpecError::NotAddress(rest.into()))?;
                 Ok(PortSpec::Udp(ip))
             }
             "tap" => {
                 if parts.len() < 2 || parts.len() > 3 {
-                    return Err(format!("{s:?}: write tap:NAME,ADDR/PREFIX[,ADDR6/PREFIX]"));
+                    return Err(PortSpecError::TapUsage(s.into()));
                 }
                 let name = iface_name(parts[0])?;
                 let (mut v4, mut v6) = (None, None);
@@ -98,7 +127,11 @@ impl FromStr for PortSpec {
                             prefix,
                         } if v6.is_none() => v6 = Some((a, prefix)),
                         c => {
-                            return Err(format!("{s:?}: a second {} address ({c})", family(c.addr)))
+                            return Err(PortSpecError::SecondAddress {
+                                text: s.into(),
+                                family: family(c.addr),
+                                cidr: c.to_string(),
+                            })
                         }
                     }
                 }
@@ -106,19 +139,22 @@ impl FromStr for PortSpec {
             }
             "afpacket" => {
                 if parts.len() > 2 {
-                    return Err(format!("{s:?}: write afpacket:IFACE[,ADDR]"));
+                    return Err(PortSpecError::AfPacketUsage(s.into()));
                 }
                 let iface = iface_name(parts[0])?;
                 let addr = match parts.get(1) {
                     Some(a) => Some(
                         a.parse()
-                            .map_err(|_| format!("{a:?} is not an IPv4 or IPv6 address"))?,
+                            .map_err(|_| PortSpecError::NotAddress((*a).into()))?,
                     ),
                     None => None,
                 };
                 Ok(PortSpec::AfPacket { iface, addr })
             }
-            _ => Err(format!("{s:?}: no port kind {kind:?}; {usage}")),
+            _ => Err(PortSpecError::NoKind {
+                text: s.into(),
+                kind: kind.into(),
+            }),
         }
     }
 }
@@ -190,7 +226,7 @@ mod tests {
             ("afpacket:eth0,x", "not an IPv4 or IPv6 address"),
             ("vxlan:1", "no port kind"),
         ] {
-            let e = s.parse::<PortSpec>().unwrap_err();
+            let e = s.parse::<PortSpec>().unwrap_err().to_string();
             assert!(e.contains(want), "{s}: {e}");
         }
     }

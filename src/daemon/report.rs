@@ -153,18 +153,65 @@ fn echo(k: &str) -> String {
     }
 }
 
+/// What is wrong with a counter set in a report (the names quoted are cut to
+/// `MAX_ECHO` characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CounterError {
+    #[error("counters: not an object")]
+    NotObject,
+    #[error("no counter {0}")]
+    Unknown(String),
+    #[error("counter {0}: not an unsigned number")]
+    NotNumber(String),
+}
+
+/// What is wrong with a process's report (`QpCounters`): counted, shown in `counters`
+/// as its `report_error`, never the end of its attachment.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReportError {
+    #[error("a report from a process not attached")]
+    NotAttached,
+    #[error("the report is not an object")]
+    NotObject,
+    #[error("tx_dropped: not an unsigned number")]
+    TxDropped,
+    #[error("nic: {0}")]
+    Nic(CounterError),
+    #[error("qps: not an array")]
+    QpsNotArray,
+    #[error("{0} QPs in one report (at most {MAX_QPS_PER_MSG})")]
+    TooManyQps(usize),
+    #[error("qpn {0:?} outside the block leased")]
+    QpnOutside(Option<String>),
+    #[error("QP {qpn:#x}: {source}")]
+    Qp { qpn: u32, source: CounterError },
+    #[error("QP {0:#x}: no counters")]
+    NoCounters(u32),
+}
+
+/// Why the rest of a `counters` answer could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum AnswerError {
+    #[error("an answer announcing {0} more messages")]
+    TooMany(u64),
+    #[error("unexpected answer {0}")]
+    Unexpected(String),
+    #[error("the daemon closed mid-answer")]
+    Closed,
+    #[error(transparent)]
+    Control(ControlError),
+}
+
 /// A counter set from a report: an object of known names to unsigned numbers.
-fn counters_of(v: &Value) -> Result<Counters, String> {
-    let obj = v.as_object().ok_or("counters: not an object")?;
+fn counters_of(v: &Value) -> Result<Counters, CounterError> {
+    let obj = v.as_object().ok_or(CounterError::NotObject)?;
     let mut c = Counters::default();
     for (k, n) in obj {
         let which = Counter::ALL
             .iter()
             .find(|c| c.name() == k)
-            .ok_or_else(|| format!("no counter {}", echo(k)))?;
-        let n = n
-            .as_u64()
-            .ok_or_else(|| format!("counter {}: not an unsigned number", echo(k)))?;
+            .ok_or_else(|| CounterError::Unknown(echo(k)))?;
+        let n = n.as_u64().ok_or_else(|| CounterError::NotNumber(echo(k)))?;
         c.add(*which, n);
     }
     Ok(c)
@@ -176,37 +223,34 @@ impl ProcessReport {
         self.reports += 1;
         if let Err(e) = self.parse(report, block) {
             self.errors += 1;
-            self.last_error = Some(e);
+            self.last_error = Some(e.to_string());
         }
     }
 
     /// The good parts of `v` are taken; the first error found is returned.
-    fn parse(&mut self, v: &Value, block: Option<u8>) -> Result<(), String> {
-        let block = block.ok_or("a report from a process not attached")?;
-        let obj = v.as_object().ok_or("the report is not an object")?;
-        let mut first_err: Option<String> = None;
-        let mut err = |e: String| {
+    fn parse(&mut self, v: &Value, block: Option<u8>) -> Result<(), ReportError> {
+        let block = block.ok_or(ReportError::NotAttached)?;
+        let obj = v.as_object().ok_or(ReportError::NotObject)?;
+        let mut first_err: Option<ReportError> = None;
+        let mut err = |e: ReportError| {
             first_err.get_or_insert(e);
         };
         match obj.get("tx_dropped").map(Value::as_u64) {
             None => {}
             Some(Some(t)) => self.tx_dropped = t,
-            Some(None) => err("tx_dropped: not an unsigned number".into()),
+            Some(None) => err(ReportError::TxDropped),
         }
         if let Some(nic) = obj.get("nic") {
             match counters_of(nic) {
                 Ok(c) => self.nic = c,
-                Err(e) => err(format!("nic: {e}")),
+                Err(e) => err(ReportError::Nic(e)),
             }
         }
         let (lo, hi) = lease::range(block);
         match obj.get("qps").map(|q| q.as_array()) {
             None => {}
-            Some(None) => err("qps: not an array".into()),
-            Some(Some(a)) if a.len() > MAX_QPS_PER_MSG => err(format!(
-                "{} QPs in one report (at most {MAX_QPS_PER_MSG})",
-                a.len()
-            )),
+            Some(None) => err(ReportError::QpsNotArray),
+            Some(Some(a)) if a.len() > MAX_QPS_PER_MSG => err(ReportError::TooManyQps(a.len())),
             Some(Some(a)) => {
                 for q in a {
                     let qpn = q.get("qpn").and_then(Value::as_u64);
@@ -214,18 +258,18 @@ impl ProcessReport {
                         Some(n) if (u64::from(lo)..=u64::from(hi)).contains(&n) => n as u32,
                         _ => {
                             let shown = q.get("qpn").map(|v| echo(&v.to_string()));
-                            err(format!("qpn {shown:?} outside the block leased"));
+                            err(ReportError::QpnOutside(shown));
                             continue;
                         }
                     };
                     let c = match q.get("counters").map(counters_of) {
                         Some(Ok(c)) => c,
                         Some(Err(e)) => {
-                            err(format!("QP {qpn:#x}: {e}"));
+                            err(ReportError::Qp { qpn, source: e });
                             continue;
                         }
                         None => {
-                            err(format!("QP {qpn:#x}: no counters"));
+                            err(ReportError::NoCounters(qpn));
                             continue;
                         }
                     };
@@ -348,11 +392,11 @@ pub fn counters_answer(mut base: Value, processes: Vec<Value>) -> Vec<ToProcess>
 
 /// Reads the `CountersMore` messages that follow `first` (an answer to `Counters`) on
 /// `sock` and puts their processes in it, the continued pieces joined to their entry.
-pub fn collect_answer(sock: BorrowedFd<'_>, mut first: Value) -> Result<Value, String> {
+pub fn collect_answer(sock: BorrowedFd<'_>, mut first: Value) -> Result<Value, AnswerError> {
     let more = first.get("more").and_then(Value::as_u64).unwrap_or(0);
     // A daemon's answer has at most MAX_DEPARTED + 255 processes of MAX_QPS_KEPT QPs.
     if more > 100_000 {
-        return Err(format!("an answer announcing {more} more messages"));
+        return Err(AnswerError::TooMany(more));
     }
     let mut procs = match first.get_mut("processes").map(Value::take) {
         Some(Value::Array(a)) => a,
@@ -361,9 +405,9 @@ pub fn collect_answer(sock: BorrowedFd<'_>, mut first: Value) -> Result<Value, S
     for _ in 0..more {
         match control::recv::<ToProcess>(sock) {
             Ok((ToProcess::CountersMore { processes }, _)) => procs.extend(processes),
-            Ok((m, _)) => return Err(format!("unexpected answer {m:?}")),
-            Err(ControlError::Closed) => return Err("the daemon closed mid-answer".into()),
-            Err(e) => return Err(e.to_string()),
+            Ok((m, _)) => return Err(AnswerError::Unexpected(format!("{m:?}"))),
+            Err(ControlError::Closed) => return Err(AnswerError::Closed),
+            Err(e) => return Err(AnswerError::Control(e)),
         }
     }
     let mut joined: Vec<Value> = Vec::with_capacity(procs.len());

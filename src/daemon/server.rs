@@ -6,7 +6,7 @@
 //! when that process sleeps); packets the processes queued are sent in batches; packets
 //! a process addresses to the port's own address go straight to their owner (a frame
 //! port cannot send to itself), copied from the sender's ring into the owner's
-//! ([`super::route`]); control messages are served. Idle, the loop polls the rings (no
+//! (`route`); control messages are served. Idle, the loop polls the rings (no
 //! system call), the port every few turns, and yields the CPU each turn; after its spin
 //! budget it sleeps on the port, the sockets and the doorbells. A process whose socket
 //! ends is detached: its block goes into quarantine, its rings are unmapped, its counters
@@ -15,14 +15,15 @@
 //! attachment, never of the daemon.
 
 mod clients;
+mod cm;
+mod open;
+mod route;
 
+use super::cm_host::CmHost;
 use super::control::{self, ControlError, PortInfo, ToDaemon, ToProcess};
 use super::fault::Command as FaultCommand;
 use super::lease::{self, Leases};
-pub use super::open::default_socket;
-use super::open::{listen, open_port};
 use super::port::PortSpec;
-use super::route::{deliver, flush_all, hairpin};
 use crate::backend::fault::{FaultHandle, Faults, Faulty, Rule};
 use crate::backend::pcapng::CaptureStats;
 use crate::backend::udp::{RX_BATCH, RX_SLOT, TX_BATCH};
@@ -30,6 +31,9 @@ use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::ring::{DaemonEnd, Link, Meta};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+pub use open::default_socket;
+use open::{listen, open_port};
+use route::{deliver, flush_all, hairpin};
 use serde::Serialize;
 use socket2::Socket;
 use std::os::fd::AsFd;
@@ -88,6 +92,10 @@ pub struct Config {
     pub neigh_timeout: Option<Duration>,
     /// Longest idle poll before a sleep (`driver::Spin`; `--spin-us`).
     pub spin: Duration,
+    /// Exit once no process has been connected, and no QPN block leased or in
+    /// quarantine, for this long (`--idle-exit`; the daemon started on demand,
+    /// `super::demand`). `None`: run until signalled.
+    pub idle_exit: Option<Duration>,
 }
 
 impl Config {
@@ -101,12 +109,13 @@ impl Config {
             faults: Vec::new(),
             neigh_timeout: None,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
+            idle_exit: None,
         }
     }
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
+pub enum ServerError {
     #[error(transparent)]
     Port(#[from] BackendError),
     #[error("control socket {path}: {source}")]
@@ -114,8 +123,17 @@ pub enum DaemonError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Capture(#[from] crate::backend::capture::CaptureError),
+    #[error(
+        "a neighbour timeout is for tap: and afpacket: ports (a UDP port's neighbours are the \
+         kernel's)"
+    )]
+    NeighTimeoutOnUdp,
+    #[error(
+        "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
+    )]
+    NoAddress { iface: String },
 }
 
 /// The port's counters.
@@ -173,6 +191,8 @@ pub(super) struct Client {
     /// Answers not sent yet (its socket was full), oldest first, and their bytes.
     pub(super) outbox: std::collections::VecDeque<Vec<u8>>,
     pub(super) outbox_bytes: usize,
+    /// A CM client (its `CmHello` was served): its messages are `cm::ucma::Request`s.
+    pub(super) cm: bool,
 }
 
 /// What a stopped daemon reports.
@@ -180,6 +200,8 @@ pub(super) struct Client {
 pub struct Summary {
     pub port: PortCounters,
     pub processes: Vec<ProcessCounters>,
+    /// It stopped because it was idle (`Config::idle_exit`), not signalled.
+    pub idle: bool,
 }
 
 pub struct Daemon {
@@ -219,11 +241,15 @@ pub struct Daemon {
     first_tx: usize,
     /// A hairpinned packet's bytes, for the capture (only with `--pcap`).
     scratch: Vec<u8>,
+    /// Since when the daemon has had nothing to keep it (`Config::idle_exit`).
+    idle_since: Option<Instant>,
+    /// The port's connection manager and QP1 (`server::cm`).
+    cm: CmHost,
 }
 
 impl Daemon {
     /// Opens the port and the control socket.
-    pub fn open(cfg: Config) -> Result<Daemon, DaemonError> {
+    pub fn open(cfg: Config) -> Result<Daemon, ServerError> {
         let ((port, info, src_port), capture) =
             open_port(&cfg.port, cfg.pcap.as_deref(), cfg.neigh_timeout)?;
         // Always wrapped, so rules can be set at run time; with none it passes through.
@@ -235,6 +261,7 @@ impl Daemon {
             faults,
             capture,
             leases: Leases::new(cfg.quarantine),
+            cm: CmHost::new(&cfg.port, &info),
             cfg,
             port,
             info,
@@ -268,6 +295,7 @@ impl Daemon {
             turns: 0,
             first_tx: 0,
             scratch: Vec::new(),
+            idle_since: None,
         })
     }
 
@@ -281,21 +309,28 @@ impl Daemon {
 
     /// Runs until `stop` is set (SIGTERM, SIGINT), then tells every process the port is
     /// down and removes the socket (and a TAP it created, as the port drops).
-    pub fn run(mut self, stop: &AtomicBool) -> Result<Summary, DaemonError> {
+    pub fn run(mut self, stop: &AtomicBool) -> Result<Summary, ServerError> {
         tracing::info!(port = %self.cfg.port, socket = %self.cfg.socket.display(), "daemon up");
         let mut result = Ok(());
+        let mut idle = false;
         while !stop.load(Ordering::Relaxed) {
             if let Err(e) = self.turn() {
                 tracing::error!("port failed: {e}");
                 result = Err(e);
                 break;
             }
+            if self.idle_expired() {
+                idle = true;
+                break;
+            }
         }
         let why = match &result {
+            Ok(()) if idle => "the daemon stopped: idle".to_string(),
             Ok(()) => "the daemon stopped".to_string(),
             Err(e) => format!("the port failed: {e}"),
         };
-        for c in &self.clients {
+        // A CM client speaks `ucma::ToLibrary` only: it sees its socket's end.
+        for c in self.clients.iter().filter(|c| !c.cm) {
             let _ = control::send(
                 c.sock.as_fd(),
                 &ToProcess::PortDown { why: why.clone() },
@@ -303,9 +338,30 @@ impl Daemon {
             );
         }
         let _ = std::fs::remove_file(&self.cfg.socket);
-        let summary = self.summary();
+        let mut summary = self.summary();
+        summary.idle = idle;
         tracing::info!("daemon down: {}", why);
         result.map(|()| summary)
+    }
+
+    /// Whether an on-demand daemon has had no connection and no leased or quarantined
+    /// QPN block for `Config::idle_exit` (a block in quarantine keeps it: a daemon
+    /// started afresh would lease that block again at once, and a late packet for one of
+    /// its old QPs could reach the new owner's QP of the same number).
+    fn idle_expired(&mut self) -> bool {
+        let Some(limit) = self.cfg.idle_exit else {
+            return false;
+        };
+        // The CM's ids too: a departed program's DREQ retries and timewait run their course.
+        if !self.clients.is_empty() || self.cm.cm.id_count() > 0 || {
+            let c = self.leases.counts(self.now());
+            c.leased > 0 || c.quarantined > 0
+        } {
+            self.idle_since = None;
+            return false;
+        }
+        let since = *self.idle_since.get_or_insert_with(Instant::now);
+        since.elapsed() >= limit
     }
 
     fn summary(&self) -> Summary {
@@ -319,6 +375,7 @@ impl Daemon {
         Summary {
             port: self.counters,
             processes,
+            idle: false,
         }
     }
 
@@ -328,7 +385,7 @@ impl Daemon {
     /// ping-pong through the daemon pays two per hop (measured: 228 us per round trip
     /// with none, against 60 us for the same tool in-process); the budget adapts as the
     /// tools' does (`driver::Spin`), so an idle daemon sleeps.
-    fn turn(&mut self) -> Result<(), DaemonError> {
+    fn turn(&mut self) -> Result<(), ServerError> {
         let mut slept = false;
         if !self.busy && !self.spin.keep_polling() {
             self.sleep();
@@ -346,7 +403,8 @@ impl Daemon {
             moved += n;
         }
         moved += self.send_queued()?;
-        self.busy = moved > 0;
+        // The CM's timers, MADs and events (bounded; `server::cm`).
+        self.busy = moved > 0 || self.cm_turn()?;
         if self.busy {
             self.spin.active();
         } else {
@@ -380,7 +438,11 @@ impl Daemon {
                 }
             }
         }
-        let timeout = if work { Duration::ZERO } else { MAX_SLEEP };
+        let timeout = if work {
+            Duration::ZERO
+        } else {
+            MAX_SLEEP.min(self.cm_wait())
+        };
         {
             let mut fds = vec![
                 PollFd::new(self.listener.as_fd(), PollFlags::POLLIN),
@@ -413,8 +475,9 @@ impl Daemon {
     }
 
     /// Routes what the port received; how many packets.
-    fn route_received(&mut self) -> Result<usize, DaemonError> {
+    fn route_received(&mut self) -> Result<usize, ServerError> {
         let mut moved = 0;
+        let now = self.cm_now();
         for _ in 0..RX_TURNS {
             let n = self.port.recv_batch(&mut self.rx_pool, &mut self.rx_meta)?;
             if n == 0 {
@@ -435,13 +498,20 @@ impl Daemon {
                         segment: None,
                         flags: 0,
                     };
-                    deliver(
-                        &mut self.clients,
-                        &self.leases,
-                        &mut self.counters,
-                        &meta,
-                        &self.rx_pool[start..start + len],
-                    );
+                    let pkt = &self.rx_pool[start..start + len];
+                    if super::qp1::is_for_qp1(pkt) {
+                        // QP1 is the daemon's own (the connection manager's).
+                        let pkt = pkt.to_vec();
+                        self.qp1_received(now, &r, &pkt);
+                    } else {
+                        deliver(
+                            &mut self.clients,
+                            &self.leases,
+                            &mut self.counters,
+                            &meta,
+                            pkt,
+                        );
+                    }
                     at += len;
                 }
             }
@@ -453,7 +523,7 @@ impl Daemon {
     /// Sends what the processes queued (or hands it to a local owner); how many packets.
     /// At most `TX_BATCHES_PER_TURN` batches of each process, starting with a different
     /// process each turn: what one process keeps queueing waits for the next turn.
-    fn send_queued(&mut self) -> Result<usize, DaemonError> {
+    fn send_queued(&mut self) -> Result<usize, ServerError> {
         let mut moved = 0;
         let n = self.clients.len();
         if n > 0 {
@@ -477,7 +547,7 @@ impl Daemon {
     /// are copied straight into their owner's receive ring (one copy: nothing else of the
     /// daemon holds them), the others into the send pool, which goes out in one batch.
     /// The ring's space is handed back once, after the batch. How many packets it took.
-    fn send_batch_of(&mut self, k: usize) -> Result<usize, DaemonError> {
+    fn send_batch_of(&mut self, k: usize) -> Result<usize, ServerError> {
         let addrs = &self.info.addrs;
         let mut n = 0;
         self.tx_meta.clear();

@@ -35,8 +35,8 @@ pub struct EngineConfig {
     pub ack_req_every: u32,
     /// The QPNs this engine hands out: `qpn_lo..=qpn_hi` (clamped to 2..=2^24-1; 0 and 1
     /// are the special QPs), the first from `FIRST_QPN` when the range holds it. NICs that
-    /// share one address each own a disjoint block, so a packet's BTH DestQP names the NIC
-    /// it is for (`backend::shared`). Default: the whole space.
+    /// share one port (attached to its daemon) each own a disjoint block, so a packet's BTH
+    /// DestQP names the NIC it is for (`daemon::lease`). Default: the whole space.
     pub qpn_lo: u32,
     pub qpn_hi: u32,
     /// The UDP source port of every packet of every QP. `None` (default): rxe's per-QP port

@@ -96,7 +96,7 @@ fn qpns_run_out_with_an_error_and_come_back() {
 
 #[test]
 fn qpns_stay_inside_the_configured_range() {
-    // A NIC on a shared address owns one block of 2^16 QPNs (backend::shared).
+    // A NIC attached to a daemon owns one block of 2^16 QPNs (`daemon::lease`).
     let mut cfg = EngineConfig::new(ip(1));
     cfg.qpn_lo = 0x3_0000;
     cfg.qpn_hi = 0x3_0002;

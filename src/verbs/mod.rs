@@ -27,6 +27,7 @@
 //! queue the same way.
 
 mod channel;
+pub mod cm;
 pub mod discover;
 pub mod gids;
 mod mw;
@@ -53,10 +54,10 @@ pub use crate::wire::Psn;
 
 use crate::backend::capture::{Capture, CaptureError};
 use crate::backend::fault::Lossy;
-use crate::backend::shared::SharedBackend;
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, PortStats};
-use crate::daemon::client::DaemonBackend;
+use crate::daemon::client::{AttachError, DaemonBackend};
+use crate::daemon::demand;
 use crate::driver::{Clock, Driver, IoStats};
 use crate::engine::{Engine, EngineConfig};
 use crate::mem::MrTable;
@@ -74,16 +75,17 @@ pub type Report = fn(&str);
 pub struct Device {
     /// The port's address (its GID): UDP port 4791 on it receives.
     pub ip: IpAddr,
-    /// Share the address with other NICs, in this process or others (default): the first
-    /// to open it receives for all and forwards by QPN (`backend::shared`); each NIC's QPNs
-    /// come from its own block of 2^16 and it sends from a UDP port the kernel picks. Off:
-    /// this NIC binds 4791 alone (a second one on the address fails) and sends from
-    /// rxe's per-QP source ports.
+    /// Share the address with other NICs, in this process or others (default): attach to
+    /// the daemon of `udp:ip`, started on demand if none runs (`daemon::demand`); each
+    /// NIC's QPNs come from the block the daemon leases it. Off: this NIC binds 4791
+    /// alone (a second one on the address fails) and sends from rxe's per-QP source
+    /// ports.
     pub share: bool,
     /// The engine's settings (`EngineConfig::new(ip)` unless changed).
     pub engine: EngineConfig,
     /// Equal-length packets to one peer leave as one UDP GSO send (default). Off: one
-    /// datagram per packet (`--no-gso`).
+    /// datagram per packet (`--no-gso`). A private port's (`share` off): a daemon's port
+    /// sends as its daemon does.
     pub gso: bool,
     /// Write every packet sent and received to this pcap file (`--pcap`).
     pub pcap: Option<PathBuf>,
@@ -158,6 +160,12 @@ pub enum Error {
     PdInUse { pd: Pd, qpn: u32 },
     #[error("no loss rate {0}: give a share from 0.0 to 1.0")]
     BadLoss(f64),
+    /// Attaching to the daemon failed (`Device::daemon`, or the one found on demand).
+    #[error(transparent)]
+    Attach(#[from] AttachError),
+    /// No daemon could be found or started for the address (`Device::share`).
+    #[error(transparent)]
+    Daemon(#[from] demand::DaemonError),
 }
 
 /// What `Context::query_qp` reports.
@@ -184,6 +192,40 @@ pub enum Event {
     GidChange,
 }
 
+/// Attaches to the daemon at `path`: the engine numbers its QPs in the leased block,
+/// sends from the daemon's UDP source port and has the daemon's port's address.
+fn attach(
+    path: &std::path::Path,
+    cfg: &mut EngineConfig,
+) -> Result<(DaemonBackend, crate::daemon::report::Reporter), AttachError> {
+    let (daemon, at) = DaemonBackend::connect(path)?;
+    (cfg.qpn_lo, cfg.qpn_hi) = at.qpn_range();
+    if at.src_port.is_some() {
+        cfg.udp_src_port = at.src_port;
+    }
+    // `connect` refuses a port without an address.
+    cfg.local_ip = daemon.local().ip();
+    let reporter = daemon.reporter();
+    Ok((daemon, reporter))
+}
+
+/// Attaches to the daemon of `udp:ip`, started if none runs (`daemon::demand`). An idle
+/// daemon may exit between being found and the attach: then once more, which starts
+/// another.
+fn attach_on_demand(
+    ip: IpAddr,
+    cfg: &mut EngineConfig,
+) -> Result<(DaemonBackend, crate::daemon::report::Reporter), Error> {
+    let path = demand::ensure_udp(ip)?;
+    match attach(&path, cfg) {
+        Err(AttachError::Connect { .. } | AttachError::Protocol { .. }) => {
+            let path = demand::ensure_udp(ip)?;
+            Ok(attach(&path, cfg)?)
+        }
+        r => Ok(r?),
+    }
+}
+
 /// An open NIC: one engine on one port, and the thread that keeps it running. Cheap to
 /// share between threads (`&Context` is `Sync`); dropping it stops the thread.
 pub struct Context {
@@ -201,22 +243,13 @@ impl Context {
         let mut cfg = dev.engine.clone();
         let mut reporter = None;
         let backend: Box<dyn Backend> = if let Some(path) = &dev.daemon {
-            let (daemon, at) =
-                DaemonBackend::connect(path).map_err(|e| Error::PortDown(e.to_string()))?;
-            (cfg.qpn_lo, cfg.qpn_hi) = at.qpn_range();
-            if at.src_port.is_some() {
-                cfg.udp_src_port = at.src_port;
-            }
-            // `connect` refuses a port without an address.
-            cfg.local_ip = daemon.local().ip();
-            reporter = Some(daemon.reporter());
+            let (daemon, r) = attach(path, &mut cfg)?;
+            reporter = Some(r);
             Box::new(daemon)
         } else if dev.share {
-            let mut shared = SharedBackend::open(dev.ip)?;
-            shared.set_gso(dev.gso);
-            (cfg.qpn_lo, cfg.qpn_hi) = shared.qpn_range();
-            cfg.udp_src_port = Some(shared.src_port());
-            Box::new(shared)
+            let (daemon, r) = attach_on_demand(dev.ip, &mut cfg)?;
+            reporter = Some(r);
+            Box::new(daemon)
         } else {
             let mut udp = UdpBackend::bind(dev.ip)?;
             udp.set_gso(dev.gso);
@@ -444,7 +477,7 @@ impl Context {
     pub fn create_qp(&self, init: &QpInit) -> Result<u32, Error> {
         let mut nic = self.shared.lock();
         let qpn = nic.driver.engine.create_qp(init)?;
-        // Before the QPN can leave this process: a shared port quarantines the block then.
+        // Before the QPN can leave this process: the daemon quarantines the block then.
         nic.driver.backend.mark_used();
         Ok(qpn)
     }

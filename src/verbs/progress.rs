@@ -110,10 +110,9 @@ impl Nic {
         r.map_err(|e| self.port_failed(shared, e))
     }
 
-    /// Everything the NIC holds for the network leaves: what its engine queued, what its
-    /// own sends put on its port for other NICs (a shared address's hub receives for the
-    /// NICs on its address, so its NAK to one of them sits on its own socket until it
-    /// forwards it), what the engine answers to that, and a capture's buffered frames. When
+    /// Everything the NIC holds for the network leaves: what its engine queued, what it
+    /// received meanwhile and the engine answers to that, and a capture's buffered
+    /// frames. When
     /// the NIC closes, or its program exits with no destructor to come.
     pub(crate) fn close_out(&mut self, shared: &Shared) {
         if self.flush(shared).is_ok() {

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod attach;
+pub mod cm;
+pub mod cm_client;
 pub mod daemon;
 pub mod dropin;
 pub mod log;

@@ -26,7 +26,8 @@ set -euo pipefail
 root=${ROCE_DEBIAN_ROOT:-$HOME/.cache/roce-emu-debian12}
 PKGS="libibverbs1 libibverbs-dev ibverbs-utils ibverbs-providers perftest librdmacm1
 rdmacm-utils libibumad3 libpci3 python3-pyverbs rdma-core libnl-3-200 libnl-route-3-200
-libucx0 ucx-utils qperf"
+libucx0 ucx-utils qperf librdmacm-dev libfabric1 libfabric-bin libpsm2-2 libpsm-infinipath1
+libatomic1 libuuid1"
 stamp="$root/.stamp"
 # The cache key: this script's layout version and the exact .deb files (name_version_arch)
 # the tree was unpacked from, so a package added here, or a .deb replaced in debs/, unpacks
@@ -44,7 +45,7 @@ write_libpath() {
     >"$root/libpath.$$"
   mv "$root/libpath.$$" "$root/libpath"
 }
-if have_all && [ "$(cat "$stamp" 2>/dev/null)" = "v3 $(debs_key)" ]; then
+if have_all && [ "$(cat "$stamp" 2>/dev/null)" = "v5 $(debs_key)" ]; then
   write_libpath; echo "$root"; exit 0
 fi
 mkdir -p "$root/debs"
@@ -64,6 +65,16 @@ if [ ${#todo[@]} -gt 0 ]; then
 fi
 rm -rf "$root/tree.new" && mkdir "$root/tree.new"
 for d in *.deb; do dpkg-deb -x "$d" "$root/tree.new"; done
+# What ldconfig (or a package's update-alternatives) makes on a real install: a link by
+# SONAME beside each library that has none (libpsm-infinipath1 ships only
+# usr/lib/libpsm1/libpsm_infinipath.so.1.16, its alternative names it .so.1).
+find "$root/tree.new" -path "$root/tree.new/usr/share" -prune -o -type f -name 'lib*.so.*' -print |
+  while read -r f; do
+    soname=$(objdump -p "$f" 2>/dev/null | awk '/SONAME/ {print $2}')
+    if [ -n "$soname" ] && [ ! -e "$(dirname "$f")/$soname" ]; then
+      ln -s "$(basename "$f")" "$(dirname "$f")/$soname"
+    fi
+  done
 lib="$root/tree.new/usr/lib/x86_64-linux-gnu"
 for f in "$lib"/libibverbs.so*; do
   [ -L "$f" ] && rm -f "$f" && continue
@@ -77,6 +88,6 @@ if [ -d "$t" ]; then
   find "$root/tree.new/tests" -name '*.gz' -exec gunzip -f {} +
 fi
 rm -rf "$root/tree" && mv "$root/tree.new" "$root/tree"
-echo "v3 $(debs_key)" >"$stamp"
+echo "v5 $(debs_key)" >"$stamp"
 write_libpath
 echo "$root"

@@ -9,7 +9,7 @@ fn rule(text: &str) -> Rule {
 }
 
 fn error(text: &str) -> String {
-    parse(text).expect_err(text)
+    parse(text).expect_err(text).to_string()
 }
 
 #[test]

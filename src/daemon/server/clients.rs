@@ -4,23 +4,44 @@
 
 use super::*;
 
+/// Why the daemon ends a process's connection (shown as its `left` in `counters`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Leave {
+    #[error("it left more than {} MiB of answers unread", MAX_OUTBOX >> 20)]
+    Unread,
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error("already attached")]
+    AlreadyAttached,
+    #[error("protocol version {theirs}; this daemon speaks {}", control::VERSION)]
+    Version { theirs: u32 },
+    #[error("no free QPN block (255 processes attached or in quarantine)")]
+    NoBlock,
+    #[error("cannot create the rings: {0}")]
+    Rings(crate::ring::LinkError),
+    #[error("cannot send the rings: {0}")]
+    SendRings(crate::ring::LinkError),
+    #[error(
+        "CM protocol version {theirs}; this daemon speaks {}",
+        crate::cm::ucma::VERSION
+    )]
+    CmVersion { theirs: u32 },
+}
+
 impl Client {
     /// Queues an answer; `Err` when the process has left too many unread.
-    pub(super) fn queue(&mut self, msg: &ToProcess) -> Result<(), String> {
-        let bytes = control::encode(msg).map_err(|e| e.to_string())?;
+    pub(super) fn queue(&mut self, msg: &impl Serialize) -> Result<(), Leave> {
+        let bytes = control::encode(msg)?;
         self.outbox_bytes += bytes.len();
         self.outbox.push_back(bytes);
         if self.outbox_bytes > MAX_OUTBOX {
-            return Err(format!(
-                "it left more than {} MiB of answers unread",
-                MAX_OUTBOX >> 20
-            ));
+            return Err(Leave::Unread);
         }
         Ok(())
     }
 
     /// Sends what is queued until the socket is full; `Err` if the socket failed.
-    pub(super) fn send_queued_answers(&mut self) -> Result<(), String> {
+    pub(super) fn send_queued_answers(&mut self) -> Result<(), ControlError> {
         while let Some(m) = self.outbox.front() {
             match control::try_send_bytes(self.sock.as_fd(), m) {
                 Ok(()) => {
@@ -28,7 +49,7 @@ impl Client {
                     self.outbox.pop_front();
                 }
                 Err(ControlError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -42,6 +63,17 @@ impl Daemon {
         while k < self.clients.len() {
             let mut gone: Option<String> = None;
             for _ in 0..CONTROL_MSGS {
+                if self.clients[k].cm {
+                    // A CM client's messages are `ucma::Request`s (`server::cm`).
+                    match self.serve_cm(k) {
+                        Ok(true) => continue,
+                        Ok(false) => break,
+                        Err(why) => {
+                            gone = Some(why);
+                            break;
+                        }
+                    }
+                }
                 let sock = self.clients[k].sock.as_fd();
                 let mut pfd = [PollFd::new(sock, PollFlags::POLLIN)];
                 if poll(&mut pfd, PollTimeout::ZERO).unwrap_or(0) == 0 {
@@ -50,7 +82,7 @@ impl Daemon {
                 match control::recv::<ToDaemon>(sock) {
                     Ok((msg, _fds)) => {
                         if let Err(why) = self.serve(k, msg) {
-                            gone = Some(why);
+                            gone = Some(why.to_string());
                             break;
                         }
                     }
@@ -78,6 +110,7 @@ impl Daemon {
             }
             if gone.is_none()
                 && self.clients[k].link.is_none()
+                && !self.clients[k].cm
                 && self.clients[k].since.elapsed() > UNATTACHED_TTL
             {
                 gone = Some(format!(
@@ -93,7 +126,7 @@ impl Daemon {
     }
 
     /// One control message of client `k`; `Err` ends its attachment.
-    pub(super) fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), String> {
+    pub(super) fn serve(&mut self, k: usize, msg: ToDaemon) -> Result<(), Leave> {
         match msg {
             ToDaemon::Info => {
                 let m = ToProcess::Info {
@@ -124,6 +157,9 @@ impl Daemon {
                     "leases": self.leases.counts(self.now()),
                     "port_stats": self.port.stats(),
                     "l2": self.port.l2_stats(),
+                    "qp1": self.cm.qp1,
+                    "cm": self.cm.cm.stats(),
+                    "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
@@ -153,43 +189,42 @@ impl Daemon {
                         }
                         None
                     }
-                    Err(e) => Some(e),
+                    Err(e) => Some(e.to_string()),
                 };
                 let m = ToProcess::FaultSet { error };
                 self.clients[k].queue(&m)
             }
+            ToDaemon::CmHello { version, pid: _ } => self.cm_hello(k, version),
             ToDaemon::Hello {
                 version,
                 pid: claimed,
             } => {
                 let sock = self.clients[k].sock.as_fd();
-                let refuse = |why: String| {
-                    let _ = control::send(sock, &ToProcess::Refused { why: why.clone() }, &[]);
+                let refuse = |why: Leave| {
+                    let m = ToProcess::Refused {
+                        why: why.to_string(),
+                    };
+                    let _ = control::send(sock, &m, &[]);
                     Err(why)
                 };
-                if self.clients[k].link.is_some() {
-                    return refuse("already attached".into());
+                if self.clients[k].link.is_some() || self.clients[k].cm {
+                    return refuse(Leave::AlreadyAttached);
                 }
                 if version != control::VERSION {
                     self.counters.refused += 1;
-                    return refuse(format!(
-                        "protocol version {version}; this daemon speaks {}",
-                        control::VERSION
-                    ));
+                    return refuse(Leave::Version { theirs: version });
                 }
                 let now = self.now();
                 let id = self.clients[k].id;
                 let Some(block) = self.leases.lease(now, id) else {
                     self.counters.refused += 1;
-                    return refuse(
-                        "no free QPN block (255 processes attached or in quarantine)".into(),
-                    );
+                    return refuse(Leave::NoBlock);
                 };
                 let (end, fds) = match Link::create(self.cfg.ring_bytes) {
                     Ok(x) => x,
                     Err(e) => {
                         self.leases.release(now, id);
-                        return refuse(format!("cannot create the rings: {e:?}"));
+                        return refuse(Leave::Rings(e));
                     }
                 };
                 let welcome = ToProcess::Welcome {
@@ -198,8 +233,8 @@ impl Daemon {
                     port: self.info.clone(),
                     src_port: self.src_port,
                 };
-                control::send(sock, &welcome, &[]).map_err(|e| e.to_string())?;
-                fds.send(sock).map_err(|e| format!("{e:?}"))?;
+                control::send(sock, &welcome, &[])?;
+                fds.send(sock).map_err(Leave::SendRings)?;
                 let c = &mut self.clients[k];
                 c.counters.block = block;
                 c.link = Some(end);
@@ -236,6 +271,9 @@ impl Daemon {
                 self.departed.remove(0);
             }
             self.departed.push(c.counters.clone());
+        }
+        if c.cm {
+            self.cm_gone(c.id);
         }
         // Dropping `c` unmaps its rings and closes its socket.
     }
@@ -295,6 +333,7 @@ impl Daemon {
                 dirty: false,
                 outbox: Default::default(),
                 outbox_bytes: 0,
+                cm: false,
             });
         }
     }

@@ -233,7 +233,7 @@ impl Qp {
         self.attrs.apply(a);
         if let Some(v) = a.dest_qpn {
             // rxe: rdma_get_udp_sport(0, qpn, dest_qpn), chosen when the peer is known;
-            // a NIC on a shared address has one port for all (`EngineConfig`).
+            // a NIC attached to a daemon has its port for all (`EngineConfig`).
             self.src_port = ctx.cfg.udp_src_port.unwrap_or_else(|| udp_sport(qpn, v));
         }
         if let Some(psn) = a.rq_psn {

@@ -5,13 +5,14 @@
 use crate::ffi;
 use crate::qp::Qp;
 use libc::{c_int, c_uint};
-use roce_emu::verbs::{Lkey, Local, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
+use roce_emu::verbs::{
+    Access, Lkey, Local, MwBind, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest,
+};
 
-/// SGEs a work request may carry (the engine's limit; more is EINVAL).
 mod ex;
 pub use ex::{fill_ops, SendSide};
 
-pub(crate) const MAX_SGE: usize = 8;
+use crate::sge::{sges, MAX_SGE};
 /// Inline bytes a work request may carry (the engine's limit).
 const MAX_INLINE: usize = 256;
 
@@ -62,37 +63,12 @@ fn op_of(w: &ffi::ibv_send_wr) -> Result<SendOp, c_int> {
             },
             o::IBV_WR_BIND_MW => {
                 let b = &w.__bindgen_anon_2.bind_mw;
-                crate::mw::bind_op(b.mw, b.rkey, &b.bind_info)?
+                bind_op(b.mw, b.rkey, &b.bind_info)?
             }
             // TSO, ATOMIC_WRITE, FLUSH: not on this NIC yet.
             _ => return Err(libc::EOPNOTSUPP),
         })
     }
-}
-
-/// Copies the program's SGE list into `out`; the count.
-///
-/// # Safety
-/// `list` points to `n` SGEs (the verbs contract of `sg_list`/`num_sge`).
-pub(crate) unsafe fn sges(
-    list: *const ffi::ibv_sge,
-    n: c_int,
-    out: &mut [Sge; MAX_SGE],
-) -> Result<usize, c_int> {
-    let n = usize::try_from(n).map_err(|_| libc::EINVAL)?;
-    if n > MAX_SGE {
-        return Err(libc::EINVAL);
-    }
-    for (i, slot) in out.iter_mut().enumerate().take(n) {
-        // SAFETY: the program's list has `n` entries.
-        let s = unsafe { &*list.add(i) };
-        *slot = Sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: Lkey(s.lkey),
-        };
-    }
-    Ok(n)
 }
 
 /// Gathers the bytes an inline send carries from the program's own memory (no key is
@@ -257,5 +233,48 @@ pub unsafe extern "C" fn post_recv(
             cur = w.next;
         }
         0
+    })
+}
+
+/// The BIND_MW operation binding `mw` (its current key `(*mw).rkey`) as `info` says, with
+/// new key `rkey`. EINVAL for access bits no window has.
+///
+/// # Safety
+/// `mw` is a window of ours; `info.mr` is NULL or a region of ours.
+pub unsafe fn bind_op(
+    mw: *const ffi::ibv_mw,
+    rkey: u32,
+    info: &ffi::ibv_mw_bind_info,
+) -> Result<SendOp, c_int> {
+    use ffi::ibv_access_flags as f;
+    if mw.is_null() {
+        return Err(libc::EINVAL);
+    }
+    let flags = info.mw_access_flags;
+    let rights = f::IBV_ACCESS_LOCAL_WRITE
+        | f::IBV_ACCESS_REMOTE_WRITE
+        | f::IBV_ACCESS_REMOTE_READ
+        | f::IBV_ACCESS_REMOTE_ATOMIC;
+    if flags & !(rights | f::IBV_ACCESS_ZERO_BASED) != 0 {
+        return Err(libc::EINVAL);
+    }
+    let access = Access::from_bits(flags & rights).ok_or(libc::EINVAL)?;
+    let mr_lkey = if info.mr.is_null() {
+        0
+    } else {
+        // SAFETY: a region of ours (the caller's promise).
+        unsafe { (*info.mr).lkey }
+    };
+    Ok(SendOp::BindMw {
+        // SAFETY: a window of ours (the caller's promise).
+        mw_rkey: unsafe { (*mw).rkey },
+        new_rkey: rkey,
+        bind: MwBind {
+            mr_lkey: Lkey(mr_lkey),
+            va: info.addr,
+            length: info.length,
+            access,
+            zero_based: flags & f::IBV_ACCESS_ZERO_BASED != 0,
+        },
     })
 }

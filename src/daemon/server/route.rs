@@ -2,8 +2,8 @@
 //! DestQP, from the port (one copy into its receive ring) or from another process of the
 //! daemon (the hairpin: one copy, ring to ring).
 
-use super::lease::Leases;
-use super::server::{Client, PortCounters};
+use super::{Client, PortCounters};
+use crate::daemon::lease::Leases;
 use crate::ring::{DaemonEnd, Entry, Meta, PushError};
 
 /// The index of the client that owns the block of a packet's DestQP (`bth`: its first 12
@@ -129,8 +129,8 @@ mod test {
     use std::time::Duration;
 
     /// A datagram for QP1 (the GSI QP: connection management) finds no program: block 0
-    /// is never leased. It is counted (`no_owner`), never handed to anyone. A daemon-side
-    /// QP1 is the connection manager's to add.
+    /// is never leased. It is counted (`no_owner`), never handed to anyone. (The server
+    /// takes QP1's packets from the port before routing: `server::cm`, `daemon::qp1`.)
     #[test]
     fn dest_qp_1_is_a_counted_drop() {
         let leases = Leases::new(Duration::ZERO);

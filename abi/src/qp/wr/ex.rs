@@ -432,7 +432,7 @@ unsafe extern "C" fn wr_bind_mw(
             return fail(q, libc::EINVAL);
         }
         // SAFETY: the program's window and bind information (its region ours).
-        match unsafe { crate::mw::bind_op(mw, rkey, &*info) } {
+        match unsafe { super::bind_op(mw, rkey, &*info) } {
             Ok(op) => push(q, op),
             Err(e) => fail(q, e),
         }

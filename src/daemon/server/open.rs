@@ -1,14 +1,14 @@
 //! Opening the daemon's port (UDP, TAP, AF_PACKET; with its capture) and its control
 //! socket.
 
-use super::control::PortInfo;
-use super::port::PortSpec;
-use super::server::DaemonError;
+use super::ServerError;
 use crate::backend::capture::Capture;
 use crate::backend::l2::{iface_config, L2Backend};
 use crate::backend::pcapng::{CaptureLink, CaptureStats, PcapngFile};
 use crate::backend::udp::UdpBackend;
 use crate::backend::{Backend, FrameLink, PacketLink, TapLink};
+use crate::daemon::control::PortInfo;
+use crate::daemon::port::PortSpec;
 use crate::wire::ROCE_UDP_PORT;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::net::IpAddr;
@@ -31,8 +31,8 @@ fn first_v4(name: &str) -> Option<(std::net::Ipv4Addr, u8)> {
 pub(super) type OpenPort = (Box<dyn Backend>, PortInfo, Option<u16>);
 
 /// The capture file for `--pcap`, with the port's interface block.
-fn pcapng(path: &Path, name: &str, mac: Option<[u8; 6]>) -> Result<PcapngFile, DaemonError> {
-    PcapngFile::create(path, name, mac).map_err(|e| DaemonError::Config(e.to_string()))
+fn pcapng(path: &Path, name: &str, mac: Option<[u8; 6]>) -> Result<PcapngFile, ServerError> {
+    Ok(PcapngFile::create(path, name, mac)?)
 }
 
 /// A frame port: the L2 over `link`, recording its frames (ARP, ND, ICMP included) when
@@ -41,7 +41,7 @@ fn l2_port<L: FrameLink + 'static>(
     link: L,
     cfg: crate::iface::IfaceConfig,
     capture: Option<PcapngFile>,
-) -> Result<Box<dyn Backend>, DaemonError> {
+) -> Result<Box<dyn Backend>, ServerError> {
     Ok(match capture {
         Some(f) => Box::new(L2Backend::new(CaptureLink::new(link, f), cfg)?),
         None => Box::new(L2Backend::new(link, cfg)?),
@@ -55,7 +55,7 @@ pub(super) fn open_port(
     spec: &PortSpec,
     pcap: Option<&Path>,
     neigh_timeout: Option<std::time::Duration>,
-) -> Result<(OpenPort, Option<Arc<CaptureStats>>), DaemonError> {
+) -> Result<(OpenPort, Option<Arc<CaptureStats>>), ServerError> {
     let with_ttl = |mut cfg: crate::iface::IfaceConfig| {
         if let Some(t) = neigh_timeout {
             cfg.neighbor_ttl = t;
@@ -63,7 +63,7 @@ pub(super) fn open_port(
         cfg
     };
     let mut stats = None;
-    let mut capture = |name: &str, mac: Option<[u8; 6]>| -> Result<_, DaemonError> {
+    let mut capture = |name: &str, mac: Option<[u8; 6]>| -> Result<_, ServerError> {
         let Some(path) = pcap else { return Ok(None) };
         let f = pcapng(path, name, mac)?;
         stats = Some(f.stats());
@@ -72,9 +72,7 @@ pub(super) fn open_port(
     let port = match spec {
         PortSpec::Udp(ip) => {
             if neigh_timeout.is_some() {
-                return Err(DaemonError::Config(
-                    "a neighbour timeout is for tap: and afpacket: ports (a UDP port's neighbours are the kernel's)".into(),
-                ));
+                return Err(ServerError::NeighTimeoutOnUdp);
             }
             let b = UdpBackend::bind(*ip)?;
             let mtu = crate::backend::udp::link_mtu(*ip).unwrap_or(1500);
@@ -112,9 +110,9 @@ pub(super) fn open_port(
                 _ => None,
             };
             if v4.is_none() && v6.is_none() {
-                return Err(DaemonError::Config(format!(
-                    "afpacket:{iface}: the interface has no IPv4 address; give one (afpacket:{iface},ADDR)"
-                )));
+                return Err(ServerError::NoAddress {
+                    iface: iface.clone(),
+                });
             }
             let info = frame_port_info("afpacket", iface, v4, v6, &link);
             let cfg = with_ttl(iface_config(&link, v4, v6));
@@ -127,8 +125,8 @@ pub(super) fn open_port(
 
 /// Binds the control socket at `path` (0660). A leftover socket file of a daemon that is
 /// gone is replaced; one a live daemon answers on is an error.
-pub(super) fn listen(path: &Path) -> Result<Socket, DaemonError> {
-    let err = |source| DaemonError::Socket {
+pub(super) fn listen(path: &Path) -> Result<Socket, ServerError> {
+    let err = |source| ServerError::Socket {
         path: path.to_path_buf(),
         source,
     };
@@ -159,7 +157,7 @@ pub(super) fn listen(path: &Path) -> Result<Socket, DaemonError> {
 /// `/run/roce-emu/PORT.sock` (root), naming the port so several daemons coexist.
 pub fn default_socket(spec: &PortSpec) -> PathBuf {
     let name = match spec {
-        PortSpec::Udp(ip) => format!("udp-{ip}"),
+        PortSpec::Udp(ip) => return crate::backend::daemon_path::udp_socket(*ip),
         PortSpec::Tap { name, .. } => format!("tap-{name}"),
         PortSpec::AfPacket { iface, .. } => format!("afpacket-{iface}"),
     };

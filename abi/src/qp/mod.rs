@@ -3,18 +3,21 @@
 //! any QP. RC, UC and UD, each on its own receive queue or an SRQ (srq.rs): XRC and raw
 //! packet are EOPNOTSUPP.
 
-use crate::context::Ctx;
+pub mod wr;
+
+use crate::ah::av_of;
 use crate::cq::Cq;
+use crate::ctx::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use crate::mr::PdObj;
-use crate::wr::{self, SendSide};
 use libc::c_int;
-use roce_emu::verbs::{Access, AddressVector, Mtu, Psn, QpAttr, QpCap, QpInit, QpState, QpType};
+use roce_emu::verbs::{Access, Mtu, Psn, QpAttr, QpCap, QpInit, QpState, QpType};
 use std::cell::UnsafeCell;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
+use wr::SendSide;
 
 /// The largest inline payload a QP can be given (the engine's limit).
 const MAX_INLINE: u32 = 256;
@@ -294,39 +297,6 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ffi::ibv_qp) -> c_int {
         drop(unsafe { Box::from_raw(obj as *const Qp as *mut Qp) });
         0
     })
-}
-
-/// The address vector of `ah`: RoCE needs the GRH (the destination GID is the peer's IP
-/// address); the source GID index must be the device's own address (`GidTable::source`:
-/// its port sends from no other) and of the destination's IP family.
-pub(crate) fn av_of(ctx: &Ctx, ah: &ffi::ibv_ah_attr) -> Result<AddressVector, &'static str> {
-    if ah.is_global == 0 {
-        return Err("RoCE needs a GRH (ah_attr.is_global = 1 and the peer's GID)");
-    }
-    if let Err(why) = ctx.dev.gids.source(u32::from(ah.grh.sgid_index)) {
-        tracing::debug!("{why}");
-        // The likeliest mistake of a first hour: `-g 0` from an rxe tutorial, where index
-        // 0 is the link-local GID rxe can send from and this device cannot. The program
-        // itself says only "Failed to modify QP to RTR", so say why once, even unasked.
-        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("ROCE_EMU_LOG").is_none()
-            && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            eprintln!("roce-emu: {why}");
-        }
-        return Err("sgid_index: not a GID the device sends from (ROCE_EMU_LOG=debug lists them)");
-    }
-    // SAFETY: a GID is 16 raw bytes, whichever union member was written.
-    let raw = unsafe { ah.grh.dgid.raw };
-    let v6 = Ipv6Addr::from(raw);
-    let dest_ip = match v6.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(v6),
-    };
-    if dest_ip.is_ipv4() != ctx.dev.port.ip.is_ipv4() {
-        return Err("the destination GID's IP family differs from the source GID's");
-    }
-    Ok(AddressVector { dest_ip })
 }
 
 fn attr_of(ctx: &Ctx, a: &ffi::ibv_qp_attr, mask: c_int) -> Result<QpAttr, &'static str> {

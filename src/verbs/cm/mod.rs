@@ -1,0 +1,188 @@
+//! The library side of rdma_cm (design wave3.md §3, contract §3): event channels, the
+//! connection to each device's connection manager (the daemon's), and which device an
+//! address belongs to. The drop-in `librdmacm.so.1` (`rdmacm/`) is a C skin over this;
+//! the state machine itself is the daemon's (`crate::cm`).
+//!
+//! - [`EventChannel`]: a queue of events with a pollable fd (one token per event);
+//! - [`Conn`]: one connection per daemon per process ([`connect`] shares them), synchronous
+//!   commands from any thread, a dispatcher thread routing events to their id's channel;
+//! - [`CmDevice`], [`devices`], [`by_src`], [`by_dst`]: the devices with a connection
+//!   manager and the device an address resolves to (the one holding the source, or the
+//!   one the kernel routes the destination through).
+
+mod channel;
+mod conn;
+
+pub use channel::{Delivered, EventChannel};
+pub use conn::{Conn, Welcome, COMMAND_TIMEOUT};
+
+use crate::daemon::client::AttachError;
+use crate::daemon::demand;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Why an rdma_cm call failed; [`CmError::errno`] is what librdmacm sets.
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    /// The daemon could not be reached, or refused the connection manager hello.
+    #[error(transparent)]
+    Daemon(AttachError),
+    /// No daemon could be found or started for a zero-configuration device.
+    #[error(transparent)]
+    Demand(#[from] demand::DaemonError),
+    /// The manager refused the command (the kernel's errno for the same case).
+    #[error("{what}")]
+    Errno { errno: i32, what: String },
+    /// The daemon went away.
+    #[error("the connection manager at {path} went away: {why}")]
+    Gone { path: PathBuf, why: String },
+    /// No device holds or routes the address.
+    #[error("no roce-emu device {what} {ip} (ROCE_EMU_DEVICES lists the devices)")]
+    NoDevice { what: &'static str, ip: IpAddr },
+    /// No usable device (the device list failed, or names none of roce-emu's).
+    #[error("device {device}: {why}")]
+    NoDaemon { device: String, why: String },
+    #[error("device list: {0}")]
+    Config(#[from] crate::verbs::discover::ConfigError),
+}
+
+impl CmError {
+    /// The errno librdmacm sets for it (the kernel's for the same failure).
+    pub fn errno(&self) -> i32 {
+        match self {
+            CmError::Daemon(_)
+            | CmError::Demand(_)
+            | CmError::NoDaemon { .. }
+            | CmError::Config(_) => libc::ENODEV,
+            CmError::Errno { errno, .. } => *errno,
+            CmError::Gone { .. } => libc::ENODEV,
+            CmError::NoDevice { what, .. } => {
+                if *what == "holds" {
+                    libc::EADDRNOTAVAIL
+                } else {
+                    libc::ENETUNREACH
+                }
+            }
+        }
+    }
+}
+
+/// A device a connection manager serves: its name (`ibv_get_device_name`), addresses and
+/// daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmDevice {
+    pub name: String,
+    /// The device's own address (its GID; the on-demand daemon's port).
+    pub ip: IpAddr,
+    pub addrs: Vec<IpAddr>,
+    pub node_guid: u64,
+    /// `NAME=daemon:SOCK`; `None`: a zero-configuration device, whose daemon is started
+    /// on demand ([`daemon_of`]).
+    pub daemon: Option<PathBuf>,
+}
+
+/// The devices, in `ibv_get_device_list` order.
+pub fn devices() -> Result<Vec<CmDevice>, CmError> {
+    Ok(crate::verbs::discover::devices()?
+        .into_iter()
+        .map(|p| CmDevice {
+            node_guid: p.node_guid(),
+            ip: p.ip,
+            name: p.name,
+            addrs: p.addrs,
+            daemon: p.daemon,
+        })
+        .collect())
+}
+
+/// The device holding `ip` (a bind, or a resolve with a source address).
+pub fn by_src(devs: &[CmDevice], ip: IpAddr) -> Result<usize, CmError> {
+    devs.iter()
+        .position(|d| d.addrs.contains(&ip))
+        .ok_or(CmError::NoDevice { what: "holds", ip })
+}
+
+/// The device the destination is reached through: the one holding it (loopback), else
+/// the one holding the source address the kernel's route to it gives (a UDP socket
+/// `connect`ed to it: no packet leaves).
+pub fn by_dst(devs: &[CmDevice], dst: IpAddr) -> Result<usize, CmError> {
+    if let Ok(i) = by_src(devs, dst) {
+        return Ok(i);
+    }
+    let unreachable = CmError::NoDevice {
+        what: "routes to",
+        ip: dst,
+    };
+    let any: SocketAddr = match dst {
+        IpAddr::V4(_) => "0.0.0.0:0".parse().expect("literal"),
+        IpAddr::V6(_) => "[::]:0".parse().expect("literal"),
+    };
+    let s = UdpSocket::bind(any).map_err(|_| CmError::NoDevice {
+        what: "routes to",
+        ip: dst,
+    })?;
+    if s.connect(SocketAddr::new(dst, 9)).is_err() {
+        return Err(unreachable);
+    }
+    match s.local_addr() {
+        Ok(a) => by_src(devs, a.ip()).map_err(|_| unreachable),
+        Err(_) => Err(unreachable),
+    }
+}
+
+/// The daemon socket of a device: its `daemon:` entry, or the on-demand daemon of its
+/// address (`daemon::demand::ensure_udp`: found, or started, as the data path's
+/// zero-configuration attach does).
+pub fn daemon_of(dev: &CmDevice) -> Result<PathBuf, CmError> {
+    match &dev.daemon {
+        Some(p) => Ok(p.clone()),
+        None => Ok(demand::ensure_udp(dev.ip)?),
+    }
+}
+
+/// The process's connection to the daemon at `path`: made once, shared by every id and
+/// thread (one per daemon per process); a connection whose daemon went away is replaced.
+pub fn connect(path: &Path) -> Result<Arc<Conn>, CmError> {
+    static CONNS: Mutex<Option<HashMap<PathBuf, Arc<Conn>>>> = Mutex::new(None);
+    let mut map = CONNS.lock().unwrap_or_else(|p| p.into_inner());
+    let map = map.get_or_insert_with(HashMap::new);
+    if let Some(c) = map.get(path) {
+        if !c.is_gone() {
+            return Ok(c.clone());
+        }
+    }
+    let c = Conn::connect(path)?;
+    map.insert(path.to_path_buf(), c.clone());
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(name: &str, ip: &str) -> CmDevice {
+        CmDevice {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            addrs: vec![ip.parse().unwrap()],
+            node_guid: 1,
+            daemon: None,
+        }
+    }
+
+    #[test]
+    fn the_device_holding_an_address_or_routing_to_it() {
+        let devs = [dev("a", "127.0.0.1"), dev("b", "127.0.0.2")];
+        assert_eq!(by_src(&devs, "127.0.0.2".parse().unwrap()).unwrap(), 1);
+        let e = by_src(&devs, "10.9.9.9".parse().unwrap()).unwrap_err();
+        assert_eq!(e.errno(), libc::EADDRNOTAVAIL);
+        assert_eq!(by_dst(&devs, "127.0.0.1".parse().unwrap()).unwrap(), 0);
+        // 127.0.0.3 routes through lo from 127.0.0.1 (the kernel's choice of source).
+        assert_eq!(by_dst(&devs, "127.0.0.3".parse().unwrap()).unwrap(), 0);
+        // TEST-NET-3 from no device's address: unreachable (no route, or another source).
+        let e = by_dst(&devs, "203.0.113.7".parse().unwrap()).unwrap_err();
+        assert_eq!(e.errno(), libc::ENETUNREACH);
+    }
+}
