@@ -81,6 +81,10 @@ impl Cm {
             Message::Drep(r) => self.drep_handler(now, &r),
             Message::SidrReq(r) => self.sidr_req_handler(peer, tid, &r),
             Message::SidrRep(r) => self.sidr_rep_handler(&r),
+            // Filtered out above by attribute; counted the same if they ever get here.
+            Message::Lap(_) | Message::Apr(_) | Message::ClassPortInfo(_) => {
+                self.stats.drop(DropReason::Unsupported)
+            }
         }
     }
 
