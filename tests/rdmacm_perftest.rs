@@ -1,0 +1,112 @@
+//! perftest 4.5 (Debian 12, unmodified) with `-R`: its exchange and its connection both
+//! over rdma_cm (no TCP), on the drop-in librdmacm.so.1 with zero configuration:
+//! `roce-emu run -- ib_*` in a network namespace of its own, where the first rdma_cm call
+//! starts the on-demand daemon of udp:127.0.0.1 and its connection manager connects
+//! server and client (two processes, one address: the hairpin). The figures are printed.
+//! (`ib_send_bw -R` is in tests/rdmacm_programs.rs, on a daemon started by hand.)
+
+mod common;
+
+use common::dropin;
+use common::zero::Zero;
+use std::time::Duration;
+
+/// Server, then client once the server's id listens; both must exit 0. Returns both
+/// outputs' stdout.
+fn perftest(tag: &str, program: &str, port: &str, extra: &[&str]) -> Option<(String, String)> {
+    let z = Zero::new(tag, tag)?;
+    let base = [&["-d", "rxe_lo", "-R", "-p", port][..], extra].concat();
+    let server = z.run(program, &base).spawn().unwrap();
+    let listening = z.wait_ids(1, Duration::from_secs(20));
+    // Its id is bound before it listens: a client too early is REJECTED, and perftest's
+    // retry after a REJECTED (ib_write_lat, once in a few runs) used an id it had
+    // destroyed (the drop-in aborted in rdma_resolve_addr). A second is plenty.
+    std::thread::sleep(Duration::from_secs(1));
+    let client = z
+        .run(program, &[&base[..], &["127.0.0.1"]].concat())
+        .spawn()
+        .unwrap();
+    let limit = Duration::from_secs(90);
+    let c = dropin::finish(client, limit, &format!("{program} client"));
+    let s = dropin::finish(server, limit, &format!("{program} server"));
+    assert!(
+        listening && c.status.success() && s.status.success(),
+        "{program} -R (server listened: {listening})\n--- server: {}\n--- client: {}\n--- daemon: {}",
+        dropin::show(&s),
+        dropin::show(&c),
+        z.counters()
+    );
+    let (s, c) = (dropin::stdout(&s), dropin::stdout(&c));
+    println!("--- {program} -R server:\n{s}\n--- {program} -R client:\n{c}");
+    let cm = &z.counters()["cm"];
+    if !cm.is_null() {
+        assert!(cm["mads_in"]["rtu"].as_u64().unwrap_or(0) >= 1, "{cm}");
+    }
+    Some((s, c))
+}
+
+/// The figures line of a perftest report (the one after `header`), as words.
+fn figures<'a>(out: &'a str, header: &str) -> Vec<&'a str> {
+    let mut lines = out.lines().skip_while(|l| !l.contains(header));
+    lines.next();
+    lines
+        .next()
+        .map(|l| l.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn ib_write_bw_over_rdma_cm() {
+    let Some((s, c)) = perftest("rdmacm_pt_wbw", "ib_write_bw", "18521", &["-n", "200"]) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("RDMA_Write BW Test"), "{out}");
+        assert!(out.contains("Data ex. method : rdma_cm"), "{out}");
+    }
+    // #bytes #iterations BW peak BW average MsgRate: the client reports 65536 x 200.
+    let f = figures(&c, "BW average[MB/sec]");
+    assert_eq!(f.get(..2), Some(&["65536", "200"][..]), "{c}");
+    assert!(f[3].parse::<f64>().unwrap() > 0.0, "{c}");
+}
+
+#[test]
+fn ib_send_lat_over_rdma_cm() {
+    let Some((s, c)) = perftest("rdmacm_pt_slat", "ib_send_lat", "18522", &["-n", "200"]) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("Send Latency Test"), "{out}");
+        assert!(out.contains("Data ex. method : rdma_cm"), "{out}");
+    }
+    // #bytes #iterations t_min t_max t_typical t_avg ...
+    let f = figures(&c, "t_avg[usec]");
+    assert_eq!(f.get(..2), Some(&["2", "200"][..]), "{c}");
+    assert!(f[5].parse::<f64>().unwrap() > 0.0, "{c}");
+}
+
+#[test]
+fn ib_read_bw_over_rdma_cm() {
+    let Some((s, c)) = perftest("rdmacm_pt_rbw", "ib_read_bw", "18523", &["-n", "200"]) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("RDMA_Read BW Test"), "{out}");
+    }
+    let f = figures(&c, "BW average[MB/sec]");
+    assert_eq!(f.get(..2), Some(&["65536", "200"][..]), "{c}");
+    assert!(f[3].parse::<f64>().unwrap() > 0.0, "{c}");
+}
+
+#[test]
+fn ib_write_lat_over_rdma_cm() {
+    let Some((s, c)) = perftest("rdmacm_pt_wlat", "ib_write_lat", "18524", &["-n", "200"]) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("RDMA_Write Latency Test"), "{out}");
+    }
+    let f = figures(&c, "t_avg[usec]");
+    assert_eq!(f.get(..2), Some(&["2", "200"][..]), "{c}");
+    assert!(f[5].parse::<f64>().unwrap() > 0.0, "{c}");
+}
