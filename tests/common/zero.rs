@@ -8,7 +8,7 @@ use super::daemon::BIN;
 use super::dropin::{self, Env};
 use super::netns::Netns;
 use serde_json::Value;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -33,10 +33,17 @@ impl Zero {
 
     /// `roce-emu run -- PROGRAM ARGS` in the namespace, Debian's libraries after ours.
     pub fn run(&self, program: &str, args: &[&str]) -> Command {
+        self.run_under(None, program, args)
+    }
+
+    /// [`Zero::run`] with `wrapper PROGRAM ARGS` (tools/dropin/devnodes.sh for UCX).
+    pub fn run_under(&self, wrapper: Option<&Path>, program: &str, args: &[&str]) -> Command {
         let mut c = self.ns.cmd(BIN);
-        c.arg("run")
-            .arg("--")
-            .arg(self.env.bin(program))
+        c.arg("run").arg("--");
+        if let Some(w) = wrapper {
+            c.arg(w);
+        }
+        c.arg(self.env.bin(program))
             .args(args)
             .env("LD_LIBRARY_PATH", &self.env.tree_libs)
             .env_remove("ROCE_EMU_DEVICES")
