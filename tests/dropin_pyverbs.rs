@@ -215,7 +215,9 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
     // instead of skipping them for want of a net interface.
     let ns = nix::unistd::geteuid().is_root().then(|| {
         let ns = common::netns::Netns::new("pyverbs");
-        ns.ip(&["link", "add", "rdma0", "type", "veth", "peer", "name", "rdma1"]);
+        ns.ip(&[
+            "link", "add", "rdma0", "type", "veth", "peer", "name", "rdma1",
+        ]);
         ns.ip(&["addr", "add", "127.0.21.1/24", "dev", "rdma0"]);
         ns.ip(&["link", "set", "rdma0", "up"]);
         ns.ip(&["link", "set", "rdma1", "up"]);
@@ -229,11 +231,7 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
     };
     let mut cmd = match &ns {
         Some(ns) => {
-            let mut c = ns.cmd(
-                repo_path("tools/dropin/sysfs_netdev.sh")
-                    .to_str()
-                    .unwrap(),
-            );
+            let mut c = ns.cmd(repo_path("tools/dropin/sysfs_netdev.sh").to_str().unwrap());
             c.args(["rxe0", "rdma0"]).arg(&python);
             c
         }

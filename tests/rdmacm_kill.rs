@@ -46,7 +46,10 @@ fn n(v: &Value, group: &str, key: &str) -> u64 {
 /// again after a killed program).
 fn next_connection_works(z: &Zero, port: &str) {
     let s = z
-        .run("rping", &["-s", "-a", "127.0.0.1", "-p", port, "-v", "-C", "3"])
+        .run(
+            "rping",
+            &["-s", "-a", "127.0.0.1", "-p", port, "-v", "-C", "3"],
+        )
         .spawn()
         .unwrap();
     if !z.wait_ids(1, Duration::from_secs(20)) {
@@ -60,7 +63,10 @@ fn next_connection_works(z: &Zero, port: &str) {
         );
     }
     let c = z
-        .run("rping", &["-c", "-a", "127.0.0.1", "-p", port, "-v", "-C", "3"])
+        .run(
+            "rping",
+            &["-c", "-a", "127.0.0.1", "-p", port, "-v", "-C", "3"],
+        )
         .spawn()
         .unwrap();
     let limit = Duration::from_secs(60);
@@ -97,7 +103,9 @@ fn client_killed_mid_transfer() {
         .spawn()
         .unwrap();
     // Connected (RTU in) and pinging a while.
-    let up = wait_counters(&z, "never connected", |v| n(&v["cm"], "mads_in", "rtu") >= 1);
+    let up = wait_counters(&z, "never connected", |v| {
+        n(&v["cm"], "mads_in", "rtu") >= 1
+    });
     println!("connected: cm_clients {}", up["cm_clients"]);
     std::thread::sleep(Duration::from_secs(1));
     signal(&c, Signal::SIGKILL);
@@ -128,13 +136,19 @@ fn server_killed_mid_connect() {
         return;
     };
     let s = z
-        .run("rping", &["-s", "-a", "127.0.0.1", "-p", "7482", "-v", "-C", "3"])
+        .run(
+            "rping",
+            &["-s", "-a", "127.0.0.1", "-p", "7482", "-v", "-C", "3"],
+        )
         .spawn()
         .unwrap();
     assert!(z.wait_ids(1, Duration::from_secs(20)), "no listener");
     signal(&s, Signal::SIGSTOP);
     let c = z
-        .run("rping", &["-c", "-a", "127.0.0.1", "-p", "7482", "-v", "-C", "3"])
+        .run(
+            "rping",
+            &["-c", "-a", "127.0.0.1", "-p", "7482", "-v", "-C", "3"],
+        )
         .spawn()
         .unwrap();
     // The REQ reached the stopped server's daemon side.

@@ -37,7 +37,10 @@ fn setup(test: &str, prefix: &str) -> Option<Zero> {
         .output()
         .unwrap();
     if !probe.status.success() {
-        common::netns::skip(test, "tools/dropin/devnodes.sh cannot make /dev/infiniband here");
+        common::netns::skip(
+            test,
+            "tools/dropin/devnodes.sh cannot make /dev/infiniband here",
+        );
         return None;
     }
     for b in ["ucx_info", "io_demo"] {
@@ -103,7 +106,10 @@ fn ucp_sockaddr_connection_over_rdmacm_io_demo() {
         dropin::show(&s),
         z.counters()
     );
-    for l in cout.lines().filter(|l| l.contains("total min:") || l.contains("Connected")) {
+    for l in cout
+        .lines()
+        .filter(|l| l.contains("total min:") || l.contains("Connected"))
+    {
         println!("{l}");
     }
     assert!(cout.contains("Connected to server [0] 127.0.0.1"), "{cout}");

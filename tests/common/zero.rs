@@ -73,9 +73,7 @@ impl Zero {
         let plain = dir.join("udp-127.0.0.1.sock");
         // A stale socket (a namespace gone, its inode reused) answers nothing: the one
         // that answers.
-        [tagged, plain]
-            .into_iter()
-            .find(|p| answers(p))
+        [tagged, plain].into_iter().find(|p| answers(p))
     }
 
     /// `roce-emu counters --json` of the namespace's on-demand daemon (Null if none).
