@@ -563,3 +563,92 @@ fn dreq_in_each_state() {
     );
     assert!(net.sent(CLIENT, attr::DREQ).is_empty());
 }
+
+#[test]
+fn slow_establish_gets_an_mra_for_the_rep() {
+    // The client's program takes 20 s between CONNECT_RESPONSE and its ACCEPT: the REP
+    // comes again after 4 s, the client answers with MRA(REP, 24), the server waits.
+    let mut net = Net::new(2, 24);
+    let (_, c, s) = request(&mut net, b"");
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Accept {
+            id: s,
+            param: rping_param(0x22, b""),
+        },
+    );
+    net.advance(Duration::from_secs(20));
+    assert_eq!(net.count(CLIENT, c, EventKind::ConnectResponse), 1);
+    let mras = net.sent(CLIENT, attr::MRA);
+    assert_eq!(mras.len(), 1);
+    let Message::Mra(m) = mras[0].mad.msg else {
+        panic!()
+    };
+    assert_eq!((m.message_mraed, m.service_timeout), (mra::MRAED_REP, 24));
+    assert_eq!(net.sent(SERVER, attr::REP).len(), 2);
+    net.cmd(
+        CLIENT,
+        CO,
+        Command::Accept {
+            id: c,
+            param: ConnParam::default(),
+        },
+    );
+    net.settle(Duration::from_secs(200));
+    assert_eq!(net.count(SERVER, s, EventKind::Established), 1);
+    assert_eq!(net.sent(SERVER, attr::REP).len(), 2);
+    assert!(net.event(SERVER, s, EventKind::Unreachable).is_none());
+}
+
+#[test]
+fn rtu_private_data_and_a_clean_drep() {
+    use roce_emu::wire::cm::rtu;
+    let mut net = Net::new(2, 25);
+    let (_, c, s) = request(&mut net, b"");
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Accept {
+            id: s,
+            param: rping_param(0x22, b""),
+        },
+    );
+    net.advance(Duration::from_millis(5));
+    let too_long = ConnParam {
+        private_data: vec![0; rtu::PRIVATE_DATA_LEN + 1],
+        ..ConnParam::default()
+    };
+    assert_eq!(
+        errno(net.cmd(
+            CLIENT,
+            CO,
+            Command::Accept {
+                id: c,
+                param: too_long
+            }
+        )),
+        22
+    );
+    let pd = ConnParam {
+        private_data: b"rtu data".to_vec(),
+        ..ConnParam::default()
+    };
+    net.cmd(CLIENT, CO, Command::Accept { id: c, param: pd });
+    net.advance(Duration::from_millis(5));
+    let Message::Rtu(r) = net.sent(CLIENT, attr::RTU)[0].mad.msg else {
+        panic!()
+    };
+    assert_eq!(&r.private_data[..8], b"rtu data");
+    // The server disconnects; the client's DREP carries no private data, not the RTU's.
+    net.cmd(SERVER, SO, Command::Disconnect { id: s });
+    net.advance(Duration::from_millis(5));
+    net.cmd(CLIENT, CO, Command::Disconnect { id: c });
+    net.advance(Duration::from_millis(5));
+    let Message::Drep(d) = net.sent(CLIENT, attr::DREP)[0].mad.msg else {
+        panic!()
+    };
+    assert!(d.private_data.iter().all(|&b| b == 0));
+    assert_eq!(net.count(CLIENT, c, EventKind::Disconnected), 1);
+    assert_eq!(net.count(SERVER, s, EventKind::Disconnected), 1);
+}

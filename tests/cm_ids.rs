@@ -1,7 +1,7 @@
-//! The connection manager's ids and tables (tests/common/cm.rs's virtual net): SIDR for
-//! the UDP port space, owners that die mid-connect or connected, the bind tables
-//! (EADDRINUSE, ephemeral ports, SO_REUSEADDR), listening on an address or on any,
-//! loopback inside one manager.
+//! The connection manager's ids and tables (tests/common/cm.rs's virtual net and bare
+//! managers): owners that die mid-connect or connected, the bind tables (EADDRINUSE,
+//! ephemeral ports, SO_REUSEADDR), loopback inside one manager, address resolution
+//! errors, stale connections.
 
 mod common;
 
@@ -12,143 +12,6 @@ use roce_emu::cm::ucma::{
 use roce_emu::wire::mad::attr;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
-
-#[test]
-fn sidr_for_the_udp_port_space() {
-    let mut net = Net::new(2, 14);
-    let l = net.listen(SERVER, SO, PortSpace::Udp, None, 7471);
-    let d = SocketAddr::new(v4(11), 7471);
-    let c = net.resolved_id(CLIENT, CO, PortSpace::Udp, d);
-    // UD INIT attributes: the port space's Q_Key.
-    let a = attrs(&mut net, CLIENT, CO, c, QpState::Init);
-    assert_eq!((a.mask, a.qkey), (1 | 16 | 32 | 64, 0x0123_4567));
-    net.cmd(
-        CLIENT,
-        CO,
-        Command::Connect {
-            id: c,
-            param: ConnParam {
-                private_data: b"udp hello".to_vec(),
-                qp_num: 0x44,
-                ..ConnParam::default()
-            },
-        },
-    );
-    assert!(net.run_until(Duration::from_secs(1), |n| n.request(SERVER, l).is_some()));
-    let req = net.request(SERVER, l).unwrap().clone();
-    let s = req.id;
-    let ah = req.ah.expect("the client's address vector");
-    assert_eq!(
-        ah.dgid,
-        Ipv4Addr::new(198, 18, 0, 12).to_ipv6_mapped().octets()
-    );
-    let p = req.param.unwrap();
-    assert_eq!(
-        (&p.private_data[..9], p.private_data.len()),
-        (&b"udp hello"[..], 180)
-    );
-    net.cmd(
-        SERVER,
-        SO,
-        Command::Accept {
-            id: s,
-            param: ConnParam {
-                qp_num: 0x33,
-                private_data: b"udp reply".to_vec(),
-                ..ConnParam::default()
-            },
-        },
-    );
-    net.settle(Duration::from_secs(60));
-    let e = net
-        .event(CLIENT, c, EventKind::Established)
-        .expect("ESTABLISHED")
-        .clone();
-    let p = e.param.unwrap();
-    assert_eq!((p.qp_num, p.qkey), (0x33, 0x0123_4567));
-    assert_eq!(&p.private_data[..9], b"udp reply");
-    assert_eq!(
-        e.ah.unwrap().dgid,
-        Ipv4Addr::new(198, 18, 0, 11).to_ipv6_mapped().octets()
-    );
-    assert_eq!(
-        net.kinds(SERVER, s),
-        [EventKind::ConnectRequest],
-        "the kernel gives the passive UD side no more"
-    );
-    assert_eq!(
-        (
-            net.sent(CLIENT, attr::SIDR_REQ).len(),
-            net.sent(SERVER, attr::SIDR_REP).len()
-        ),
-        (1, 1)
-    );
-
-    // No listener: UNREACHABLE with the SIDR status (1, unsupported); a reject: 2.
-    let c2 = net.resolved_id(CLIENT, CO, PortSpace::Udp, SocketAddr::new(v4(11), 9));
-    net.cmd(
-        CLIENT,
-        CO,
-        Command::Connect {
-            id: c2,
-            param: ConnParam::default(),
-        },
-    );
-    let c3 = net.resolved_id(CLIENT, CO, PortSpace::Udp, d);
-    net.cmd(
-        CLIENT,
-        CO,
-        Command::Connect {
-            id: c3,
-            param: ConnParam::default(),
-        },
-    );
-    net.advance(Duration::from_millis(5));
-    let s3 = net.request(SERVER, l).unwrap().id;
-    net.cmd(
-        SERVER,
-        SO,
-        Command::Reject {
-            id: s3,
-            private_data: vec![],
-            reason: None,
-        },
-    );
-    net.settle(Duration::from_secs(60));
-    assert_eq!(
-        net.event(CLIENT, c2, EventKind::Unreachable)
-            .unwrap()
-            .status,
-        1
-    );
-    assert_eq!(
-        net.event(CLIENT, c3, EventKind::Unreachable)
-            .unwrap()
-            .status,
-        2
-    );
-
-    // Unanswered: 15 retries 4096 ms apart, then UNREACHABLE -ETIMEDOUT.
-    let mut net = Net::new(2, 15);
-    net.fault = Some(Box::new(|_| Fate::Drop));
-    let c = net.resolved_id(CLIENT, CO, PortSpace::Udp, d);
-    net.cmd(
-        CLIENT,
-        CO,
-        Command::Connect {
-            id: c,
-            param: ConnParam::default(),
-        },
-    );
-    net.settle(Duration::from_secs(600));
-    let sent = net.sent(CLIENT, attr::SIDR_REQ);
-    assert_eq!(sent.len(), 16);
-    assert_eq!(sent[1].at.since(sent[0].at), Duration::from_millis(4096));
-    assert_eq!(
-        net.event(CLIENT, c, EventKind::Unreachable).unwrap().status,
-        -110
-    );
-}
 
 #[test]
 fn owner_gone_mid_connect_and_connected() {
@@ -326,51 +189,6 @@ fn bind_table_rules() {
         )),
         22
     );
-}
-
-#[test]
-fn listen_on_an_address_or_on_any() {
-    let mut net = Net::new(2, 20);
-    let other = v4(21);
-    net.add_addr(SERVER, other);
-    // On .11 only: a request for .21 finds the service ID but no rdma_cm listener: REJ 28.
-    let l = net.listen(SERVER, SO, PortSpace::Tcp, Some(v4(11)), PORT);
-    let c1 = net.connect(
-        CLIENT,
-        CO,
-        PortSpace::Tcp,
-        SocketAddr::new(other, PORT),
-        rping_param(1, b""),
-    );
-    let c2 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(2, b""));
-    net.advance(Duration::from_millis(10));
-    assert_eq!(
-        net.event(CLIENT, c1, EventKind::Rejected).unwrap().status,
-        28
-    );
-    assert!(net.request(SERVER, l).is_some());
-    assert!(net.event(CLIENT, c2, EventKind::Rejected).is_none());
-    // A second program on another port of the same device.
-    let l2 = net.listen(SERVER, SO + 1, PortSpace::Tcp, None, PORT + 1);
-    let c3 = net.connect(
-        CLIENT,
-        CO,
-        PortSpace::Tcp,
-        SocketAddr::new(other, PORT + 1),
-        rping_param(3, b""),
-    );
-    net.advance(Duration::from_millis(10));
-    let r = net.request(SERVER, l2).unwrap();
-    assert_eq!(
-        net.events.iter().find(|e| e.2.id == r.id).unwrap().1,
-        SO + 1,
-        "the listener's owner"
-    );
-    let Reply::Info(i) = net.cmd(SERVER, SO + 1, Command::Query { id: r.id }) else {
-        panic!()
-    };
-    assert_eq!(i.src, Some(SocketAddr::new(other, PORT + 1)));
-    assert!(net.event(CLIENT, c3, EventKind::Rejected).is_none());
 }
 
 #[test]
@@ -557,4 +375,54 @@ fn address_resolution_errors() {
         (9, 5, 3)
     );
     assert_eq!(cm.stats().timeouts, 1);
+}
+
+#[test]
+fn stale_connection_is_rejected_and_dropped() {
+    // The client loses its connection without the server hearing of it (the DREQ of its
+    // death is lost); its next REQ from the same QP number finds the old connection:
+    // REJ(STALE_CONN = 10) to the REQ and a DREQ for the old one (cm_match_req).
+    let mut net = Net::new(2, 22);
+    let (_c, s) = establish(&mut net);
+    net.fault = Some(Box::new(|w| {
+        if w.mad.header.attr_id == attr::DREQ {
+            Fate::Drop
+        } else {
+            Fate::Deliver
+        }
+    }));
+    net.hosts[CLIENT].owner_gone(net.now, CO);
+    net.pump();
+    net.fault = None;
+    assert!(
+        net.event(SERVER, s, EventKind::Disconnected).is_none(),
+        "half-open"
+    );
+    let c2 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert_eq!(
+        net.event(CLIENT, c2, EventKind::Rejected).unwrap().status,
+        10
+    );
+    assert_eq!(
+        net.event(SERVER, s, EventKind::Disconnected)
+            .unwrap()
+            .status,
+        0
+    );
+    // The server's program disconnects the old one; the next connect works.
+    net.cmd(SERVER, SO, Command::DestroyId { id: s });
+    net.settle(Duration::from_secs(60));
+    let c3 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(0x11, b""));
+    net.advance(Duration::from_millis(10));
+    assert!(net.event(CLIENT, c3, EventKind::ConnectResponse).is_none());
+    let l = net
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.2.kind == EventKind::ConnectRequest)
+        .unwrap()
+        .2
+        .clone();
+    assert_ne!(l.id, s, "a new request");
 }

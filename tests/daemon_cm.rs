@@ -557,3 +557,115 @@ fn a_client_gone_mid_connect_is_rejected_at_the_server() {
     });
     cli2.expect(EventKind::ConnectResponse);
 }
+
+/// The UDP port space (udaddy's): SIDR_REQ and SIDR_REP between two daemons; the client's
+/// ESTABLISHED carries the server's QPN, the port space's Q_Key and the address vector
+/// of the server's address; the server's CONNECT_REQUEST the client's address vector.
+#[test]
+fn ud_ids_resolve_the_peers_qp_by_sidr_between_two_daemons() {
+    use roce_emu::cm::ucma::{ip_gid, PortSpace, QpType};
+    let (sip, cip) = (addr(11, 1), addr(11, 2));
+    let ds = udp_daemon(sip, "cm-sidr-s");
+    let dc = udp_daemon(cip, "cm-sidr-c");
+    let at = SocketAddr::new(sip, 7480);
+    let (mut srv, _) = CmClient::connect(&ds.socket, "server");
+    let (mut cli, _) = CmClient::connect(&dc.socket, "client");
+    let ud_id = |c: &mut CmClient| match c.ok(Command::CreateId {
+        ps: PortSpace::Udp,
+        qp_type: QpType::Ud,
+    }) {
+        Reply::Id { id } => id,
+        r => panic!("{r:?}"),
+    };
+    let lid = ud_id(&mut srv);
+    srv.ok(Command::Bind { id: lid, addr: at });
+    srv.ok(Command::Listen {
+        id: lid,
+        backlog: 4,
+    });
+    let cid = ud_id(&mut cli);
+    cli.ok(Command::ResolveAddr {
+        id: cid,
+        src: None,
+        dst: at,
+        timeout_ms: 2000,
+    });
+    cli.expect(EventKind::AddrResolved);
+    cli.ok(Command::ResolveRoute {
+        id: cid,
+        timeout_ms: 2000,
+    });
+    cli.expect(EventKind::RouteResolved);
+    cli.ok(Command::Connect {
+        id: cid,
+        param: param(0x99_0001, b"udp hello"),
+    });
+    let req = srv.expect(EventKind::ConnectRequest);
+    assert_eq!(req.listen_id, Some(lid));
+    assert_eq!(
+        req.ah.expect("the client's address vector").dgid,
+        ip_gid(cip)
+    );
+    let p = req.param.unwrap();
+    assert!(p.private_data.starts_with(b"udp hello"), "{p:?}");
+    srv.ok(Command::Accept {
+        id: req.id,
+        param: param(0xaa_0001, b"udp reply"),
+    });
+    let e = cli.expect(EventKind::Established);
+    let p = e.param.unwrap();
+    assert_eq!((e.id, p.qp_num, p.qkey), (cid, 0xaa_0001, 0x0123_4567));
+    assert!(p.private_data.starts_with(b"udp reply"), "{p:?}");
+    assert_eq!(e.ah.expect("the server's address vector").dgid, ip_gid(sip));
+    let (ks, kc) = (ds.counters(), dc.counters());
+    assert_eq!(kc["cm"]["mads_out"]["sidr_req"], 1, "{kc:#}");
+    assert_eq!(ks["cm"]["mads_out"]["sidr_rep"], 1, "{ks:#}");
+}
+
+/// A CM client that sends requests and never reads its answers cannot hold the daemon:
+/// its answers wait in its outbox until it holds more than 8 MiB, then it is detached
+/// (its ids go, as at its exit); another client is answered at once all along.
+#[test]
+fn a_cm_client_that_never_reads_is_detached_and_blocks_nobody() {
+    use std::os::fd::AsFd;
+    let ip = addr(12, 1);
+    let d = udp_daemon(ip, "cm-flood");
+    let (mut good, _) = CmClient::connect(&d.socket, "good");
+    let (mut bad, _) = CmClient::connect(&d.socket, "flooder");
+    bad.create_id();
+    bad.sock.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut cut = false;
+    let mut good_ids = 0u64;
+    while start.elapsed() < Duration::from_secs(30) && sent < 400_000 {
+        match roce_emu::daemon::control::try_send_bytes(bad.sock.as_fd(), b"x") {
+            Ok(()) => sent += 1,
+            Err(roce_emu::daemon::control::ControlError::Io(e))
+                if e.kind() == std::io::ErrorKind::WouldBlock =>
+            {
+                // The daemon is busy or its buffer is full: meanwhile another client is
+                // served without delay.
+                let t = Instant::now();
+                good.create_id();
+                good_ids += 1;
+                assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    let k = wait_counters(&d, "the flooder is detached", |k| {
+        k["cm_clients"]["gone"] == 1 && k["cm_clients"]["connected"] == 1
+    });
+    eprintln!(
+        "flooder cut after {sent} requests in {:?} (its send failed: {cut}); bad_requests {}",
+        start.elapsed(),
+        k["cm_clients"]["bad_requests"]
+    );
+    // Only the good client's ids are left: the flooder's went with it.
+    assert_eq!(k["cm_clients"]["ids"].as_u64().unwrap(), good_ids, "{k:#}");
+}

@@ -15,9 +15,13 @@ use std::time::{Duration, Instant};
 /// `roce-emu TOOL ARGS`, attached to `daemon` when given.
 fn tool(tool: &str, daemon: Option<&Daemon>, args: &[String]) -> Child {
     let mut a = args.to_vec();
-    if let Some(d) = daemon {
-        a.push("--daemon".into());
-        a.push(d.socket.display().to_string());
+    match daemon {
+        Some(d) => {
+            a.push("--daemon".into());
+            a.push(d.socket.display().to_string());
+        }
+        // A NIC outside the daemon: a port of its own, not the daemon started on demand.
+        None => a.push("--private-port".into()),
     }
     spawn(tool, &a)
 }

@@ -66,9 +66,16 @@ impl Peer {
             use std::os::unix::process::CommandExt;
             cmd.uid(uid).gid(uid);
         }
+        // A process group of its own, as a program started from a shell is (a ^C to it
+        // must not reach this test).
+        use std::os::unix::process::CommandExt as _;
+        cmd.process_group(0);
         let mut child = cmd
             .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, format!("{mode} {addr}"))
+            // A daemon a child starts leaves soon after the test.
+            .env(demand::IDLE_VAR, "0.5")
+            .env(demand::QUARANTINE_VAR, "0.5")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -183,14 +190,39 @@ fn two_processes_on_one_address_exchange_messages() {
 fn the_starter_goes(addr: &str, far: &str, kill: bool) {
     let mut first = Peer::spawn("hub", addr);
     first.expect("READY");
+    // The child started the daemon (a daemon of an earlier run still up would make this
+    // test prove nothing: the children's daemons leave a second after their last client),
+    // in a session of its own.
+    let socket = roce_emu::backend::daemon_path::udp_socket(addr.parse().unwrap());
+    let pids = daemons_on(&socket);
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pids[0])).unwrap();
+    // pid (comm) state ppid pgrp session ...
+    let f: Vec<u32> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .skip(1)
+        .take(3)
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(f[0], first.child.id(), "started by the child: {stat}");
+    assert_eq!(
+        (f[1], f[2]),
+        (pids[0], pids[0]),
+        "a session of its own: {stat}"
+    );
     let m = Nic::open(addr);
     let far = Nic::open(far);
     let (qm, qf) = (m.qp(), far.qp());
     connect(qm, qf);
     exchange(qm, qf, 1);
     if kill {
-        // SIGKILL: the process gets no say; the kernel closes its sockets.
-        first.child.kill().unwrap();
+        // ^C as a terminal sends it, to the program's whole process group (the daemon it
+        // started is in a session of its own: not hit), then SIGKILL: the process gets no
+        // say; the kernel closes its sockets.
+        let group = nix::unistd::Pid::from_raw(first.child.id() as i32);
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let _ = first.child.kill();
         first.child.wait().unwrap();
     } else {
         first.say("bye");

@@ -10,6 +10,7 @@
 //! - udaddy (UD over SIDR_REQ/SIDR_REP);
 //! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm);
 //! - libfabric 1.17 fi_pingpong -p verbs -e msg;
+//! - qperf -cm1 rc_bw rc_lat;
 //! - a listener on INADDR_ANY through two devices.
 
 mod common;
@@ -361,4 +362,56 @@ fn rping_with_zero_set_up() {
         "{}",
         dropin::show(&c)
     );
+}
+
+/// qperf 0.4.11 with `-cm1`: its RC tests connect through rdma_cm.
+#[test]
+fn qperf_rc_bw_and_lat_over_rdma_cm() {
+    let Some((env, d)) = setup("rdmacm_qperf", "127.0.0.30") else {
+        return;
+    };
+    // The server runs until killed (ours, by PID); its control port is TCP.
+    let mut server = run(env, &d, "qperf", &["-lp", "19771"])
+        .env("ROCE_EMU_LOG", "roce_emu_rdmacm=debug")
+        .spawn()
+        .unwrap();
+    assert!(
+        dropin::wait_listening(19771, Duration::from_secs(20)),
+        "qperf server never listened"
+    );
+    let c = run(
+        env,
+        &d,
+        "qperf",
+        &[
+            "-lp",
+            "19771",
+            "-cm1",
+            "-t",
+            "1",
+            "127.0.0.30",
+            "rc_bw",
+            "rc_lat",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let out = dropin::finish(c, Duration::from_secs(60), "qperf client");
+    let _ = server.kill();
+    let sout = server.wait_with_output().unwrap();
+    let text = dropin::stdout(&out);
+    assert!(
+        out.status.success(),
+        "{}\n--- server: {}\n--- daemon: {}",
+        dropin::show(&out),
+        dropin::show(&sout),
+        d.counters()
+    );
+    assert!(text.contains("rc_bw:") && text.contains("MB/sec"), "{text}");
+    assert!(
+        text.contains("rc_lat:") && text.contains("latency"),
+        "{text}"
+    );
+    let cm = &d.counters()["cm"];
+    assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 2, "{cm}");
 }

@@ -4,7 +4,8 @@
 //! channel fd, the id's device after ADDR_RESOLVED, rdma_migrate_id and rdma_destroy_id
 //! each waiting for the ack of an event handed out, events following a migrated id to its
 //! new channel, the route, and the synchronous mode of a NULL channel (a connect to a
-//! port nobody listens on fails with ECONNREFUSED, the REJ's meaning).
+//! port nobody listens on fails with ECONNREFUSED, the REJ's meaning), rdma_getaddrinfo
+//! (RAI_PASSIVE, RAI_NUMERICHOST, port services, the wildcard).
 
 mod common;
 
@@ -70,6 +71,7 @@ fn the_c_api_behaves_as_librdmacm() {
         "RDMA_CM_EVENT_ADDR_RESOLVED: verbs rxe0",
         "RDMA_CM_EVENT_ROUTE_RESOLVED: num_paths 1",
         "sync connect to an empty port: ECONNREFUSED",
+        "rdma_getaddrinfo: passive, active, wildcard, numeric-only",
     ] {
         assert!(text.contains(line), "{text}");
     }

@@ -211,11 +211,18 @@ pub fn attach(id: &CmId, dev: usize) -> Result<Handle, CmError> {
     Ok(h)
 }
 
-/// Ends one manager id: DESTROY_ID, no more routing, its queued events dropped.
+/// Ends one manager id: DESTROY_ID, no more routing, its queued events dropped; a
+/// connect request never handed out takes its new id with it (the kernel's
+/// `ucma_destroy_private_ctx` destroys the id of each such event).
 pub fn detach(h: &Handle, channel: &EventChannel) {
     let _ = h.command(Command::DestroyId { id: h.num });
     h.conn.unroute(h.num);
-    drop(channel.take_for(&h.conn, h.num));
+    for d in channel.take_for(&h.conn, h.num) {
+        if d.event.kind == ucma::EventKind::ConnectRequest && d.event.id != h.num {
+            let _ = h.command(Command::DestroyId { id: d.event.id });
+            h.conn.unroute(d.event.id);
+        }
+    }
     table().remove(&key(&h.conn, h.num));
 }
 

@@ -607,20 +607,36 @@ pub fn keep_in_forked_children(fd: std::os::fd::RawFd) {
     }
 }
 
-/// Makes the program `cmd` runs a session leader of its own (`setsid(2)` in the child
-/// between fork and exec): no controlling terminal and its own process group, so a ^C
-/// or a hang-up of the terminal that started the program (`rping` with the drop-in)
-/// reaches neither. Used for the daemon started on demand (`daemon::demand`): a library
-/// never forks without exec, and this is the one step between the two.
+/// Detaches the program `cmd` runs from the one that starts it, between fork and exec:
+/// a session leader of its own (`setsid(2)`: no controlling terminal, its own process
+/// group, so a ^C or a hang-up of the terminal that started the program, `rping` with the
+/// drop-in, reaches neither), and every descriptor above stderr marked close-on-exec
+/// (`close_range(2)` with `CLOSE_RANGE_CLOEXEC`, Linux 5.11): a C program's descriptors
+/// are rarely close-on-exec, and a daemon that kept one (a listening TCP socket, the
+/// write end of a pipe someone waits on for EOF) would hold it for its whole life. Used
+/// for the daemon started on demand (`daemon::demand`): a library never forks without
+/// exec, and this is the one step between the two.
 pub fn new_session_on_exec(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs in the forked child before exec and calls only setsid(2),
-    // which is async-signal-safe (signal-safety(7)); it allocates nothing and takes no
-    // lock. It fails only if the child already leads a process group, which a freshly
-    // forked child never does; then the exec goes ahead in the parent's session.
+    /// `CLOSE_RANGE_CLOEXEC` (linux/close_range.h).
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // Neither call's failure stops the exec: setsid fails only if the child already
+    // leads a process group (a freshly forked child never does); close_range fails on
+    // kernels before 5.11 (ENOSYS, EINVAL), and the descriptors are then inherited as
+    // before. Marking (not closing) leaves std's own close-on-exec pipe, which reports a
+    // failed exec to the parent, working.
+    // SAFETY: the closure runs in the forked child before exec and makes two system
+    // calls, setsid(2) and close_range(2) through syscall(2), both async-signal-safe
+    // (they allocate nothing and take no lock).
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
             Ok(())
         });
     }

@@ -74,9 +74,15 @@ pub struct NicArgs {
     /// address added to the name.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<std::path::PathBuf>,
-    /// One UDP datagram per packet (no GSO trains).
+    /// One UDP datagram per packet (no GSO trains; a private port's: a daemon's port sends
+    /// as its daemon does).
     #[arg(long)]
     pub no_gso: bool,
+    /// Open UDP port 4791 on the address in this process alone, instead of attaching to
+    /// the address's daemon (started on demand if none runs): no other NIC may use the
+    /// address meanwhile, and each QP sends from its own source port as rxe's do.
+    #[arg(long, conflicts_with = "daemon")]
+    pub private_port: bool,
     /// Attach to the `roce-emu daemon` listening on this Unix socket instead of opening a
     /// port: the NIC's address (its GID) is the daemon's port's, --bind is then only the
     /// TCP exchange's address, and its QPs are numbered in the block the daemon leases.
@@ -95,6 +101,7 @@ impl NicArgs {
         let mut dev = crate::verbs::Device::new(ip);
         dev.pcap = pcap;
         dev.gso = !self.no_gso;
+        dev.share = !self.private_port;
         dev.daemon.clone_from(&self.daemon);
         dev
     }

@@ -2,7 +2,7 @@
 //! the host, RoCE route resolution (`cma_resolve_iboe_route`), listening and finding the
 //! listener of a request, rdma_cm's private-data header and flow label.
 
-use super::cmd::{err, EINVAL};
+use super::errno::{err, EINVAL};
 use super::id::{Id, RdmaState};
 use super::ports::{Binding, EADDRNOTAVAIL};
 use super::stats::DropReason;
@@ -111,8 +111,10 @@ impl Cm {
             self.stats.drop(DropReason::StaleResolve);
             return;
         }
+        let dst_v4 = self.ids[&id].dst.is_some_and(|d| d.is_ipv4());
         let r = r.and_then(|r| {
-            if self.is_local(r.src) {
+            // The route's source: one of the port's addresses, of the destination's family.
+            if self.is_local(r.src) && r.src.is_ipv4() == dst_v4 {
                 Ok(r)
             } else {
                 Err(EADDRNOTAVAIL)

@@ -13,14 +13,10 @@ use super::{Cm, MadPeer, Owner};
 use crate::engine::Instant;
 use crate::wire::cm::{cma, req, service_id, CmMad, Message, RejReason};
 
-pub const ENOENT: i32 = 2;
-pub const EINVAL: i32 = 22;
+use super::errno::err;
+pub use super::errno::{EINVAL, ENOENT};
 
 pub(super) type CmdResult = Result<Reply, (i32, String)>;
-
-pub(super) fn err<T>(errno: i32, what: impl Into<String>) -> Result<T, (i32, String)> {
-    Err((errno, what.into()))
-}
 
 impl Cm {
     pub(super) fn run_command(&mut self, now: Instant, owner: Owner, cmd: Command) -> CmdResult {

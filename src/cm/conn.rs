@@ -15,7 +15,7 @@ use crate::wire::mad::{self, attr};
 use std::net::{IpAddr, SocketAddr};
 
 /// -ETIMEDOUT, the status of UNREACHABLE and of a DREQ that got no answer.
-pub const ETIMEDOUT: i32 = 110;
+pub use super::errno::ETIMEDOUT;
 
 /// The IB CM events rdma_cm acts on (`enum ib_cm_event_type`).
 pub(super) enum IbEv {
@@ -32,6 +32,13 @@ pub(super) enum IbEv {
         reason: u16,
         private_data: Vec<u8>,
     },
+}
+
+/// A REP as the 256 bytes `cm_issue_rej` reads its comm IDs from.
+fn raw_rep(r: &rep::Repr) -> Vec<u8> {
+    let mut b = vec![0u8; mad::MAD_LEN];
+    CmMad::new(0, 0, Message::Rep(*r)).emit(&mut b);
+    b
 }
 
 /// `n` bytes of `data`, zero-padded (private data areas).
@@ -175,6 +182,13 @@ impl Cm {
             }
             return;
         }
+        // A REQ from a QP we still have a connection with: that one is stale (the peer
+        // lost it); REJ(STALE_CONN) and DREQ the old one (cm_match_req).
+        if let Some(&old) = self.remote_qps.get(&(r.local_qpn, r.local_ca_guid)) {
+            self.issue_rej(peer, tid, raw, RejReason::StaleConn, rej::REJECTED_REQ);
+            self.send_dreq(now, old, true);
+            return;
+        }
         let listener_ps = service_id::split(r.service_id)
             .and_then(|(ps, port)| Some((PortSpace::from_raw(u32::from(ps))?, port)));
         let Some((ps, port)) = listener_ps.filter(|&(ps, port)| {
@@ -185,7 +199,13 @@ impl Cm {
             })
         }) else {
             // No listener on the service ID (cm_match_req).
-            self.issue_rej(peer, tid, raw, RejReason::InvalidServiceId);
+            self.issue_rej(
+                peer,
+                tid,
+                raw,
+                RejReason::InvalidServiceId,
+                rej::REJECTED_REQ,
+            );
             return;
         };
         // rdma_cm's part (cma_ib_req_handler): its header, a listener for the address, the
@@ -200,7 +220,13 @@ impl Cm {
             .and_then(|p| cma::Repr::parse(&p).ok());
         let Some(hdr) = hdr else {
             self.stats.drop(DropReason::BadCmaHeader);
-            self.issue_rej(peer, tid, raw, RejReason::ConsumerDefined);
+            self.issue_rej(
+                peer,
+                tid,
+                raw,
+                RejReason::ConsumerDefined,
+                rej::REJECTED_REQ,
+            );
             return;
         };
         let (src_ip, dst_ip): (IpAddr, IpAddr) = match hdr.addrs {
@@ -209,7 +235,13 @@ impl Cm {
         };
         let listener = qp_type.and_then(|t| self.find_listener(ps, port, dst_ip, Some(t)));
         let Some(listener) = listener.filter(|_| self.is_local(dst_ip)) else {
-            self.issue_rej(peer, tid, raw, RejReason::ConsumerDefined);
+            self.issue_rej(
+                peer,
+                tid,
+                raw,
+                RejReason::ConsumerDefined,
+                rej::REJECTED_REQ,
+            );
             return;
         };
         if !self.backlog_room(listener) {
@@ -276,6 +308,7 @@ impl Cm {
         self.by_comm.insert(local_id, num);
         self.remote_ids
             .insert((r.local_comm_id, r.local_ca_guid), num);
+        self.remote_qps.insert((r.local_qpn, r.local_ca_guid), num);
         let param = ConnParam {
             private_data: r.private_data[cma::HEADER_LEN..].to_vec(),
             responder_resources: r.initiator_depth,
@@ -406,7 +439,22 @@ impl Cm {
             self.stats.drop(DropReason::Duplicate);
             return;
         }
+        let qkey = (r.local_qpn, r.local_ca_guid);
+        if let Some(&old) = self.remote_qps.get(&qkey) {
+            // cm_rep_handler's stale connection: REJ the REP, DREQ the old connection;
+            // this one stays in REQ_SENT until its timer gives up.
+            self.issue_rej(
+                peer,
+                self.ids[&id].conn.as_ref().map_or(0, |c| c.tid),
+                raw_rep(r).as_slice(),
+                RejReason::StaleConn,
+                rej::REJECTED_REP,
+            );
+            self.send_dreq(now, old, true);
+            return;
+        }
         self.remote_ids.insert(key, id);
+        self.remote_qps.insert(qkey, id);
         let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) else {
             return;
         };

@@ -2,14 +2,15 @@
 //! with rdma_cm (`core/cma.c`, its service IDs and private-data header) on top, for one
 //! device, sans-IO like the engine: commands from owners (processes), MADs from QP1 and
 //! time in; MADs, events and deadlines out. It runs in the daemon, which owns the device's
-//! QP1 (design wave3.md §3, the contract in helpers/i23-contract.md §1).
+//! QP1 (design wave3.md §3; docs/internals.md has its API).
 //!
 //! - [`ucma`]: the commands and events between a program's librdmacm and the manager.
 //! - `id`: an rdma_cm id and its IB CM connection; `ports`: the bind tables; `addr`:
-//!   binding, address and route resolution, listeners; `cmd`: the other commands; `conn`: the IB CM connection state machine (messages in, events out); `msgs`: the
-//!   messages it sends; `sidr`: UD's service ID
-//!   resolution; `qp_attr`: INIT_QP_ATTR; `timers`: the kernel's timer arithmetic;
-//!   `stats`: counters.
+//!   binding, address and route resolution, listeners; `cmd`: the other commands;
+//!   `conn`: the IB CM connection state machine (messages in, events out); `msgs`: the
+//!   messages it sends; `sidr`: UD's service ID resolution; `qp_attr`: INIT_QP_ATTR;
+//!   `timers`: the kernel's timer arithmetic; `stats`: counters; `errno`: the errors
+//!   commands answer with (a leaf, so no module imports another's constants in a cycle).
 //!
 //! MADs are routed as quinn-proto's endpoint routes datagrams: by the communication ID the
 //! message names (our Local Communication ID in the peer's Remote Communication ID field),
@@ -18,6 +19,7 @@
 mod addr;
 mod cmd;
 mod conn;
+mod errno;
 mod id;
 mod msgs;
 mod ports;
@@ -81,6 +83,9 @@ pub struct Cm {
     /// (remote communication ID, remote CA GUID) -> id: duplicate REQ and REP detection
     /// (`cm.remote_id_table`).
     remote_ids: HashMap<(u32, u64), IdNum>,
+    /// (remote QPN, remote CA GUID) -> id: stale connection detection
+    /// (`cm.remote_qp_table`).
+    remote_qps: HashMap<(u32, u64), IdNum>,
     /// (request ID, peer address) -> id of a SIDR_REQ being answered (`remote_sidr_table`).
     sidr_remote: HashMap<(u32, IpAddr), IdNum>,
     ports: ports::Ports,
@@ -104,6 +109,7 @@ impl Cm {
             next_id: 1,
             by_comm: HashMap::new(),
             remote_ids: HashMap::new(),
+            remote_qps: HashMap::new(),
             sidr_remote: HashMap::new(),
             ports: ports::Ports::default(),
             next_comm,
@@ -329,6 +335,10 @@ impl Cm {
                 let key = (c.remote_id, c.remote_guid);
                 if self.remote_ids.get(&key) == Some(&id) {
                     self.remote_ids.remove(&key);
+                }
+                let qkey = (c.remote_qpn, c.remote_guid);
+                if self.remote_qps.get(&qkey) == Some(&id) {
+                    self.remote_qps.remove(&qkey);
                 }
             }
         }

@@ -81,7 +81,14 @@ impl Cm {
     }
 
     /// `cm_issue_rej`: a REJ to a REQ that made no connection, echoing its IDs and TID.
-    pub(super) fn issue_rej(&mut self, peer: MadPeer, tid: u64, raw: &[u8], reason: RejReason) {
+    pub(super) fn issue_rej(
+        &mut self,
+        peer: MadPeer,
+        tid: u64,
+        raw: &[u8],
+        reason: RejReason,
+        rejected: u8,
+    ) {
         let msg = &raw[mad::HEADER_LEN..];
         let u32_at = |o: usize| u32::from_be_bytes([msg[o], msg[o + 1], msg[o + 2], msg[o + 3]]);
         let m = CmMad::new(
@@ -90,7 +97,7 @@ impl Cm {
             Message::Rej(rej::Repr {
                 local_comm_id: u32_at(4),
                 remote_comm_id: u32_at(0),
-                message_rejected: rej::REJECTED_REQ,
+                message_rejected: rejected,
                 reject_info_length: 0,
                 reason,
                 ari: [0; rej::ARI_LEN],
@@ -132,6 +139,11 @@ impl Cm {
     pub(super) fn send_drep(&mut self, now: Instant, id: IdNum) -> bool {
         if self.conn_state(id) != CmState::DreqRcvd {
             return false;
+        }
+        // The DREP's private data (none from rdma_disconnect) replaces the RTU's, for its
+        // repetition in timewait (cm_set_private_data).
+        if let Some(c) = self.ids.get_mut(&id).and_then(|i| i.conn.as_mut()) {
+            c.private_data.clear();
         }
         self.enter_timewait(now, id);
         if let Some(m) = self.fmt_drep(id) {

@@ -8,8 +8,7 @@ use crate::rng::Rng;
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-pub const EADDRINUSE: i32 = 98;
-pub const EADDRNOTAVAIL: i32 = 99;
+pub use super::errno::{EADDRINUSE, EADDRNOTAVAIL};
 
 /// One id's claim on a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

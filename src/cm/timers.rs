@@ -58,7 +58,8 @@ mod tests {
     fn kernel_arithmetic() {
         assert_eq!(ack_timeout(CA_ACK_DELAY, CMA_IBOE_PACKET_LIFETIME), 19);
         assert_eq!(ack_timeout(15, 16), 17);
-        assert_eq!(ack_timeout(15, 10), 16);
+        assert_eq!(ack_timeout(15, 10), 15, "the CA ACK delay dominates");
+        assert_eq!(ack_timeout(15, 13), 16, "within 50%: rounded up");
         // REQ retransmit: 2 * 2^(18-8) + 2^(20-8) ms.
         let req = 2 * convert_to_ms(CMA_IBOE_PACKET_LIFETIME) + convert_to_ms(20);
         assert_eq!(req, 6144);

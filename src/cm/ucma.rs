@@ -220,7 +220,11 @@ pub enum Command {
     /// CONNECT -> [`Reply::Done`]: REQ (or SIDR_REQ for UD) sent.
     Connect { id: IdNum, param: ConnParam },
     /// ACCEPT on a connect request's id (REP, or SIDR_REP) -> [`Reply::Done`]. On the
-    /// active side after CONNECT_RESPONSE, ACCEPT is `rdma_establish`: RTU sent.
+    /// active side after CONNECT_RESPONSE, ACCEPT is `rdma_establish`: RTU sent, and no
+    /// event follows (as with the kernel: librdmacm turns the CONNECT_RESPONSE into
+    /// ESTABLISHED itself after its ACCEPT, `ucma_process_conn_resp`). The passive side's
+    /// ESTABLISHED comes with the RTU (or a NOTIFY of COMM_EST); a UD request's accept
+    /// (SIDR_REP) gives the passive side no event at all.
     Accept { id: IdNum, param: ConnParam },
     /// REJECT -> [`Reply::Done`]: REJ, reason 28 (consumer defined) unless given.
     Reject {
@@ -279,6 +283,8 @@ pub enum EventKind {
     MulticastJoin = 12,
     MulticastError = 13,
     AddrChange = 14,
+    /// After DISCONNECTED, when the connection's timewait (2^(av.timeout-8) ms, 2 s on
+    /// RoCE) ends, if the id still exists: the kernel's ucma delivers it too.
     TimewaitExit = 15,
 }
 
@@ -295,7 +301,9 @@ pub struct Event {
     /// IB REJ reason (28 consumer defined).
     pub status: i32,
     /// CONNECT_REQUEST, CONNECT_RESPONSE, ESTABLISHED, REJECTED, DISCONNECTED: the peer's
-    /// parameters and private data (UD: qp_num and qkey).
+    /// parameters and private data (UD: qp_num and qkey). The private data is as long as
+    /// the kernel reports it (the whole area of the message: REQ 56 after the cma_hdr, REP
+    /// 196, REJ 148, SIDR_REQ 180, SIDR_REP 136; none for ESTABLISHED and DISCONNECTED).
     pub param: Option<ConnParam>,
     /// UD (SIDR_REP received, or a SIDR_REQ's CONNECT_REQUEST): the address vector to
     /// reach the peer.

@@ -33,7 +33,6 @@
 //!   by hand (`roce-emu daemon`) runs until signalled.
 
 use super::client::{self, AttachError};
-use super::lease::DEFAULT_QUARANTINE;
 use crate::backend::daemon_path;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::IpAddr;
@@ -48,6 +47,15 @@ pub const START_WAIT: Duration = Duration::from_secs(5);
 /// client; a test suite's next case) to find it up instead of paying another start, short
 /// enough that nothing holds the address long after the last program.
 pub const DEFAULT_IDLE: Duration = Duration::from_secs(2);
+/// How long a departed process's QPN block stays unleased in an on-demand daemon (and
+/// so how long the daemon stays after its last client), by default. Shorter than a
+/// daemon started by hand (`lease::DEFAULT_QUARANTINE`, 60 s): this daemon outlives
+/// the programs, so a script that runs a ping-pong pair after another quarantines two
+/// blocks a run, and the 255 blocks must last (at 10 s, 25 programs a second); and it
+/// still covers RC giving up on a peer at the timeouts programs use (retry_cnt 7 at
+/// timeout 14, rc_pingpong's and perftest's: 8 x 67 ms, half a second; at timeout 18:
+/// 8.6 s). Longer needs: `ROCE_EMU_DAEMON_QUARANTINE`.
+pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(10);
 /// Sets [`Settings::idle`] (seconds, e.g. `2` or `0.5`).
 pub const IDLE_VAR: &str = "ROCE_EMU_DAEMON_IDLE";
 /// Sets [`Settings::quarantine`] (seconds; `0` for none).
@@ -300,7 +308,19 @@ fn netns_of(pid: &str) -> Option<PathBuf> {
 /// daemon that refuses us, or has another port, is an error (starting another would not
 /// help).
 fn look(ip: IpAddr, socket: &Path, own: Option<&Path>) -> Result<Found, DaemonError> {
-    match client::info_within(socket, ASK) {
+    look_within(ip, socket, own, ASK)
+}
+
+/// [`look`], waiting at most `wait` for an answer. A daemon that is there but slow (a
+/// loaded machine) is asked again with the attach's own bound before it is called
+/// silent: starting another would only fail on its port.
+fn look_within(
+    ip: IpAddr,
+    socket: &Path,
+    own: Option<&Path>,
+    wait: Duration,
+) -> Result<Found, DaemonError> {
+    match client::info_within(socket, wait) {
         Ok(p) if p.kind == "udp" && p.addrs.contains(&ip) => {
             let theirs = client::daemon_pid(socket, ASK).and_then(|pid| netns_of(&pid.to_string()));
             // Unknown either side: taken as ours (as before namespaces were looked at).
@@ -316,6 +336,10 @@ fn look(ip: IpAddr, socket: &Path, own: Option<&Path>) -> Result<Found, DaemonEr
             name: p.name,
         }),
         Err(e @ (AttachError::Refused { .. } | AttachError::Untrusted { .. })) => Err(e.into()),
+        Err(AttachError::Silent { .. }) if wait < client::ATTACH_TIMEOUT => {
+            look_within(ip, socket, own, client::ATTACH_TIMEOUT)
+        }
+        Err(e @ AttachError::Silent { .. }) => Err(e.into()),
         // Nobody there (no socket, or a stale one), or one on its way out.
         Err(_) => Ok(Found::Nobody),
     }

@@ -7,10 +7,12 @@
 //! then `rxe_icrc_check`) and the kernel's MAD layer takes it (`ib_mad_recv_done`: one
 //! whole MAD):
 //! - transport header version 0 (`hdr_check`);
-//! - UD SEND ONLY (0x64): the GSI QP is a UD QP (`hdr_check`: a non-UD opcode to a UD QP
-//!   is dropped); a MAD has no immediate data, so SEND ONLY WITH IMMEDIATE is dropped too;
+//! - UD SEND ONLY (0x64): the GSI QP is a UD QP (`check_type_state`: a non-UD opcode to a
+//!   UD QP is dropped); a MAD has no immediate data, so SEND ONLY WITH IMMEDIATE is dropped
+//!   too;
 //! - P_Key 0xFFFF or 0x7FFF (`check_keys` matches the port's default P_Key 0xFFFF with
-//!   `pkey_match`: same low 15 bits, one of the two a full member), else `pkey_viol`;
+//!   `pkey_match`: same low 15 bits, one of the two a full member), else rxe's
+//!   `bad_pkey_cntr`;
 //! - DETH Q_Key 0x80010000 (`check_keys`: for QP1 always `GSI_QKEY`), else rxe's
 //!   `qkey_viol_cntr`;
 //! - a valid ICRC (A17.4.1);
@@ -75,10 +77,11 @@ pub struct Qp1Counters {
     pub drop_short: u64,
     pub drop_tver: u64,
     pub drop_opcode: u64,
-    /// rxe's name for P_Key mismatches (`RXE_CNT_PKEY_VIOL` is not exported; rxe counts
-    /// these in the port's `pkey_viol_cntr`).
-    pub pkey_viol_cntr: u64,
-    /// rxe's `qkey_viol_cntr`: a DETH Q_Key other than the GSI Q_Key.
+    /// rxe's `bad_pkey_cntr` (a port attribute, `set_bad_pkey_cntr` in `check_keys`): a
+    /// P_Key that does not match the default one.
+    pub bad_pkey_cntr: u64,
+    /// rxe's `qkey_viol_cntr` (a port attribute, `set_qkey_viol_cntr` in `check_keys`): a
+    /// DETH Q_Key other than the GSI Q_Key.
     pub qkey_viol_cntr: u64,
     pub drop_bad_icrc: u64,
     pub drop_length: u64,
@@ -90,7 +93,7 @@ impl Qp1Counters {
             Drop::Short => &mut self.drop_short,
             Drop::Tver => &mut self.drop_tver,
             Drop::Opcode => &mut self.drop_opcode,
-            Drop::Pkey => &mut self.pkey_viol_cntr,
+            Drop::Pkey => &mut self.bad_pkey_cntr,
             Drop::Qkey => &mut self.qkey_viol_cntr,
             Drop::Icrc => &mut self.drop_bad_icrc,
             Drop::Length => &mut self.drop_length,
@@ -103,7 +106,7 @@ impl Qp1Counters {
         self.drop_short
             + self.drop_tver
             + self.drop_opcode
-            + self.pkey_viol_cntr
+            + self.bad_pkey_cntr
             + self.qkey_viol_cntr
             + self.drop_bad_icrc
             + self.drop_length

@@ -144,7 +144,7 @@ impl Net {
                             src: src.unwrap_or(if self.host_of(dst) == Some(h) {
                                 dst
                             } else {
-                                self.addrs[h]
+                                self.addr_like(h, dst)
                             }),
                             hop_limit: 64,
                         })
@@ -170,6 +170,14 @@ impl Net {
             .iter()
             .position(|&a| a == ip)
             .or_else(|| self.extra.iter().find(|e| e.0 == ip).map(|e| e.1))
+    }
+
+    /// Host `h`'s first address of `like`'s family (the route's source).
+    pub fn addr_like(&self, h: usize, like: IpAddr) -> IpAddr {
+        std::iter::once(self.addrs[h])
+            .chain(self.extra.iter().filter(|e| e.1 == h).map(|e| e.0))
+            .find(|a| a.is_ipv4() == like.is_ipv4())
+            .unwrap_or(self.addrs[h])
     }
 
     /// Gives host `h` a second address (a new manager with both; before any id exists).

@@ -143,18 +143,28 @@ pub fn daemon_of(dev: &CmDevice) -> Result<PathBuf, CmError> {
 }
 
 /// The process's connection to the daemon at `path`: made once, shared by every id and
-/// thread (one per daemon per process); a connection whose daemon went away is replaced.
+/// thread (one per daemon per process); a connection whose daemon went away is replaced,
+/// and so is one a forked child inherited (its dispatcher thread is the parent's: the
+/// child gets a connection, and an owner in the manager, of its own; qperf's server
+/// forks a child per test).
 pub fn connect(path: &Path) -> Result<Arc<Conn>, CmError> {
-    static CONNS: Mutex<Option<HashMap<PathBuf, Arc<Conn>>>> = Mutex::new(None);
+    type Conns = HashMap<PathBuf, (u32, Arc<Conn>)>;
+    static CONNS: Mutex<Option<Conns>> = Mutex::new(None);
+    let pid = std::process::id();
     let mut map = CONNS.lock().unwrap_or_else(|p| p.into_inner());
     let map = map.get_or_insert_with(HashMap::new);
-    if let Some(c) = map.get(path) {
-        if !c.is_gone() {
+    if let Some((owner, c)) = map.get(path) {
+        if *owner == pid && !c.is_gone() {
             return Ok(c.clone());
         }
     }
     let c = Conn::connect(path)?;
-    map.insert(path.to_path_buf(), c.clone());
+    if let Some((owner, old)) = map.insert(path.to_path_buf(), (pid, c.clone())) {
+        if owner != pid {
+            // The parent's: its socket is the parent's connection too; leave it be.
+            std::mem::forget(old);
+        }
+    }
     Ok(c)
 }
 

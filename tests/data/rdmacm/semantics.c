@@ -2,7 +2,8 @@
  * Debian 12's rdma_cma.h and runs it on the drop-in, attached to a daemon): O_NONBLOCK and
  * poll on the channel fd, the device an id gets on ADDR_RESOLVED, rdma_migrate_id and
  * rdma_destroy_id waiting for the ack of an event handed out, the route, the synchronous
- * mode of a NULL channel (rdma_connect to a port nobody listens on: ECONNREFUSED). */
+ * mode of a NULL channel (rdma_connect to a port nobody listens on: ECONNREFUSED),
+ * rdma_getaddrinfo's answers. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -126,6 +127,37 @@ int main(int argc, char **argv)
 	CHECK(rdma_destroy_id(sid) == 0, "destroy sync id");
 	rdma_destroy_event_channel(ch2);
 	rdma_destroy_event_channel(ch);
+
+	/* rdma_getaddrinfo: a passive numeric host and port service, an active one, the
+	 * wildcard, and a name refused under RAI_NUMERICHOST. */
+	struct rdma_addrinfo hints, *res;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST;
+	hints.ai_port_space = RDMA_PS_TCP;
+	CHECK(rdma_getaddrinfo(argv[1], "7471", &hints, &res) == 0, "getaddrinfo passive");
+	struct sockaddr_in *sin = (struct sockaddr_in *)res->ai_src_addr;
+	CHECK(res->ai_flags & RAI_PASSIVE && res->ai_family == AF_INET && sin &&
+	      ntohs(sin->sin_port) == 7471 && sin->sin_addr.s_addr == sa.sin_addr.s_addr &&
+	      res->ai_qp_type == IBV_QPT_RC && res->ai_port_space == RDMA_PS_TCP &&
+	      !res->ai_dst_addr, "passive answer");
+	rdma_freeaddrinfo(res);
+	hints.ai_flags = 0;
+	hints.ai_port_space = RDMA_PS_UDP;
+	hints.ai_qp_type = IBV_QPT_UD;
+	CHECK(rdma_getaddrinfo(argv[1], "7174", &hints, &res) == 0, "getaddrinfo active");
+	sin = (struct sockaddr_in *)res->ai_dst_addr;
+	CHECK(sin && ntohs(sin->sin_port) == 7174 && !res->ai_src_addr &&
+	      res->ai_qp_type == IBV_QPT_UD && res->ai_port_space == RDMA_PS_UDP, "active answer");
+	rdma_freeaddrinfo(res);
+	memset(&hints, 0, sizeof hints);
+	hints.ai_flags = RAI_PASSIVE;
+	CHECK(rdma_getaddrinfo(NULL, "7471", &hints, &res) == 0, "getaddrinfo wildcard");
+	sin = (struct sockaddr_in *)res->ai_src_addr;
+	CHECK(sin && sin->sin_addr.s_addr == htonl(INADDR_ANY), "wildcard answer");
+	rdma_freeaddrinfo(res);
+	hints.ai_flags = RAI_NUMERICHOST;
+	CHECK(rdma_getaddrinfo("localhost", "7471", &hints, &res) != 0, "a name under RAI_NUMERICHOST");
+	printf("rdma_getaddrinfo: passive, active, wildcard, numeric-only\n");
 	printf("OK\n");
 	return 0;
 }
