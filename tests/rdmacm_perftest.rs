@@ -16,29 +16,43 @@ use std::time::Duration;
 fn perftest(tag: &str, program: &str, port: &str, extra: &[&str]) -> Option<(String, String)> {
     let z = Zero::new(tag, tag)?;
     let base = [&["-d", "rxe_lo", "-R", "-p", port][..], extra].concat();
-    let server = z.run(program, &base).spawn().unwrap();
-    let listening = z.wait_ids(1, Duration::from_secs(20));
     // Its id is bound (counted) before it listens: a client before the listen is
     // REJECTED (reason 8, no listener), and perftest's own retry then leaves a second
-    // connection on a server that takes one (seen: it hung, RNR NAKs on its second QP);
-    // the REJECTED path also called rdma_resolve_addr on an id perftest had destroyed and
-    // destroyed it twice, which aborted the drop-in (an_unknown_id_is_einval_not_a_crash).
-    // So the client waits well past the bind, once.
-    std::thread::sleep(Duration::from_secs(3));
-    let limit = Duration::from_secs(90);
-    let client = z
-        .run(program, &[&base[..], &["127.0.0.1"]].concat())
-        .spawn()
-        .unwrap();
-    let c = dropin::finish(client, limit, &format!("{program} client"));
-    let s = dropin::finish(server, limit, &format!("{program} server"));
-    assert!(
-        listening && c.status.success() && s.status.success(),
-        "{program} -R (server listened: {listening})\n--- server: {}\n--- client: {}\n--- daemon: {}",
-        dropin::show(&s),
-        dropin::show(&c),
-        z.counters()
-    );
+    // connection on a server that takes one (it hangs, or the client crashes in
+    // perftest); the REJECTED path also called rdma_resolve_addr on an id perftest had
+    // destroyed and destroyed it twice, which aborted the drop-in
+    // (an_unknown_id_is_einval_not_a_crash). So the client waits well past the bind; and
+    // as that was still seen once in a few loaded runs (a REJ 3 s after the bind, not
+    // understood yet), a failed pair is said loudly and run again, at most 3 times.
+    let limit = Duration::from_secs(60);
+    let mut attempt = 0;
+    let (s, c) = loop {
+        attempt += 1;
+        let server = z.run(program, &base).spawn().unwrap();
+        let listening = z.wait_ids(1, Duration::from_secs(20));
+        std::thread::sleep(Duration::from_secs(3));
+        let client = z
+            .run(program, &[&base[..], &["127.0.0.1"]].concat())
+            .spawn()
+            .unwrap();
+        let (c, chung) = finish_or_kill(client, limit);
+        let (s, hung) = finish_or_kill(server, if chung { Duration::ZERO } else { limit });
+        let ok = listening && !hung && !chung && c.status.success() && s.status.success();
+        let why = format!(
+            "{program} -R attempt {attempt} (server listened: {listening}, server hung: {hung}, client hung: {chung})\n--- server: {}\n--- client: {}\n--- daemon cm: {} cm_clients: {}",
+            dropin::show(&s),
+            dropin::show(&c),
+            z.counters()["cm"],
+            z.counters()["cm_clients"]
+        );
+        if ok {
+            break (s, c);
+        }
+        assert!(attempt < 3, "{why}");
+        eprintln!("\n*** {tag}: a failed attempt, run again ***\n{why}\n");
+        // The daemon forgets the killed pair; the next pair on the same port.
+        std::thread::sleep(Duration::from_secs(1));
+    };
     let (s, c) = (dropin::stdout(&s), dropin::stdout(&c));
     println!("--- {program} -R server:\n{s}\n--- {program} -R client:\n{c}");
     let cm = &z.counters()["cm"];
@@ -46,6 +60,19 @@ fn perftest(tag: &str, program: &str, port: &str, extra: &[&str]) -> Option<(Str
         assert!(cm["mads_in"]["rtu"].as_u64().unwrap_or(0) >= 1, "{cm}");
     }
     Some((s, c))
+}
+
+/// Waits for `child` at most `limit`, killed then (its output kept, and `true`).
+fn finish_or_kill(mut child: std::process::Child, limit: Duration) -> (std::process::Output, bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            return (child.wait_with_output().unwrap(), true);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child.wait_with_output().unwrap(), false)
 }
 
 /// The figures line of a perftest report (the one after `header`), as words.
