@@ -16,14 +16,16 @@ use std::time::Duration;
 fn perftest(tag: &str, program: &str, port: &str, extra: &[&str]) -> Option<(String, String)> {
     let z = Zero::new(tag, tag)?;
     let base = [&["-d", "rxe_lo", "-R", "-p", port][..], extra].concat();
-    // Its id is bound (counted) before it listens: a client before the listen is
-    // REJECTED (reason 8, no listener), and perftest's own retry then leaves a second
-    // connection on a server that takes one (it hangs, or the client crashes in
-    // perftest); the REJECTED path also called rdma_resolve_addr on an id perftest had
-    // destroyed and destroyed it twice, which aborted the drop-in
-    // (an_unknown_id_is_einval_not_a_crash). So the client waits well past the bind; and
-    // as that was still seen once in a few loaded runs (a REJ 3 s after the bind, not
-    // understood yet), a failed pair is said loudly and run again, at most 3 times.
+    // perftest -R makes two connections on the one port: the exchange one, then the data
+    // QP's. The server listens again for the second after the exchange, and the client
+    // connects as soon as the exchange is done: a race in perftest itself, which the
+    // kernel (a listen is one syscall) nearly never loses, but a listen here (daemon
+    // round trips, a debug build) sometimes does: the second REQ meets no listener, REJ
+    // reason 8 (captured: REQ 6 ms after the first RTU, REJ 53 us later). perftest's
+    // REJECTED path then calls rdma_resolve_addr on an id it destroyed and destroys it
+    // twice (EINVAL here now, an abort before: an_unknown_id_is_einval_not_a_crash),
+    // segfaults itself, and leaves its server waiting. A failed pair is said loudly and
+    // run again, at most 3 times.
     let limit = Duration::from_secs(60);
     let mut attempt = 0;
     let (s, c) = loop {
