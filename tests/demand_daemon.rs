@@ -408,6 +408,49 @@ fn a_daemon_of_another_network_namespace_is_not_joined() {
     assert_eq!(daemons_on(&ours).len(), 1);
 }
 
+/// Ours went to the namespace's name while another namespace's daemon held the plain
+/// one; once that one has gone, ours is still found (at its name), not a second one
+/// started at the plain name (which could not bind the address ours holds: pyverbs'
+/// suite in a namespace met this as "cannot bind UDP ...: Address already in use").
+#[test]
+fn ours_is_found_after_the_other_namespace_daemon_left() {
+    if !nix::unistd::geteuid().is_root() {
+        common::netns::skip(
+            "ours_is_found_after_the_other_namespace_daemon_left",
+            "needs root for a network namespace",
+        );
+        return;
+    }
+    let ns = common::netns::Netns::new("demand2");
+    let ip: IpAddr = "127.0.15.24".parse().unwrap();
+    // Ours stays a while with no client; theirs (the child's settings) 300 ms.
+    let s = private("netns2", Duration::from_secs(5), Duration::from_millis(1));
+    let dir = s.dir.clone().unwrap();
+    let out = ns
+        .cmd(std::env::current_exe().unwrap().to_str().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, format!("ensure {ip}"))
+        .env("DEMAND_DIR", &dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let theirs = text
+        .lines()
+        .find_map(|l| Some(PathBuf::from(l.split_once("CHILD SOCKET ")?.1)))
+        .unwrap_or_else(|| panic!("{text}"));
+    let ours = demand::ensure_udp_with(ip, &s).unwrap();
+    assert_ne!(ours, theirs);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Watched from /proc: asking it would be a client, which keeps it.
+    while !daemons_on(&theirs).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "theirs never left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(demand::ensure_udp_with(ip, &s).unwrap(), ours);
+    assert_eq!(daemons_on(&ours).len(), 1);
+    assert!(daemons_on(&theirs).is_empty());
+}
+
 /// The other process of the two-process tests (does nothing when run as a test).
 #[test]
 fn child_entry() {

@@ -24,6 +24,15 @@ const LIMIT: Duration = Duration::from_secs(180);
 /// extended CQs (9), parent domains (5), no 2 MiB huge pages (3), vfio/CUDA (4), import,
 /// real-time clock query, RC atomic write (1 each); one known error (`KNOWN`).
 const MIN_PASSED: usize = 90;
+/// As root, with the device's net interface shown in sysfs: 97 of 273, 176 skipped,
+/// pyverbs' test_rdmacm adding 7 of its 10 (the 3 multicast tests skip: no
+/// rdma_join_multicast in the drop-in); of the 11 rdmacm skips above, the other one is
+/// test_mlx5_rdmacm's (mlx5 only), which stays.
+const MIN_PASSED_WITH_RDMACM: usize = 97;
+
+fn repo_path(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(p)
+}
 
 /// Failures and errors that are understood: (unittest id, why). Empty today.
 const KNOWN: &[(&str, &str)] = &[];
@@ -200,7 +209,35 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
     let log_path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("dropin_pyverbs.log");
     let log = File::create(&log_path).unwrap();
     let start = Instant::now();
-    let child = Command::new(python)
+    // As root, in a network namespace where an interface (rdma0, a veth) holds the
+    // device's address and the device shows it in sysfs (tools/dropin/sysfs_netdev.sh):
+    // pyverbs then runs its rdma_cm tests (tests/rdmacm_pyverbs.rs says which pass)
+    // instead of skipping them for want of a net interface.
+    let ns = nix::unistd::geteuid().is_root().then(|| {
+        let ns = common::netns::Netns::new("pyverbs");
+        ns.ip(&[
+            "link", "add", "rdma0", "type", "veth", "peer", "name", "rdma1",
+        ]);
+        ns.ip(&["addr", "add", "127.0.21.1/24", "dev", "rdma0"]);
+        ns.ip(&["link", "set", "rdma0", "up"]);
+        ns.ip(&["link", "set", "rdma1", "up"]);
+        ns
+    });
+    let min_passed = if ns.is_some() {
+        MIN_PASSED_WITH_RDMACM
+    } else {
+        eprintln!("\n*** not root: pyverbs' rdma_cm tests skip (no net interface) ***\n");
+        MIN_PASSED
+    };
+    let mut cmd = match &ns {
+        Some(ns) => {
+            let mut c = ns.cmd(repo_path("tools/dropin/sysfs_netdev.sh").to_str().unwrap());
+            c.args(["rxe0", "rdma0"]).arg(&python);
+            c
+        }
+        None => Command::new(&python),
+    };
+    let child = cmd
         .arg(&suite)
         .args(["-v", "--dev", "rxe0", "--port", "1", "--gid", &gid])
         .current_dir(&env.root)
@@ -208,6 +245,8 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env("LD_LIBRARY_PATH", env.library_path())
         .env("ROCE_EMU_DEVICES", "rxe0=127.0.21.1")
+        // The daemon rdma_cm starts on demand for 127.0.21.1 is this build's roce-emu.
+        .env("ROCE_EMU_BIN", env!("CARGO_BIN_EXE_roce-emu"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
@@ -263,8 +302,8 @@ fn rdma_core_test_suite_runs_on_the_dropin() {
         "the FAIL:/ERROR: headers and the summary disagree: {sum:?}"
     );
     assert!(
-        sum.passed() >= MIN_PASSED,
-        "only {} of {} tests passed (at least {MIN_PASSED} expected): {sum:?}\n{shown}",
+        sum.passed() >= min_passed,
+        "only {} of {} tests passed (at least {min_passed} expected): {sum:?}\n{shown}",
         sum.passed(),
         sum.ran
     );

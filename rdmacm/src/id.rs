@@ -14,7 +14,7 @@ use crate::ibv;
 use roce_emu::cm::ucma::{self, CmOption, Command, IdNum, PortSpace, QpType, Reply};
 use roce_emu::verbs::cm::{self as vcm, CmError, Conn, EventChannel};
 use std::cell::UnsafeCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 
@@ -133,12 +133,21 @@ impl CmId {
 /// # Safety
 /// `p` is an `rdma_cm_id*` this library returned and the program has not destroyed.
 pub unsafe fn from_c<'a>(p: *mut rdma_cm_id) -> Option<&'a CmId> {
-    if p.is_null() {
+    // A pointer this library never made or has freed (perftest 4.5 calls
+    // rdma_resolve_addr on such a one after a REJECTED connect) is EINVAL, as the
+    // kernel answers a handle it does not know, not a read of whatever is there.
+    if p.is_null() || !live().contains(&(p as usize)) {
         None
     } else {
         // SAFETY: the caller's promise: the C part is the front of a CmId.
         Some(unsafe { &*(p as *const CmId) })
     }
+}
+
+/// The ids made by [`alloc`] and not yet [`free`]d (their addresses).
+fn live() -> MutexGuard<'static, HashSet<usize>> {
+    static L: LazyLock<Mutex<HashSet<usize>>> = LazyLock::new(Default::default);
+    L.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Manager ids to library ids: (connection, number) -> `CmId*`.
@@ -184,7 +193,9 @@ pub fn alloc(
         }),
         cond: Condvar::new(),
     });
-    Ok(Box::into_raw(id))
+    let p = Box::into_raw(id);
+    live().insert(p as usize);
+    Ok(p)
 }
 
 /// Adds a manager id for `id` on device `dev` (CREATE_ID), routed to the id's channel,
@@ -412,6 +423,7 @@ pub fn settle(id: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<Han
 /// # Safety
 /// `p` came from [`alloc`] and nothing uses it any more.
 pub unsafe fn free(p: *mut CmId) {
+    live().remove(&(p as usize));
     // SAFETY: the caller's promise.
     let id = unsafe { Box::from_raw(p) };
     let sync = id.lock().sync;

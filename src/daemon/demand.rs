@@ -226,6 +226,14 @@ pub fn ensure_udp_with(ip: IpAddr, s: &Settings) -> Result<PathBuf, DaemonError>
             .collect();
         plain.with_file_name(format!("udp-{ip}-netns-{inode}.sock"))
     });
+    // Ours may live at the namespace's name (it went there while another namespace's
+    // daemon held the plain one, which has since gone): found there first, or we would
+    // start a second daemon at the plain name that cannot bind the address ours holds.
+    if let Some(t) = &tagged {
+        if look(ip, t, own.as_deref())? == Found::Ours {
+            return Ok(t.clone());
+        }
+    }
     let mut last = None;
     for socket in std::iter::once(plain).chain(tagged) {
         match find_or_start(ip, &socket, own.as_deref(), s) {

@@ -15,6 +15,7 @@ pub mod srq;
 pub mod srq_case;
 pub mod ud;
 pub mod wire_gen;
+pub mod zero;
 
 use std::path::PathBuf;
 
