@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Unmodified Debian 12 RDMA programs on roce-emu, on this machine, with no kernel module
-# and no configuration: ibv_devinfo, then ibv_rc_pingpong and ib_write_bw / ib_read_bw as
+# and no configuration: ibv_devinfo, then ibv_rc_pingpong, ib_write_bw / ib_read_bw and rping as
 # server and client processes on the loopback device (rxe_lo, 127.0.0.1), each started with
 # `roce-emu run`. The programs come from Debian's packages, fetched into a cache by
 # tools/dropin/debian.sh (nothing is installed); the drop-in is built by build.sh.
@@ -44,4 +44,22 @@ pair() { # NAME PORT SERVER-ARGS... -- CLIENT-ARGS...
 pair ibv_rc_pingpong 18515 -d rxe_lo -g 1 -s 4096 -n 1000 -- -d rxe_lo -g 1 -s 4096 -n 1000 127.0.0.1
 pair ib_write_bw 18516 -d rxe_lo -p 18516 -s 65536 -n 5000 -- -d rxe_lo -p 18516 -s 65536 -n 5000 127.0.0.1
 pair ib_read_bw 18517 -d rxe_lo -p 18517 -s 65536 -n 5000 -- -d rxe_lo -p 18517 -s 65536 -n 5000 127.0.0.1
-echo; echo "PASS: unmodified ibv_devinfo, ibv_rc_pingpong, ib_write_bw and ib_read_bw on roce-emu"
+
+# rdma_cm: the drop-in librdmacm.so.1; the first rdma_cm call starts the per-user daemon of
+# 127.0.0.1 (its connection manager owns QP1), which exits a while after the last program.
+echo; echo "== rping (rdma_cm: server and client, two processes, one address)"
+log=/tmp/roce-emu-demo-rping.$$
+"${run[@]}" "$bin/rping" -s -a 127.0.0.1 -C 5 -V -v > "$log.server" 2>&1 &
+spid=$!
+# rping's client does not retry a connect its server is not listening for yet (REJ, invalid
+# service ID): a bounded number of tries.
+rc=1
+for _ in $(seq 1 20); do
+  sleep 0.5
+  if timeout 60 "${run[@]}" "$bin/rping" -c -a 127.0.0.1 -C 5 -V -v > "$log.client" 2>&1; then rc=0; break; fi
+done
+cat "$log.client"
+wait "$spid" || rc=$?
+echo "-- server:"; cat "$log.server"; rm -f "$log.server" "$log.client"
+[ $rc = 0 ] || { echo "FAIL: rping (status $rc)"; exit 1; }
+echo; echo "PASS: unmodified ibv_devinfo, ibv_rc_pingpong, ib_write_bw, ib_read_bw and rping on roce-emu"
