@@ -13,7 +13,7 @@
 //!   its NAK goes through the daemon's hairpin) and through a `roce-emu daemon`.
 //!
 //! 20 runs each (about a second in all; `EXIT_NAK_RUNS=N` for another count).
-//! Addresses 127.0.51.x (in-process) and 127.0.52.x (the daemon's port).
+//! Addresses 127.0.51.x (in-process) and 127.0.57.x (the daemon's port).
 
 mod common;
 
@@ -177,15 +177,15 @@ fn responder_dropped_at_its_error_completion_one_shared_address() {
 
 #[test]
 fn responder_dropped_or_undriven_through_a_daemon() {
-    let d = Daemon::start(None, "udp:127.0.52.1", "exit-nak", &[]);
+    let d = Daemon::start(None, "udp:127.0.57.1", "exit-nak", &[]);
     repeat("dropped, through a daemon", || {
-        let req = open("127.0.52.1", true, Some(&d.socket));
-        let resp = open("127.0.52.1", true, Some(&d.socket));
+        let req = open("127.0.57.1", true, Some(&d.socket));
+        let resp = open("127.0.57.1", true, Some(&d.socket));
         run(req, resp, drop)
     });
     repeat("undriven, through a daemon", || {
-        let req = open("127.0.52.1", true, Some(&d.socket));
-        let resp = open("127.0.52.1", false, Some(&d.socket));
+        let req = open("127.0.57.1", true, Some(&d.socket));
+        let resp = open("127.0.57.1", false, Some(&d.socket));
         let mut keep = None;
         let s = run(req, resp, |r| keep = Some(r));
         drop(keep);

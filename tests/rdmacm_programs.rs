@@ -1,5 +1,5 @@
 //! Debian 12's unmodified rdma_cm programs on the drop-in librdmacm.so.1, through
-//! `roce-emu run`, attached to a `roce-emu daemon --port udp:127.0.0.X` whose
+//! `roce-emu run`, attached to a `roce-emu daemon --port udp:127.0.62.X` whose
 //! connection manager (QP1, REQ/REP/RTU, DREQ/DREP, SIDR) connects them: server and
 //! client are two processes on the daemon's one address (the hairpin).
 //!
@@ -10,7 +10,7 @@
 //! - udaddy (UD over SIDR_REQ/SIDR_REP);
 //! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm);
 //! - libfabric 1.17 fi_pingpong -p verbs -e msg;
-//! - qperf -cm1 rc_bw rc_lat;
+//! - qperf -cm1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw;
 //! - a listener on INADDR_ANY through two devices.
 
 mod common;
@@ -87,15 +87,15 @@ fn setup(test: &str, ip: &str) -> Option<(&'static dropin::Env, Daemon)> {
 
 #[test]
 fn rping_ten_verified_pings() {
-    let Some((env, d)) = setup("rdmacm_rping", "127.0.0.21") else {
+    let Some((env, d)) = setup("rdmacm_rping", "127.0.62.21") else {
         return;
     };
     let (s, c) = pair(
         env,
         &d,
         ("rping", "rping"),
-        &["-s", "-a", "127.0.0.21", "-p", "7471", "-v", "-C", "10"],
-        &["-c", "-a", "127.0.0.21", "-p", "7471", "-v", "-C", "10"],
+        &["-s", "-a", "127.0.62.21", "-p", "7471", "-v", "-C", "10"],
+        &["-c", "-a", "127.0.62.21", "-p", "7471", "-v", "-C", "10"],
     );
     let (sout, cout) = (dropin::stdout(&s), dropin::stdout(&c));
     for i in 0..10 {
@@ -115,15 +115,15 @@ fn rping_ten_verified_pings() {
 
 #[test]
 fn ucmatose_four_connections_migrated() {
-    let Some((env, d)) = setup("rdmacm_ucmatose", "127.0.0.22") else {
+    let Some((env, d)) = setup("rdmacm_ucmatose", "127.0.62.22") else {
         return;
     };
     let (s, c) = pair(
         env,
         &d,
         ("ucmatose", "ucmatose"),
-        &["-b", "127.0.0.22", "-p", "7472", "-c", "4", "-m"],
-        &["-s", "127.0.0.22", "-p", "7472", "-c", "4", "-m"],
+        &["-b", "127.0.62.22", "-p", "7472", "-c", "4", "-m"],
+        &["-s", "127.0.62.22", "-p", "7472", "-c", "4", "-m"],
     );
     let (sout, cout) = (dropin::stdout(&s), dropin::stdout(&c));
     for out in [&sout, &cout] {
@@ -136,15 +136,15 @@ fn ucmatose_four_connections_migrated() {
 
 #[test]
 fn rdma_server_and_rdma_client_synchronous_api() {
-    let Some((env, d)) = setup("rdmacm_sync", "127.0.0.23") else {
+    let Some((env, d)) = setup("rdmacm_sync", "127.0.62.23") else {
         return;
     };
     let (s, c) = pair(
         env,
         &d,
         ("rdma_server", "rdma_client"),
-        &["-s", "127.0.0.23", "-p", "7473"],
-        &["-s", "127.0.0.23", "-p", "7473"],
+        &["-s", "127.0.62.23", "-p", "7473"],
+        &["-s", "127.0.62.23", "-p", "7473"],
     );
     assert!(
         dropin::stdout(&s).contains("rdma_server: end 0"),
@@ -160,7 +160,7 @@ fn rdma_server_and_rdma_client_synchronous_api() {
 
 #[test]
 fn udaddy_ud_over_sidr() {
-    let Some((env, d)) = setup("rdmacm_udaddy", "127.0.0.24") else {
+    let Some((env, d)) = setup("rdmacm_udaddy", "127.0.62.24") else {
         return;
     };
     // udaddy's port is fixed (7174); -p is its port space.
@@ -168,8 +168,8 @@ fn udaddy_ud_over_sidr() {
         env,
         &d,
         ("udaddy", "udaddy"),
-        &["-b", "127.0.0.24"],
-        &["-s", "127.0.0.24"],
+        &["-b", "127.0.62.24"],
+        &["-s", "127.0.62.24"],
     );
     for out in [dropin::stdout(&s), dropin::stdout(&c)] {
         assert!(out.contains("data transfers complete"), "{out}");
@@ -181,7 +181,7 @@ fn udaddy_ud_over_sidr() {
 
 #[test]
 fn perftest_send_bw_connects_with_rdma_cm() {
-    let Some((env, d)) = setup("rdmacm_perftest", "127.0.0.26") else {
+    let Some((env, d)) = setup("rdmacm_perftest", "127.0.62.26") else {
         return;
     };
     // -R: perftest's own exchange and the connection both over rdma_cm (no TCP).
@@ -190,7 +190,16 @@ fn perftest_send_bw_connects_with_rdma_cm() {
         &d,
         ("ib_send_bw", "ib_send_bw"),
         &["-d", "rxe0", "-R", "-n", "200", "-p", "18515"],
-        &["-d", "rxe0", "-R", "-n", "200", "-p", "18515", "127.0.0.26"],
+        &[
+            "-d",
+            "rxe0",
+            "-R",
+            "-n",
+            "200",
+            "-p",
+            "18515",
+            "127.0.62.26",
+        ],
     );
     for out in [dropin::stdout(&s), dropin::stdout(&c)] {
         assert!(out.contains("BW average[MB/sec]"), "{out}");
@@ -205,8 +214,18 @@ fn a_wildcard_listener_serves_every_device() {
     let Some(env) = dropin::setup("rdmacm_wildcard") else {
         return;
     };
-    let a = Daemon::start(None, "udp:127.0.0.27", "rdmacm_wild_a", &["--spin-us", "0"]);
-    let b = Daemon::start(None, "udp:127.0.0.28", "rdmacm_wild_b", &["--spin-us", "0"]);
+    let a = Daemon::start(
+        None,
+        "udp:127.0.62.27",
+        "rdmacm_wild_a",
+        &["--spin-us", "0"],
+    );
+    let b = Daemon::start(
+        None,
+        "udp:127.0.62.28",
+        "rdmacm_wild_b",
+        &["--spin-us", "0"],
+    );
     let devices = format!(
         "rxe0=daemon:{},rxe1=daemon:{}",
         a.socket.display(),
@@ -232,7 +251,7 @@ fn a_wildcard_listener_serves_every_device() {
         .unwrap();
     wait_ids(&a, 1);
     wait_ids(&b, 1);
-    for ip in ["127.0.0.27", "127.0.0.28"] {
+    for ip in ["127.0.62.27", "127.0.62.28"] {
         let c = cmd(&["-c", "-a", ip, "-p", "7474", "-v", "-C", "3"])
             .spawn()
             .unwrap();
@@ -263,7 +282,7 @@ fn a_wildcard_listener_serves_every_device() {
 /// 127.0.0.1, which the kernel binds to the first device and so does the drop-in).
 #[test]
 fn libfabric_fi_pingpong_verbs_msg() {
-    let Some((env, d)) = setup("rdmacm_libfabric", "127.0.0.29") else {
+    let Some((env, d)) = setup("rdmacm_libfabric", "127.0.62.29") else {
         return;
     };
     if !env.bin("fi_pingpong").exists() {
@@ -288,7 +307,7 @@ fn libfabric_fi_pingpong_verbs_msg() {
         env,
         &d,
         "fi_pingpong",
-        &[&args[..], &["-P", "47611", "127.0.0.29"]].concat(),
+        &[&args[..], &["-P", "47611", "127.0.62.29"]].concat(),
     )
     .spawn()
     .unwrap();
@@ -364,10 +383,11 @@ fn rping_with_zero_set_up() {
     );
 }
 
-/// qperf 0.4.11 with `-cm1`: its RC tests connect through rdma_cm.
+/// qperf 0.4.11 with `-cm1`: its RC tests (SEND, RDMA WRITE, RDMA READ) connect through
+/// rdma_cm.
 #[test]
 fn qperf_rc_bw_and_lat_over_rdma_cm() {
-    let Some((env, d)) = setup("rdmacm_qperf", "127.0.0.30") else {
+    let Some((env, d)) = setup("rdmacm_qperf", "127.0.62.30") else {
         return;
     };
     // The server runs until killed (ours, by PID); its control port is TCP.
@@ -389,9 +409,11 @@ fn qperf_rc_bw_and_lat_over_rdma_cm() {
             "-cm1",
             "-t",
             "1",
-            "127.0.0.30",
+            "127.0.62.30",
             "rc_bw",
             "rc_lat",
+            "rc_rdma_write_bw",
+            "rc_rdma_read_bw",
         ],
     )
     .spawn()
@@ -412,6 +434,12 @@ fn qperf_rc_bw_and_lat_over_rdma_cm() {
         text.contains("rc_lat:") && text.contains("latency"),
         "{text}"
     );
+    for t in ["rc_rdma_write_bw:", "rc_rdma_read_bw:"] {
+        let rest = &text[text.find(t).unwrap_or_else(|| panic!("no {t} in {text}"))..];
+        assert!(rest.contains("MB/sec") || rest.contains("GB/sec"), "{text}");
+    }
+    println!("{text}");
+    // One rdma_cm connection per test.
     let cm = &d.counters()["cm"];
-    assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 2, "{cm}");
+    assert!(cm["mads_in"]["rtu"].as_u64().unwrap() >= 4, "{cm}");
 }

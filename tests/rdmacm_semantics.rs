@@ -1,5 +1,5 @@
 //! librdmacm's semantics through its C API, on the drop-in librdmacm.so.1 attached to a
-//! `roce-emu daemon --port udp:127.0.0.25`: a probe (tests/data/rdmacm/semantics.c)
+//! `roce-emu daemon --port udp:127.0.63.25`: a probe (tests/data/rdmacm/semantics.c)
 //! compiled against Debian 12's rdma_cma.h checks O_NONBLOCK (EAGAIN) and poll on the
 //! channel fd, the id's device after ADDR_RESOLVED, rdma_migrate_id and rdma_destroy_id
 //! each waiting for the ack of an event handed out, events following a migrated id to its
@@ -43,12 +43,12 @@ fn the_c_api_behaves_as_librdmacm() {
     assert!(build.status.success(), "{}", dropin::show(&build));
     let d = Daemon::start(
         None,
-        "udp:127.0.0.25",
+        "udp:127.0.63.25",
         "rdmacm_semantics",
         &["--spin-us", "0"],
     );
     let child = Command::new(&exe)
-        .arg("127.0.0.25")
+        .arg("127.0.63.25")
         .env("LD_LIBRARY_PATH", env.library_path())
         .env(
             "ROCE_EMU_DEVICES",
