@@ -147,10 +147,12 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     ),
     // The conformance runner: a scripted peer that builds and checks packets itself
     // (`wire`, a UDP port from `backend`) and drives the target through the verbs layer
-    // (its in-process agent); no engine of its own, nothing of the tools.
+    // (its in-process agent); no engine of its own, nothing of the tools. Its roce-emu
+    // agent's connection manager for `cm_passive` scripts is the sans-IO `cm` (in-process)
+    // or the daemon's, reached over the daemon's control protocol.
     (
         "conform",
-        &["conform", "wire", "backend", "verbs"],
+        &["conform", "wire", "backend", "verbs", "cm", "daemon"],
         &["crate::engine", "crate::driver", "println!", "clap"],
     ),
     // The daemon's shared-memory rings: a leaf (the daemon and the verbs layer both use

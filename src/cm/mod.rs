@@ -31,7 +31,9 @@ pub mod ucma;
 
 pub use stats::{CmStats, Drops, PerMsg};
 
-use crate::engine::Instant;
+/// The engine's time, the one time type of the sans-IO cores (a host of the manager
+/// gives it `now` in it).
+pub use crate::engine::Instant;
 use crate::rng::Rng;
 use crate::wire::cm::CmMad;
 use id::{Id, RdmaState};

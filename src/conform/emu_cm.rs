@@ -87,8 +87,8 @@ impl DaemonCm {
 }
 
 impl Shared {
-    fn now(&self) -> crate::engine::Instant {
-        crate::engine::Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
+    fn now(&self) -> crate::cm::Instant {
+        crate::cm::Instant::from_nanos(self.start.elapsed().as_nanos() as u64)
     }
 
     /// One command of the agent's: the CM's reply.
