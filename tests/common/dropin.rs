@@ -133,6 +133,25 @@ pub fn pair(
     limit: Duration,
     what: &str,
 ) -> (Output, Output) {
+    let (sout, cout) = run_pair(server, client, tcp_port, limit, what);
+    assert!(
+        cout.status.success() && sout.status.success(),
+        "{what}\n--- server: {}\n--- client: {}",
+        show(&sout),
+        show(&cout)
+    );
+    (sout, cout)
+}
+
+/// [`pair`] without the check: the server's and the client's outputs, whatever their
+/// status.
+pub fn run_pair(
+    server: &mut Command,
+    client: &mut Command,
+    tcp_port: u16,
+    limit: Duration,
+    what: &str,
+) -> (Output, Output) {
     let s = server
         .spawn()
         .unwrap_or_else(|e| panic!("{what}: server: {e}"));
@@ -148,12 +167,6 @@ pub fn pair(
         .unwrap_or_else(|e| panic!("{what}: client: {e}"));
     let cout = finish(c, limit, &format!("{what} client"));
     let sout = finish(s, limit, &format!("{what} server"));
-    assert!(
-        cout.status.success() && sout.status.success(),
-        "{what}\n--- server: {}\n--- client: {}",
-        show(&sout),
-        show(&cout)
-    );
     (sout, cout)
 }
 
