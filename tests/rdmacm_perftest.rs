@@ -3,7 +3,6 @@
 //! `roce-emu run -- ib_*` in a network namespace of its own, where the first rdma_cm call
 //! starts the on-demand daemon of udp:127.0.0.1 and its connection manager connects
 //! server and client (two processes, one address: the hairpin). The figures are printed.
-//! (`ib_send_bw -R` is in tests/rdmacm_programs.rs, on a daemon started by hand.)
 
 mod common;
 
@@ -97,6 +96,20 @@ fn ib_write_bw_over_rdma_cm() {
         assert!(out.contains("Data ex. method : rdma_cm"), "{out}");
     }
     // #bytes #iterations BW peak BW average MsgRate: the client reports 65536 x 200.
+    let f = figures(&c, "BW average[MB/sec]");
+    assert_eq!(f.get(..2), Some(&["65536", "200"][..]), "{c}");
+    assert!(f[3].parse::<f64>().unwrap() > 0.0, "{c}");
+}
+
+#[test]
+fn ib_send_bw_over_rdma_cm() {
+    let Some((s, c)) = perftest("rdmacm_pt_sbw", "ib_send_bw", "18525", &["-n", "200"]) else {
+        return;
+    };
+    for out in [&s, &c] {
+        assert!(out.contains("Send BW Test"), "{out}");
+        assert!(out.contains("Data ex. method : rdma_cm"), "{out}");
+    }
     let f = figures(&c, "BW average[MB/sec]");
     assert_eq!(f.get(..2), Some(&["65536", "200"][..]), "{c}");
     assert!(f[3].parse::<f64>().unwrap() > 0.0, "{c}");

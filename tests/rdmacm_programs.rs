@@ -8,7 +8,6 @@
 //! - rdma_server / rdma_client (the synchronous API: rdma_getaddrinfo, rdma_create_ep,
 //!   rdma_get_request);
 //! - udaddy (UD over SIDR_REQ/SIDR_REP);
-//! - perftest 4.5 ib_send_bw -R (its exchange and connection over rdma_cm);
 //! - libfabric 1.17 fi_pingpong -p verbs -e msg;
 //! - qperf -cm1 rc_bw rc_lat rc_rdma_write_bw rc_rdma_read_bw;
 //! - a listener on INADDR_ANY through two devices.
@@ -179,36 +178,6 @@ fn udaddy_ud_over_sidr() {
     assert!(cm["mads_in"]["sidr_rep"].as_u64().unwrap() >= 1, "{cm}");
 }
 
-#[test]
-fn perftest_send_bw_connects_with_rdma_cm() {
-    let Some((env, d)) = setup("rdmacm_perftest", "127.0.62.26") else {
-        return;
-    };
-    // -R: perftest's own exchange and the connection both over rdma_cm (no TCP).
-    let (s, c) = pair(
-        env,
-        &d,
-        ("ib_send_bw", "ib_send_bw"),
-        &["-d", "rxe0", "-R", "-n", "200", "-p", "18515"],
-        &[
-            "-d",
-            "rxe0",
-            "-R",
-            "-n",
-            "200",
-            "-p",
-            "18515",
-            "127.0.62.26",
-        ],
-    );
-    for out in [dropin::stdout(&s), dropin::stdout(&c)] {
-        assert!(out.contains("BW average[MB/sec]"), "{out}");
-        assert!(out.contains(" 65536      200 "), "{out}");
-    }
-}
-
-/// A listener on INADDR_ANY listens on every device: one persistent rping server (`-P`,
-/// no `-a`) on two devices (two daemons), a client through each.
 #[test]
 fn a_wildcard_listener_serves_every_device() {
     let Some(env) = dropin::setup("rdmacm_wildcard") else {
