@@ -285,6 +285,43 @@ fn conform_prints_a_line_per_script() {
     assert!(stdout.starts_with("script"), "{stdout}");
 }
 
+/// A daemon started on demand (by a tool or program run just before) holds the peer's
+/// address for its idle time: `roce-emu conform` says so and waits for it to leave
+/// instead of failing (the lab's conformance run once followed a tool's run by 0.8 s).
+#[test]
+fn conform_waits_for_an_on_demand_daemon_to_leave() {
+    use roce_emu::daemon::demand::{self, Settings};
+    use std::time::{Duration, Instant};
+    let run = std::env::temp_dir().join(format!("roce-emu-conform-wait-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run);
+    let s = Settings {
+        idle: Duration::from_millis(1500),
+        quarantine: Duration::from_millis(100),
+        bin: None,
+        dir: Some(run.join("roce-emu")),
+    };
+    let socket = demand::ensure_udp_with([127, 0, 78, 51].into(), &s).expect("daemon starts");
+    let start = Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["conform", "--emu-ips", "127.0.78.50,127.0.78.51"])
+        .arg(spec_dir().join("access"))
+        // The folder where the runner looks for daemons' sockets.
+        .env("XDG_RUNTIME_DIR", &run)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = common::proc::text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let said = format!(
+        "a roce-emu daemon holds 127.0.78.51:4791: attach with --daemon {}",
+        socket.display()
+    );
+    assert!(stderr.contains(&said), "{stderr}");
+    assert!(stderr.contains("waiting up to"), "{stderr}");
+    assert!(!socket.exists(), "the daemon left");
+    assert!(start.elapsed() < Duration::from_secs(60));
+    let _ = std::fs::remove_dir_all(&run);
+}
+
 const CM_HEAD: &str = "title \"t\"\ncite - \"12.6.7\"\nrole cm_passive\n";
 
 /// A CM script's `expect mad` checks the fields it names: a REQ nobody listens for is

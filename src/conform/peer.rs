@@ -17,9 +17,46 @@ pub struct Peer {
     solver: Ipv4IdSolver,
 }
 
+/// How long the peer waits for a daemon holding its address to leave: an on-demand
+/// daemon (a tool or program run just before, `daemon::demand`) exits after its idle
+/// time and its last QPN block's quarantine; a margin on top for its exit itself.
+const DAEMON_LEAVES: Duration = Duration::from_secs(
+    crate::daemon::demand::DEFAULT_IDLE.as_secs()
+        + crate::daemon::demand::DEFAULT_QUARANTINE.as_secs()
+        + 3,
+);
+
+/// Binds the peer's port. The peer writes packets byte by byte, so it cannot share a
+/// daemon's port: while a daemon holds the address (the message says so), wait for it to
+/// go, saying so once, at most [`DAEMON_LEAVES`]; then the daemon's own error.
+fn bind_waiting(ip: IpAddr) -> Result<crate::backend::udp::UdpBackend, String> {
+    use crate::backend::BackendError;
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        match crate::backend::udp::UdpBackend::bind(ip) {
+            Ok(u) => return Ok(u),
+            Err(BackendError::Bind { source, .. })
+                if source.get_ref().is_some() && start.elapsed() < DAEMON_LEAVES =>
+            {
+                if !said {
+                    eprintln!(
+                        "roce-emu conform: {source}; waiting up to {} s for it to exit \
+                         (a daemon started on demand leaves on its own)",
+                        DAEMON_LEAVES.as_secs()
+                    );
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
 impl Peer {
     pub fn bind(ip: IpAddr) -> Result<Peer, String> {
-        let mut udp = crate::backend::udp::UdpBackend::bind(ip).map_err(|e| e.to_string())?;
+        let mut udp = bind_waiting(ip)?;
         // One datagram per packet, exactly as the script wrote them.
         udp.set_gso(false);
         Ok(Peer {
