@@ -310,3 +310,102 @@ fn destroyed_listener_takes_its_unseen_requests_along() {
     };
     assert_eq!(r.reason.code(), 28);
 }
+
+/// A server that listens on its port again between connections (perftest -R: the
+/// exchange's listener destroyed, a new one for the data connection) while its client
+/// connects at once: the REQ that finds no listener waits for the new one (`relisten`,
+/// a deliberate difference from the kernel's immediate REJ), and is taken by it as if it
+/// had just arrived: no REJ, one REQ counted.
+#[test]
+fn a_request_waits_for_the_listener_its_owner_is_replacing() {
+    let mut net = Net::new(2, 31);
+    let l = net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+    assert_eq!(
+        net.cmd(SERVER, SO, Command::DestroyId { id: l }),
+        Reply::Done
+    );
+    let c = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(1, b""));
+    net.advance(Duration::from_millis(5));
+    assert!(net.event(CLIENT, c, EventKind::Rejected).is_none());
+    assert!(net.sent(SERVER, attr::REJ).is_empty());
+    assert_eq!(net.hosts[SERVER].stats().reqs_held, 1);
+    let l2 = net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+    net.advance(Duration::from_millis(5));
+    let r = net
+        .request(SERVER, l2)
+        .expect("the held request, for the new listener");
+    let r = r.id;
+    net.cmd(
+        SERVER,
+        SO,
+        Command::Accept {
+            id: r,
+            param: rping_param(2, b""),
+        },
+    );
+    net.advance(Duration::from_millis(5));
+    assert!(net.event(CLIENT, c, EventKind::ConnectResponse).is_some());
+    let st = net.hosts[SERVER].stats();
+    assert_eq!(
+        (st.mads_in.req, st.reqs_held_rejected, st.dropped()),
+        (1, 0, 0)
+    );
+    assert!(net.sent(SERVER, attr::REJ).is_empty());
+}
+
+/// No listener comes back: the held REQ gets the REJ it would have had (invalid service
+/// ID), no sooner than the hold and no later; once the port's window is over, a REQ is
+/// rejected at once again.
+#[test]
+fn a_request_held_in_vain_gets_its_rej_after_the_hold() {
+    let mut net = Net::new(2, 32);
+    let l = net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+    net.cmd(SERVER, SO, Command::DestroyId { id: l });
+    let c = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(1, b""));
+    net.advance(Duration::from_millis(190));
+    assert!(
+        net.event(CLIENT, c, EventKind::Rejected).is_none(),
+        "rejected within the hold"
+    );
+    net.advance(Duration::from_millis(20));
+    assert_eq!(
+        net.event(CLIENT, c, EventKind::Rejected).map(|e| e.status),
+        Some(8)
+    );
+    let st = net.hosts[SERVER].stats();
+    assert_eq!((st.reqs_held, st.reqs_held_rejected), (1, 1));
+    net.advance(Duration::from_secs(10));
+    let c2 = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(3, b""));
+    net.advance(Duration::from_millis(2));
+    assert_eq!(
+        net.event(CLIENT, c2, EventKind::Rejected).map(|e| e.status),
+        Some(8)
+    );
+    assert_eq!(net.hosts[SERVER].stats().reqs_held, 1);
+}
+
+/// A listener that went with its program (not destroyed by it) is not coming back: the
+/// kernel's immediate REJ; so for a port never listened on.
+#[test]
+fn a_listener_gone_with_its_program_holds_nothing() {
+    let mut net = Net::new(2, 33);
+    net.listen(SERVER, SO, PortSpace::Tcp, None, PORT);
+    let now = net.now;
+    net.hosts[SERVER].owner_gone(now, SO);
+    let c = net.connect(CLIENT, CO, PortSpace::Tcp, dst(), rping_param(1, b""));
+    let never = net.connect(
+        CLIENT,
+        CO,
+        PortSpace::Tcp,
+        SocketAddr::new(dst().ip(), PORT + 9),
+        rping_param(2, b""),
+    );
+    net.advance(Duration::from_millis(2));
+    for id in [c, never] {
+        assert_eq!(
+            net.event(CLIENT, id, EventKind::Rejected).map(|e| e.status),
+            Some(8)
+        );
+    }
+    assert_eq!(net.hosts[SERVER].stats().reqs_held, 0);
+}

@@ -16,15 +16,17 @@ fn perftest(tag: &str, program: &str, port: &str, extra: &[&str]) -> Option<(Str
     let z = Zero::new(tag, tag)?;
     let base = [&["-d", "rxe_lo", "-R", "-p", port][..], extra].concat();
     // perftest -R makes two connections on the one port: the exchange one, then the data
-    // QP's. The server listens again for the second after the exchange, and the client
-    // connects as soon as the exchange is done: a race in perftest itself, which the
-    // kernel (a listen is one syscall) nearly never loses, but a listen here (daemon
-    // round trips, a debug build) sometimes does: the second REQ meets no listener, REJ
-    // reason 8 (captured: REQ 6 ms after the first RTU, REJ 53 us later). perftest's
-    // REJECTED path then calls rdma_resolve_addr on an id it destroyed and destroys it
-    // twice (EINVAL here now, an abort before: an_unknown_id_is_einval_not_a_crash),
-    // segfaults itself, and leaves its server waiting. A failed pair is said loudly and
-    // run again, at most 3 times.
+    // QP's. The server listens again for the second a second after the first (it sleeps)
+    // and after its last exchange SEND completes, while the client connects as soon as
+    // the exchange is done: a race in perftest itself, which the kernel (a listen is one
+    // syscall) nearly never loses. Here it lost one run in three (REQ 6 ms after the
+    // first RTU, REJ reason 8 53 us later; perftest's REJECTED path then reuses the ids
+    // it destroyed and segfaults, leaving its server waiting) until the ACK of a
+    // program's last message left before its next rdma_cm step (`roce_emu_send_held`),
+    // ids stopped re-finding their daemon on each bind, and a REQ for a port its owner
+    // just unlistened waits for the next listen (src/cm/relisten.rs): 0 of 50 since, 0
+    // of 15 beside two CPU-bound loops. A failed pair is still said loudly and run
+    // again, at most 3 times.
     let limit = Duration::from_secs(60);
     let mut attempt = 0;
     let (s, c) = loop {

@@ -62,3 +62,27 @@ extern "C" fn at_exit() {
         }
     })
 }
+
+/// `roce_emu_send_held`: what every NIC this process opened holds back while its program
+/// polls leaves now (`verbs::Context::send_held`). Not a verbs call: our librdmacm.so.1
+/// calls it (found with dlsym, so nothing else depends on it) before each request to the
+/// connection manager and before it sleeps for a CM event, so that the ACK of a
+/// program's last message precedes its next connection step, as on a real NIC.
+#[no_mangle]
+pub extern "C" fn roce_emu_send_held() {
+    crate::guard::value("roce_emu_send_held", || {
+        let pid = std::process::id();
+        let list = open();
+        for &(at, by) in list.iter() {
+            if by != pid {
+                continue;
+            }
+            // SAFETY: as in `at_exit`: listed and not yet removed by `closing`, which
+            // waits for this lock before the context is freed.
+            let nic = unsafe { &*(at as *const verbs::Context) };
+            if let Err(e) = nic.send_held() {
+                tracing::debug!("roce_emu_send_held: {e}");
+            }
+        }
+    })
+}

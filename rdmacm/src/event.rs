@@ -270,6 +270,8 @@ pub unsafe extern "C" fn rdma_get_cm_event(
         if channel.is_null() || event.is_null() {
             return err(libc::EINVAL);
         }
+        // The program may sleep here: what its NICs hold back leaves first.
+        crate::ibv::send_held();
         // SAFETY: the caller's promise.
         let ch = unsafe { Channel::from_c(channel) };
         match next(ch) {

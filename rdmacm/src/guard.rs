@@ -10,7 +10,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Runs `body`; on a panic logs it and returns `on_panic()`.
 fn run<T>(call: &str, on_panic: impl FnOnce() -> T, body: impl FnOnce() -> T) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
+    // Each call's duration at trace level (`ROCE_EMU_LOG=roce_emu_rdmacm=trace`): where a
+    // program's connection set-up spends its time.
+    let start = tracing::enabled!(tracing::Level::TRACE).then(std::time::Instant::now);
+    let r = catch_unwind(AssertUnwindSafe(body));
+    if let Some(s) = start {
+        tracing::trace!(took = ?s.elapsed(), "{call}");
+    }
+    match r {
         Ok(v) => v,
         Err(p) => {
             let what = p

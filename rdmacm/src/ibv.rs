@@ -169,3 +169,28 @@ pub unsafe fn create_qp_ex(ctx: *mut ibv_context, attr: *mut ibv_qp_init_attr_ex
         }
     }
 }
+
+/// What the program's NICs hold back while it polls (the ACK of its last message) leaves
+/// now: before each request to the connection manager and before a wait for a CM event,
+/// so the peer sees that ACK before the next connection step, as from a real NIC
+/// (perftest `-R`'s server waits for its last exchange SEND to complete before it listens
+/// again; the ACK held back lost it the race against the client's next REQ). Our
+/// libibverbs.so.1's `roce_emu_send_held`, found once with dlsym: with another
+/// libibverbs there is nothing to do.
+pub fn send_held() {
+    static SEND_HELD: OnceLock<Option<extern "C" fn()>> = OnceLock::new();
+    let f = SEND_HELD.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; the global scope holds the
+        // libibverbs.so.1 this library was linked against (NEEDED).
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"roce_emu_send_held".as_ptr()) };
+        if p.is_null() {
+            None
+        } else {
+            // SAFETY: abi/src/exit.rs defines it as `extern "C" fn()`.
+            Some(unsafe { std::mem::transmute::<*mut c_void, extern "C" fn()>(p) })
+        }
+    });
+    if let Some(f) = f {
+        f();
+    }
+}

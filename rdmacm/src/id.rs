@@ -28,6 +28,7 @@ pub struct Handle {
 
 impl Handle {
     pub fn command(&self, cmd: Command) -> Result<Reply, CmError> {
+        crate::ibv::send_held();
         self.conn.command(cmd)
     }
 }

@@ -38,6 +38,13 @@ impl Cm {
             }
             Command::DestroyId { id } => {
                 self.own(owner, id)?;
+                let i = &self.ids[&id];
+                if i.state == RdmaState::Listen {
+                    if let Some(port) = i.bound {
+                        // Its owner may listen there again at once (`relisten`).
+                        self.relisten.unlistened(now, (i.ps, port));
+                    }
+                }
                 self.destroy(now, id);
                 Ok(Reply::Done)
             }
@@ -79,6 +86,14 @@ impl Cm {
             Command::Listen { id, backlog } => {
                 self.own(owner, id)?;
                 self.listen(id, backlog)?;
+                let i = &self.ids[&id];
+                if let Some(port) = i.bound {
+                    // REQs that waited for this listener (`relisten`), as if just in.
+                    for h in self.relisten.take_port((i.ps, port)) {
+                        self.stats.mads_in.req -= 1;
+                        self.recv_mad(now, h.peer, &h.mad);
+                    }
+                }
                 Ok(Reply::Done)
             }
             Command::Connect { id, param } => {

@@ -198,7 +198,28 @@ impl Cm {
                     .is_some_and(|x| x.state == RdmaState::Listen)
             })
         }) else {
-            // No listener on the service ID (cm_match_req).
+            // No listener on the service ID (cm_match_req), unless one is about to come
+            // back (`relisten`).
+            let remote = (r.local_comm_id, r.local_ca_guid);
+            if let Some(port) = listener_ps {
+                if self.relisten.holds(remote) {
+                    self.stats.drop(DropReason::Duplicate);
+                    return;
+                }
+                if self.relisten.expects_listen(now, port) && raw.len() >= 256 {
+                    let mut mad = [0; 256];
+                    mad.copy_from_slice(&raw[..256]);
+                    self.stats.reqs_held += 1;
+                    self.relisten.hold(super::relisten::Held {
+                        port,
+                        until: now.saturating_add(super::relisten::HOLD),
+                        peer,
+                        mad,
+                        remote,
+                    });
+                    return;
+                }
+            }
             self.issue_rej(
                 peer,
                 tid,

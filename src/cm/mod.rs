@@ -24,6 +24,7 @@ mod id;
 mod msgs;
 mod ports;
 mod qp_attr;
+mod relisten;
 mod sidr;
 mod stats;
 pub mod timers;
@@ -97,6 +98,8 @@ pub struct Cm {
     events: VecDeque<(Owner, Event)>,
     resolves: VecDeque<(IdNum, Option<IpAddr>, IpAddr)>,
     stats: CmStats,
+    /// REQs waiting for a listener that is about to come back (`relisten`).
+    relisten: relisten::Relisten,
 }
 
 impl Cm {
@@ -120,6 +123,7 @@ impl Cm {
             events: VecDeque::new(),
             resolves: VecDeque::new(),
             stats: CmStats::default(),
+            relisten: relisten::Relisten::default(),
         }
     }
 
@@ -194,6 +198,7 @@ impl Cm {
                 ]
             })
             .flatten()
+            .chain(self.relisten.next_deadline())
             .min()
     }
 
@@ -212,6 +217,18 @@ impl Cm {
             .collect();
         for id in due {
             self.id_timeout(now, id);
+        }
+        for h in self.relisten.take_due(now) {
+            // No listener came back in time: the REJ the REQ would have had at once.
+            self.stats.reqs_held_rejected += 1;
+            let tid = u64::from_be_bytes(h.mad[8..16].try_into().expect("8 bytes"));
+            self.issue_rej(
+                h.peer,
+                tid,
+                &h.mad,
+                crate::wire::cm::RejReason::InvalidServiceId,
+                crate::wire::cm::rej::REJECTED_REQ,
+            );
         }
     }
 

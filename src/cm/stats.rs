@@ -101,6 +101,11 @@ pub struct CmStats {
     pub drops: Drops,
     /// Events handed to owners.
     pub events: u64,
+    /// REQs that found no listener on a port just unlistened by its owner, and waited
+    /// for the next listen there (`relisten`).
+    pub reqs_held: u64,
+    /// Of those, the ones no listener came back for: REJ(invalid service ID), late.
+    pub reqs_held_rejected: u64,
 }
 
 impl CmStats {

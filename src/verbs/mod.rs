@@ -603,6 +603,19 @@ impl Context {
         }
     }
 
+    /// What the NIC holds back while its program polls (the ACK of the last message
+    /// received, batched with the program's next post or poll) leaves now: the program
+    /// is about to do something else (`rdma_connect`, `rdma_listen`, a wait for a CM
+    /// event), and the peer may be waiting for that ACK to go on (perftest `-R`'s server
+    /// waits for its last exchange SEND to complete before it listens again). A real NIC
+    /// sends it at once; the progress thread only takes over after `HANDOFF` or more.
+    pub fn send_held(&self) -> Result<(), Error> {
+        let mut nic = self.shared.lock();
+        nic.flush(&self.shared)?;
+        nic.dispatch(&self.shared);
+        Ok(())
+    }
+
     /// The capture summary to whoever asked for it (`Device::pcap_report`).
     fn report_capture(&self, nic: &progress::Nic) {
         if let Some((path, report)) = &self.report {

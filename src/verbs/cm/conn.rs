@@ -175,12 +175,17 @@ impl Conn {
         if let Some(why) = &self.lock().gone {
             return Err(gone(why));
         }
+        let what = tracing::enabled!(tracing::Level::TRACE).then(|| format!("{cmd:?}"));
+        let sent = Instant::now();
         let req = Request { seq, command: cmd };
         control::send(self.sock.as_fd(), &req, &[]).map_err(|e| gone(&e.to_string()))?;
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         let mut st = self.lock();
         loop {
             if let Some(reply) = st.replies.remove(&seq) {
+                if let Some(what) = what {
+                    tracing::trace!(took = ?sent.elapsed(), ?reply, "{what}");
+                }
                 return match reply {
                     Reply::Errno { errno, what } => Err(CmError::Errno { errno, what }),
                     r => Ok(r),

@@ -21,7 +21,7 @@ use crate::daemon::demand;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 /// Why an rdma_cm call failed; [`CmError::errno`] is what librdmacm sets.
 #[derive(Debug, thiserror::Error)]
@@ -178,10 +178,43 @@ fn in_subnet(addr: IpAddr, prefix: u8, dst: IpAddr) -> bool {
 /// address (`daemon::demand::ensure_udp`: found, or started, as the data path's
 /// zero-configuration attach does).
 pub fn daemon_of(dev: &CmDevice) -> Result<PathBuf, CmError> {
-    match &dev.daemon {
-        Some(p) => Ok(p.clone()),
-        None => Ok(demand::ensure_udp(dev.ip)?),
+    if let Some(p) = &dev.daemon {
+        return Ok(p.clone());
     }
+    // Found once per address while this process's connection to it lives: finding it
+    // is a connection, a round trip and /proc reads (a millisecond in a debug build, on
+    // every id's bind or resolve: perftest -R's server re-listens against its client's
+    // next connect, and lost).
+    let pid = std::process::id();
+    let found = lock(&FOUND)
+        .get(&dev.ip)
+        .filter(|f| f.0 == pid)
+        .map(|f| f.1.clone());
+    if let Some(path) = found.filter(|p| live(p)) {
+        return Ok(path);
+    }
+    let path = demand::ensure_udp(dev.ip)?;
+    lock(&FOUND).insert(dev.ip, (pid, path.clone()));
+    Ok(path)
+}
+
+/// The on-demand daemons found, by address: (pid that found it, socket).
+static FOUND: LazyLock<Mutex<HashMap<IpAddr, (u32, PathBuf)>>> = LazyLock::new(Default::default);
+
+type Conns = HashMap<PathBuf, (u32, Arc<Conn>)>;
+/// The process's connections to daemons, by socket: (pid that made it, connection).
+static CONNS: LazyLock<Mutex<Conns>> = LazyLock::new(Default::default);
+
+fn lock<T>(m: &'static Mutex<T>) -> MutexGuard<'static, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether this process has a connection to the daemon at `path` that still answers.
+fn live(path: &Path) -> bool {
+    let pid = std::process::id();
+    lock(&CONNS)
+        .get(path)
+        .is_some_and(|(owner, c)| *owner == pid && !c.is_gone())
 }
 
 /// The process's connection to the daemon at `path`: made once, shared by every id and
@@ -190,11 +223,8 @@ pub fn daemon_of(dev: &CmDevice) -> Result<PathBuf, CmError> {
 /// child gets a connection, and an owner in the manager, of its own; qperf's server
 /// forks a child per test).
 pub fn connect(path: &Path) -> Result<Arc<Conn>, CmError> {
-    type Conns = HashMap<PathBuf, (u32, Arc<Conn>)>;
-    static CONNS: Mutex<Option<Conns>> = Mutex::new(None);
     let pid = std::process::id();
-    let mut map = CONNS.lock().unwrap_or_else(|p| p.into_inner());
-    let map = map.get_or_insert_with(HashMap::new);
+    let mut map = lock(&CONNS);
     if let Some((owner, c)) = map.get(path) {
         if *owner == pid && !c.is_gone() {
             return Ok(c.clone());
