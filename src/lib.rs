@@ -1,11 +1,11 @@
 //! roce-emu: a user-space RoCEv2 software NIC.
 //!
-//! The 13 modules, in layers (a module imports only modules on its row or below, and only
+//! The 14 modules, in layers (a module imports only modules on its row or below, and only
 //! those `tests/layering.rs` allows it):
 //!
 //! ```text
 //!   cli                        the tools
-//!   conform                    scripts played against a target NIC
+//!   conform  ladder            scripts played against a target NIC; ladder diagrams
 //!   verbs                      owning a NIC
 //!   daemon   ring   driver     the port service, its rings, the I/O loop
 //!   backend  iface  sim        ports, L2, the simulated network
@@ -35,8 +35,10 @@
 //!   `libibverbs.so.1` (the `abi/` crate) is a skin over it.
 //! - [`conform`]: protocol conformance: `spec/` scripts played packet by packet against a
 //!   target NIC through an agent, and the result matrix.
+//! - [`ladder`]: ladder diagrams of RoCE exchanges: packets (a capture's, the
+//!   simulator's) in, per-QP-pair rows and their drawings (terminal text, an HTML page) out.
 //! - [`cli`]: the `roce-emu` tools (demo, pingpong, perf, pcap, daemon, counters, fault,
-//!   conform, run/env/devinfo); of ours only `verbs`, `wire`, `daemon`, `conform`.
+//!   conform, run/env/devinfo); of ours only `verbs`, `wire`, `daemon`, `conform`, `ladder`.
 //!
 //! `README.md` and `docs/` (tools, drop-in, daemon, internals, interop, tests) say more.
 // No unsafe code, except three fenced modules where each block carries a SAFETY comment:
@@ -53,6 +55,7 @@ pub mod daemon;
 pub mod driver;
 pub mod engine;
 pub mod iface;
+pub mod ladder;
 pub mod mem;
 pub mod ring;
 pub mod rng;

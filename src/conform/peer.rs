@@ -40,9 +40,9 @@ fn bind_waiting(ip: IpAddr) -> Result<crate::backend::udp::UdpBackend, String> {
                 if source.get_ref().is_some() && start.elapsed() < DAEMON_LEAVES =>
             {
                 if !said {
-                    eprintln!(
-                        "roce-emu conform: {source}; waiting up to {} s for it to exit \
-                         (a daemon started on demand leaves on its own)",
+                    tracing::warn!(
+                        "{source}; waiting up to {} s for it to exit (a daemon started on \
+                         demand leaves on its own)",
                         DAEMON_LEAVES.as_secs()
                     );
                     said = true;
