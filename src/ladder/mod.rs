@@ -3,4 +3,5 @@
 //! turns those into a [`model::Ladder`] of per-QP-pair rows, and the renderers draw it
 //! (terminal text, a self-contained HTML page).
 
+pub mod html;
 pub mod model;

@@ -1,0 +1,725 @@
+//! The ladder as one self-contained HTML page (`roce-emu ladder --html FILE`): per flow a
+//! sequence diagram in inline SVG, the requester's column left, the responder's right,
+//! time down, one arrow per packet (design wave3/congestion-teaching-k8s.md §B2, §B3).
+//!
+//! The page fetches nothing: its CSS and its small script are inline, and a
+//! Content-Security-Policy forbids every load (`default-src 'none'`), so a capture's page
+//! opened from a mail or a CI artifact makes no request. It reads without JavaScript:
+//! each arrow carries a `<title>` (the browser's tooltip) with every field of the packet
+//! under Wireshark's names (`infiniband.bth.psn`); the script only adds a details panel
+//! (hover, click to pin, or focus with the keyboard) built from that same title.
+//!
+//! The markup is also well-formed XML (every element closed, the script in a commented
+//! CDATA section, only the five XML escapes), so tests parse it with an XML parser.
+//! Every string from the ladder (labels, CM summaries, field values, the title) is
+//! escaped; control characters become U+FFFD.
+//!
+//! Each arrow is `<g class="pkt ..." data-frame data-psn data-opcode ...>` holding the
+//! `<title>`, the arrow's line and head (a dropped packet's line stops short in a cross,
+//! a retransmission's is dashed), its label `<text class="lbl">` (the model's label,
+//! unshortened), and its frame, time and notes (retransmitted and why, duplicate, what an
+//! ACK or READ response covers, CE, a bad ICRC, the CM message).
+
+use super::model::{
+    Aeth, Covers, Fate, Flow, FlowKind, Ladder, Packet, Retransmit, Row, Side, WaitKind,
+};
+use std::collections::HashMap;
+use std::fmt::Write;
+
+/// The requester's and the responder's column (SVG x), and where the notes start.
+const XL: f64 = 190.0;
+const XR: f64 = 740.0;
+const X_NOTES: f64 = 790.0;
+const SVG_W: f64 = 1100.0;
+/// The column boxes' height, then one slot per row.
+const HEAD_H: f64 = 62.0;
+const PITCH: f64 = 26.0;
+/// How far an arrow falls from its sender to its receiver (time passes on the wire).
+const SLOPE: f64 = 8.0;
+/// A dropped packet's arrow stops this far across, in a cross.
+const DROP_AT: f64 = 0.6;
+/// At most this many covered requests get a tick on an ACK's bracket.
+const MAX_TICKS: u32 = 64;
+
+/// The whole page: a header (title, counts), one section per flow, and a side panel with
+/// the legend and the packet details.
+pub fn page(l: &Ladder, title: &str) -> String {
+    let rows: usize = l.flows.iter().map(|f| f.rows.len()).sum();
+    let mut out = String::with_capacity(4096 + rows * 900);
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
+    out.push_str(
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\"/>\n",
+    );
+    out.push_str("<meta name=\"generator\" content=\"roce-emu ladder\"/>\n<title>");
+    esc(&mut out, title);
+    out.push_str("</title>\n<style>");
+    out.push_str(CSS);
+    out.push_str("</style>\n</head>\n<body>\n<main>\n<h1>");
+    esc(&mut out, title);
+    out.push_str("</h1>\n<p class=\"summary\">");
+    let s = &l.stats;
+    let _ = write!(
+        out,
+        "{} flow{}, {} packet{} read ({} not RoCE or malformed, {} with a bad ICRC).",
+        l.flows.len(),
+        plural(l.flows.len()),
+        s.packets,
+        plural(s.packets),
+        s.malformed,
+        s.bad_icrc
+    );
+    out.push_str(
+        " <span class=\"nojs\">Hover an arrow for every field of its packet.</span>\
+         <span class=\"jsonly\">Hover, click (to pin) or tab to an arrow: its fields are \
+         shown on the right.</span></p>\n",
+    );
+    if l.flows.is_empty() {
+        out.push_str("<p class=\"empty\">No RoCE packets.</p>\n");
+    }
+    for (i, f) in l.flows.iter().enumerate() {
+        flow(&mut out, i, f);
+    }
+    out.push_str("</main>\n<aside>\n");
+    out.push_str(LEGEND);
+    out.push_str(
+        "<section id=\"details\" aria-live=\"polite\"><h2>Packet</h2>\
+         <p id=\"details-hint\">No packet chosen.</p></section>\n</aside>\n",
+    );
+    out.push_str("<script>//<![CDATA[\n");
+    out.push_str(JS);
+    out.push_str("//]]></script>\n</body>\n</html>\n");
+    out
+}
+
+/// One flow: a heading and its diagram.
+fn flow(out: &mut String, i: usize, f: &Flow) {
+    let kind = kind_name(f.kind);
+    let packets = f.rows.iter().filter(|r| matches!(r, Row::Packet(_))).count();
+    let _ = write!(
+        out,
+        "<section class=\"flow\" id=\"flow-{n}\" data-kind=\"{lower}\">\n<h2>Flow {n}: {kind} ",
+        n = i + 1,
+        lower = kind.to_ascii_lowercase(),
+    );
+    out.push_str(&endpoint_text(f.requester.ip, f.requester.qpn));
+    out.push_str(" \u{21c4} ");
+    out.push_str(&endpoint_text(f.responder.ip, f.responder.qpn));
+    let _ = write!(out, ", {} packet{}</h2>\n", packets, plural(packets));
+
+    let height = HEAD_H + 18.0 + f.rows.len() as f64 * PITCH + 12.0;
+    let _ = write!(
+        out,
+        "<svg class=\"ladder\" width=\"{SVG_W}\" height=\"{height}\" \
+         viewBox=\"0 0 {SVG_W} {height}\">\n"
+    );
+    let _ = write!(
+        out,
+        "<text class=\"flowname\" x=\"6\" y=\"20\">flow {}</text>\
+         <text class=\"flowname\" x=\"6\" y=\"36\">{}</text>\n",
+        i + 1,
+        kind
+    );
+    // A CM exchange has an active side (it sent the REQ) and a passive one (IBA 12.6).
+    let (left, right) = match f.kind {
+        FlowKind::Cm => ("active side", "passive side"),
+        _ => ("requester", "responder"),
+    };
+    column_head(out, XL, left, f.requester.ip, f.requester.qpn);
+    column_head(out, XR, right, f.responder.ip, f.responder.qpn);
+    let _ = write!(
+        out,
+        "<line class=\"life\" x1=\"{XL}\" y1=\"{HEAD_H}\" x2=\"{XL}\" y2=\"{height}\"/>\
+         <line class=\"life\" x1=\"{XR}\" y1=\"{HEAD_H}\" x2=\"{XR}\" y2=\"{height}\"/>\n"
+    );
+
+    let mut st = FlowState::default();
+    for (r, row) in f.rows.iter().enumerate() {
+        let y = HEAD_H + 18.0 + r as f64 * PITCH;
+        match row {
+            Row::Packet(p) => packet(out, &mut st, p, y),
+            Row::Gap {
+                from,
+                first_psn,
+                count,
+                t_ns,
+            } => gap(out, *from, *first_psn, *count, *t_ns, y),
+            Row::Wait {
+                side,
+                kind,
+                start_ns,
+                end_ns,
+            } => wait(out, &st, *side, kind, *start_ns, *end_ns, y),
+        }
+    }
+    out.push_str("</svg>\n</section>\n");
+}
+
+/// `10.0.0.1 QP 0x000011` (escaped: an address prints no markup, but the rule holds).
+fn endpoint_text(ip: std::net::IpAddr, qpn: Option<u32>) -> String {
+    let mut s = String::new();
+    esc(&mut s, &ip.to_string());
+    s.push_str(" QP ");
+    s.push_str(&qpn_text(qpn));
+    s
+}
+
+fn qpn_text(qpn: Option<u32>) -> String {
+    match qpn {
+        Some(q) => format!("0x{q:06x}"),
+        None => "?".to_string(),
+    }
+}
+
+fn column_head(out: &mut String, x: f64, role: &str, ip: std::net::IpAddr, qpn: Option<u32>) {
+    let _ = write!(
+        out,
+        "<g class=\"colhead\"><rect x=\"{}\" y=\"4\" width=\"200\" height=\"{}\" rx=\"4\"/>\
+         <text x=\"{x}\" y=\"18\" class=\"role\">{role}</text><text x=\"{x}\" y=\"34\">",
+        x - 100.0,
+        HEAD_H - 12.0
+    );
+    esc(out, &ip.to_string());
+    let _ = write!(
+        out,
+        "</text><text x=\"{x}\" y=\"48\">QP {}</text></g>\n",
+        qpn_text(qpn)
+    );
+}
+
+/// What the diagram has drawn so far, for brackets and timer bars.
+#[derive(Default)]
+struct FlowState {
+    /// The y where each side's latest packet with a PSN arrived (or was lost).
+    last_y: [HashMap<u32, f64>; 2],
+    /// Packet rows' times and ys, in order.
+    times: Vec<(i128, f64)>,
+    /// Brackets drawn so far (their nesting level cycles).
+    brackets: usize,
+}
+
+fn side_ix(s: Side) -> usize {
+    match s {
+        Side::Requester => 0,
+        Side::Responder => 1,
+    }
+}
+
+fn col_x(s: Side) -> f64 {
+    match s {
+        Side::Requester => XL,
+        Side::Responder => XR,
+    }
+}
+
+fn other(s: Side) -> Side {
+    match s {
+        Side::Requester => Side::Responder,
+        Side::Responder => Side::Requester,
+    }
+}
+
+fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
+    let class = kind_class(p);
+    let dropped = p.fate == Fate::Dropped;
+    let _ = write!(
+        out,
+        "<g class=\"pkt {class}{}{}{}\" tabindex=\"0\" data-frame=\"{}\" data-psn=\"{}\" \
+         data-opcode=\"{}\" data-name=\"{}\" data-from=\"{}\" data-fate=\"{}\" data-t-ns=\"{}\"",
+        if p.retransmit.is_some() { " retx" } else { "" },
+        if dropped { " dropped" } else { "" },
+        if p.duplicate { " dup" } else { "" },
+        p.frame,
+        p.psn,
+        p.opcode,
+        p.name,
+        side_name(p.from),
+        if dropped { "dropped" } else { "delivered" },
+        p.t_ns
+    );
+    if let Some(r) = p.retransmit {
+        let _ = write!(out, " data-retransmit=\"{}\"", retransmit_key(r));
+    }
+    out.push_str(">\n<title>");
+    let notes = notes(p);
+    let mut t = format!(
+        "frame {}  t={} s  {} \u{2192} {}\n{}\n",
+        p.frame,
+        fmt_time(p.t_ns),
+        side_name(p.from),
+        side_name(other(p.from)),
+        p.label
+    );
+    for n in &notes {
+        t.push_str(n);
+        t.push('\n');
+    }
+    for f in &p.fields {
+        let _ = writeln!(t, "{} = {}", f.name, f.value);
+    }
+    esc(out, t.trim_end());
+    out.push_str("</title>\n");
+
+    // The arrow: from the sender's column to the receiver's, falling SLOPE. The line is
+    // written left to right whatever the direction, so a dashed line's pattern starts at
+    // the requester's column on every arrow.
+    let x0 = col_x(p.from);
+    let x1 = col_x(other(p.from));
+    let frac = if dropped { DROP_AT } else { 1.0 };
+    let (xe, ye) = (x0 + (x1 - x0) * frac, y + SLOPE * frac);
+    let (dx, dy) = (x1 - x0, SLOPE);
+    let len = (dx * dx + dy * dy).sqrt();
+    let (ux, uy) = (dx / len, dy / len);
+    // Delivered: the line stops at the head's base; the head is a filled triangle.
+    let (lx, ly) = if dropped {
+        (xe, ye)
+    } else {
+        (xe - ux * 9.0, ye - uy * 9.0)
+    };
+    let (ax, ay, bx, by) = if x0 < lx {
+        (x0, y, lx, ly)
+    } else {
+        (lx, ly, x0, y)
+    };
+    let _ = write!(
+        out,
+        "<line class=\"hit\" x1=\"{x0}\" y1=\"{y}\" x2=\"{xe:.1}\" y2=\"{ye:.1}\"/>\
+         <line class=\"arrow\" x1=\"{ax:.1}\" y1=\"{ay:.1}\" x2=\"{bx:.1}\" y2=\"{by:.1}\"/>"
+    );
+    if dropped {
+        let _ = write!(
+            out,
+            "<path class=\"cross\" d=\"M{:.1},{:.1}l10,10m0,-10l-10,10\"/>",
+            xe - 5.0,
+            ye - 5.0
+        );
+    } else {
+        let (px, py) = (-uy, ux);
+        let _ = write!(
+            out,
+            "<polygon class=\"head\" points=\"{:.1},{:.1} {:.1},{:.1} {:.1},{:.1}\"/>",
+            xe,
+            ye,
+            xe - ux * 9.0 + px * 4.0,
+            ye - uy * 9.0 + py * 4.0,
+            xe - ux * 9.0 - px * 4.0,
+            ye - uy * 9.0 - py * 4.0
+        );
+    }
+    let _ = write!(
+        out,
+        "\n<text class=\"lbl\" x=\"{}\" y=\"{:.1}\">",
+        (XL + XR) / 2.0,
+        y + SLOPE / 2.0 - 4.0
+    );
+    esc(out, &p.label);
+    let _ = write!(
+        out,
+        "</text><text class=\"frame\" x=\"6\" y=\"{:.1}\">#{}</text>\
+         <text class=\"time\" x=\"{}\" y=\"{:.1}\">{}</text>",
+        y + 4.0,
+        p.frame,
+        XL - 46.0,
+        y + 4.0,
+        fmt_time(p.t_ns)
+    );
+    if !notes.is_empty() {
+        let _ = write!(
+            out,
+            "<text class=\"note\" x=\"{X_NOTES}\" y=\"{:.1}\">",
+            y + 4.0
+        );
+        esc(out, &notes.join(" \u{b7} "));
+        out.push_str("</text>");
+    }
+    if let Some(c) = p.covers {
+        bracket(out, st, p, &c, y + SLOPE);
+    }
+    out.push_str("</g>\n");
+
+    st.last_y[side_ix(p.from)].insert(p.psn, ye);
+    st.times.push((p.t_ns, ye));
+}
+
+/// A bracket beside the column of the requests' sender, from the first covered request
+/// down to where the ACK (or response) arrives, with a tick at each covered request.
+fn bracket(out: &mut String, st: &mut FlowState, p: &Packet, c: &Covers, y_ack: f64) {
+    let senders = other(p.from);
+    let seen = &st.last_y[side_ix(senders)];
+    let count = c.last_psn.wrapping_sub(c.first_psn) & 0xff_ffff;
+    let mut ys: Vec<f64> = Vec::new();
+    let mut look = |k: u32| {
+        if let Some(&y) = seen.get(&(c.first_psn.wrapping_add(k) & 0xff_ffff)) {
+            ys.push(y);
+        }
+    };
+    if count < MAX_TICKS {
+        (0..=count).for_each(&mut look);
+    } else {
+        (0..MAX_TICKS / 2).for_each(&mut look);
+        (count - MAX_TICKS / 2..=count).for_each(&mut look);
+    }
+    if ys.is_empty() {
+        return;
+    }
+    let top = ys.iter().copied().fold(f64::INFINITY, f64::min).min(y_ack);
+    let level = (st.brackets % 4) as f64;
+    st.brackets += 1;
+    // Left of the requester's column, or right of the responder's.
+    let (col, dir) = match senders {
+        Side::Requester => (XL, -1.0),
+        Side::Responder => (XR, 1.0),
+    };
+    let bx = col + dir * (12.0 + level * 7.0);
+    let near = col + dir * 3.0;
+    let mut d = format!("M{near},{top:.1}H{bx}V{y_ack:.1}H{near}");
+    for y in &ys {
+        let _ = write!(d, "M{bx},{y:.1}H{near}");
+    }
+    let _ = write!(out, "<path class=\"covers\" d=\"{d}\"/>");
+}
+
+/// PSNs that were never seen: a grey dotted stub from the sender's column.
+fn gap(out: &mut String, from: Side, first: u32, count: u32, t_ns: i128, y: f64) {
+    let last = first.wrapping_add(count.saturating_sub(1)) & 0xff_ffff;
+    let x0 = col_x(from);
+    let x1 = x0 + (col_x(other(from)) - x0) * 0.35;
+    let what = if count == 1 {
+        format!("PSN {first} never seen")
+    } else {
+        format!("PSNs {first}\u{2013}{last} never seen ({count} packets)")
+    };
+    let _ = write!(
+        out,
+        "<g class=\"gap\" data-from=\"{}\" data-first-psn=\"{first}\" data-count=\"{count}\">\
+         <title>{} (the {} sent them: they were lost before the capture point) at t={} s\
+         </title><line x1=\"{x0}\" y1=\"{y}\" x2=\"{x1}\" y2=\"{:.1}\"/>\
+         <text class=\"gaplbl\" x=\"{}\" y=\"{:.1}\">? {}</text></g>\n",
+        side_name(from),
+        what,
+        side_name(from),
+        fmt_time(t_ns),
+        y + SLOPE * 0.35,
+        (XL + XR) / 2.0,
+        y + 4.0,
+        what
+    );
+}
+
+/// A timer that ran: a bar on `side`'s column from where it started (the latest packet
+/// row at or before `start_ns`) down to this row, and a note.
+fn wait(
+    out: &mut String,
+    st: &FlowState,
+    side: Side,
+    kind: &WaitKind,
+    start_ns: i128,
+    end_ns: i128,
+    y: f64,
+) {
+    let i = st.times.partition_point(|&(t, _)| t <= start_ns);
+    let top = if i == 0 { y - PITCH / 2.0 } else { st.times[i - 1].1 };
+    let bottom = y + PITCH * 0.6;
+    let took = fmt_ms(end_ns - start_ns);
+    let (class, what) = match kind {
+        WaitKind::Rnr { timer, ms } => (
+            "rnr",
+            format!("RNR wait: timer {timer} = {ms} ms (IBA Table 45), waited {took}"),
+        ),
+        WaitKind::AckTimeout => (
+            "timeout",
+            format!("local ACK timeout: no ACK for {took}, go back (IBA 9.7.6.1.3)"),
+        ),
+    };
+    let _ = write!(
+        out,
+        "<g class=\"wait {class}\" data-side=\"{}\" data-start-ns=\"{start_ns}\" \
+         data-end-ns=\"{end_ns}\"><title>{what}</title>\
+         <rect x=\"{}\" y=\"{top:.1}\" width=\"8\" height=\"{:.1}\" rx=\"2\"/>\
+         <text class=\"note\" x=\"{X_NOTES}\" y=\"{:.1}\">\u{23f1} {what}</text></g>\n",
+        side_name(side),
+        col_x(side) - 4.0,
+        (bottom - top).max(2.0),
+        y + 4.0
+    );
+}
+
+/// The arrow's colour class.
+fn kind_class(p: &Packet) -> &'static str {
+    if p.cm.is_some() {
+        return "cm";
+    }
+    if p.name == "CNP" {
+        return "cnp";
+    }
+    match p.aeth {
+        Some(Aeth::Nak { .. }) => "nak",
+        Some(Aeth::Rnr { .. }) => "rnr",
+        Some(Aeth::Ack { .. }) => "resp",
+        None if p.name.contains("RESPONSE") || p.name.contains("ACKNOWLEDGE") => "resp",
+        None => "req",
+    }
+}
+
+/// What the label does not say: why a packet was sent again, what it covers, marks.
+fn notes(p: &Packet) -> Vec<String> {
+    let mut n = Vec::new();
+    if p.fate == Fate::Dropped {
+        n.push("\u{2717} dropped on the wire".to_string());
+    }
+    match p.retransmit {
+        Some(Retransmit::AfterNak { nak_frame }) => {
+            n.push(format!("\u{21bb} retransmitted after the NAK in #{nak_frame}"))
+        }
+        Some(Retransmit::AfterRnr { rnr_frame }) => {
+            n.push(format!("\u{21bb} retransmitted after the RNR NAK in #{rnr_frame}"))
+        }
+        Some(Retransmit::AfterTimeout) => {
+            n.push("\u{21bb} retransmitted after the ACK timeout".to_string())
+        }
+        None => {}
+    }
+    if p.duplicate {
+        n.push("dup: answered from the replay state".to_string());
+    }
+    if let Some(c) = p.covers {
+        let psns = if c.first_psn == c.last_psn {
+            format!("PSN {}", c.first_psn)
+        } else {
+            format!("PSNs {}\u{2013}{}", c.first_psn, c.last_psn)
+        };
+        match c.request_frame {
+            Some(f) => n.push(format!("answers #{f} ({psns})")),
+            None => n.push(format!("covers {psns}")),
+        }
+    }
+    match p.aeth {
+        Some(Aeth::Ack { credits, msn }) => n.push(format!("ACK credits={credits} msn={msn}")),
+        Some(Aeth::Rnr { timer, ms, msn }) => {
+            n.push(format!("RNR NAK timer={timer} ({ms} ms) msn={msn}"))
+        }
+        Some(Aeth::Nak { code, msn }) => {
+            n.push(format!("NAK {} msn={msn}", nak_name(code)))
+        }
+        None => {}
+    }
+    if let Some(cm) = &p.cm {
+        n.push(format!("CM {cm}"));
+    }
+    if p.ecn == 3 {
+        n.push("ECN CE".to_string());
+    }
+    if p.becn {
+        n.push("BECN".to_string());
+    }
+    if p.icrc_ok == Some(false) {
+        n.push("bad ICRC".to_string());
+    }
+    n
+}
+
+fn nak_name(code: u8) -> String {
+    match code {
+        0 => "PSN sequence error".to_string(),
+        1 => "invalid request".to_string(),
+        2 => "remote access error".to_string(),
+        3 => "remote operational error".to_string(),
+        4 => "invalid RD request".to_string(),
+        c => format!("code {c}"),
+    }
+}
+
+fn retransmit_key(r: Retransmit) -> &'static str {
+    match r {
+        Retransmit::AfterNak { .. } => "nak",
+        Retransmit::AfterRnr { .. } => "rnr",
+        Retransmit::AfterTimeout => "timeout",
+    }
+}
+
+fn side_name(s: Side) -> &'static str {
+    match s {
+        Side::Requester => "requester",
+        Side::Responder => "responder",
+    }
+}
+
+fn kind_name(k: FlowKind) -> &'static str {
+    match k {
+        FlowKind::Rc => "RC",
+        FlowKind::Uc => "UC",
+        FlowKind::Ud => "UD",
+        FlowKind::Cm => "CM",
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Seconds with microseconds, as tshark's `frame.time_relative` to 6 places.
+fn fmt_time(t_ns: i128) -> String {
+    let sign = if t_ns < 0 { "-" } else { "" };
+    let us = t_ns.unsigned_abs() / 1000;
+    format!("{sign}{}.{:06}", us / 1_000_000, us % 1_000_000)
+}
+
+/// A duration in milliseconds, to the microsecond.
+fn fmt_ms(ns: i128) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let us = ns.unsigned_abs() / 1000;
+    format!("{sign}{}.{:03} ms", us / 1000, us % 1000)
+}
+
+/// Appends `s` as text or a double-quoted attribute's value: the five XML escapes, and
+/// control characters (not allowed in XML, bar tab and newline) as U+FFFD.
+fn esc(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            '\t' | '\n' => out.push(c),
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Colours: arrows are saturated (request blue, response green, NAK red, RNR orange,
+/// CNP purple, CM teal); everything else is grey or black.
+const CSS: &str = r#"
+body{margin:0;font:14px/1.35 system-ui,sans-serif;color:#222;background:#fff;
+ display:grid;grid-template-columns:1120px 270px;align-items:start}
+main{padding:0 10px 20px 10px;min-width:0}
+h1{font-size:20px;margin:10px 0 4px 0}
+h2{font-size:15px;margin:14px 0 4px 0;font-weight:600}
+.summary{margin:0 0 6px 0;color:#444}
+.js .nojs,.jsonly{display:none}
+.js .jsonly{display:inline}
+svg.ladder{display:block;font:12px ui-monospace,monospace}
+svg text{fill:#222}
+.flowname{font-weight:bold;fill:#555}
+.colhead rect{fill:#f3f3f3;stroke:#444;stroke-width:1}
+.colhead text{text-anchor:middle}
+.colhead .role{font-weight:bold}
+.life{stroke:#aaa;stroke-width:1}
+.pkt{color:#0b47c4;cursor:pointer;outline:none}
+.pkt.resp{color:#0a7a2f}
+.pkt.nak{color:#c0162c}
+.pkt.rnr{color:#c25e00}
+.pkt.cnp{color:#7a28aa}
+.pkt.cm{color:#06707a}
+.pkt .arrow{stroke:currentColor;stroke-width:2}
+.pkt .head{fill:currentColor}
+.pkt .hit{stroke:transparent;stroke-width:14}
+.pkt.retx .arrow{stroke-dasharray:6 4}
+.pkt .cross{stroke:#c0162c;stroke-width:2.5;fill:none}
+.pkt .lbl{text-anchor:middle;fill:currentColor}
+.pkt.dropped .lbl{text-decoration:line-through}
+.pkt .frame,.pkt .time{fill:#666;font-size:11px}
+.note{fill:#333;font-size:11px}
+.pkt.retx .note{fill:#8a4a00}
+.pkt:hover .arrow,.pkt:focus .arrow,.pkt.sel .arrow{stroke-width:3.5}
+.pkt:hover .lbl,.pkt:focus .lbl,.pkt.sel .lbl{font-weight:bold}
+.covers{stroke:#777;stroke-width:1.2;fill:none}
+.gap line{stroke:#888;stroke-width:2;stroke-dasharray:2 3}
+.gap .gaplbl{text-anchor:middle;fill:#666;font-style:italic}
+.wait rect{fill:#e08a1e;opacity:.75}
+.wait.timeout rect{fill:#a33;opacity:.6}
+aside{position:sticky;top:0;padding:10px;font-size:12px;border-left:1px solid #ddd;
+ max-height:100vh;overflow:auto;box-sizing:border-box}
+aside h2{font-size:14px;margin:6px 0}
+.legend{list-style:none;padding:0;margin:0}
+.legend li{display:flex;align-items:center;gap:6px;margin:2px 0}
+.legend svg{flex:none}
+#details table{border-collapse:collapse;width:100%;font:11px ui-monospace,monospace}
+#details td{border-top:1px solid #eee;padding:1px 3px;vertical-align:top;word-break:break-all}
+#details td:first-child{color:#555}
+#details .dlabel{font:bold 12px ui-monospace,monospace;word-break:break-all}
+"#;
+
+/// The legend: one small sample per kind of mark.
+const LEGEND: &str = "<section class=\"legendbox\"><h2>Legend</h2><ul class=\"legend\">\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#0b47c4\" stroke-width=\"2\"/></svg>request</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#0a7a2f\" stroke-width=\"2\"/></svg>ACK, READ/atomic response</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#c0162c\" stroke-width=\"2\"/></svg>NAK</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#c25e00\" stroke-width=\"2\"/></svg>RNR NAK</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#7a28aa\" stroke-width=\"2\"/></svg>CNP</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#06707a\" stroke-width=\"2\"/></svg>CM message</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"44\" y2=\"5\" stroke=\"#0b47c4\" stroke-width=\"2\" stroke-dasharray=\"6 4\"/></svg>retransmission (\u{21bb})</li>\
+<li><svg width=\"46\" height=\"12\"><line x1=\"2\" y1=\"6\" x2=\"34\" y2=\"6\" stroke=\"#0b47c4\" stroke-width=\"2\"/><path d=\"M34,1l10,10m0,-10l-10,10\" stroke=\"#c0162c\" stroke-width=\"2.5\"/></svg>dropped on the wire</li>\
+<li><svg width=\"46\" height=\"10\"><line x1=\"2\" y1=\"5\" x2=\"30\" y2=\"5\" stroke=\"#888\" stroke-width=\"2\" stroke-dasharray=\"2 3\"/></svg>PSNs never seen</li>\
+<li><svg width=\"46\" height=\"20\"><path d=\"M30,2H22V18H30M22,10H30\" stroke=\"#777\" fill=\"none\"/></svg>requests an ACK covers</li>\
+<li><svg width=\"46\" height=\"20\"><rect x=\"19\" y=\"1\" width=\"8\" height=\"18\" fill=\"#e08a1e\"/></svg>RNR wait</li>\
+<li><svg width=\"46\" height=\"20\"><rect x=\"19\" y=\"1\" width=\"8\" height=\"18\" fill=\"#a33\" opacity=\".6\"/></svg>ACK timeout</li>\
+</ul></section>\n";
+
+/// The details panel: built from the arrow's `<title>` (its first lines say what the
+/// packet is, the `name = value` lines are its fields), with textContent only.
+const JS: &str = r#"(function () {
+  var root = document.documentElement;
+  root.className = (root.className ? root.className + ' ' : '') + 'js';
+  var panel = document.getElementById('details');
+  var pinned = null;
+  function cell(tr, text) {
+    var td = document.createElement('td');
+    td.textContent = text;
+    tr.appendChild(td);
+  }
+  function show(g) {
+    var t = g.querySelector('title');
+    if (!t || !panel) return;
+    var lines = t.textContent.split('\n');
+    while (panel.firstChild) panel.removeChild(panel.firstChild);
+    var h = document.createElement('h2');
+    h.textContent = 'Packet #' + g.getAttribute('data-frame');
+    panel.appendChild(h);
+    var table = document.createElement('table');
+    lines.forEach(function (line, i) {
+      var m = /^([A-Za-z0-9_.]+) = (.*)$/.exec(line);
+      if (m) {
+        var tr = document.createElement('tr');
+        cell(tr, m[1]);
+        cell(tr, m[2]);
+        table.appendChild(tr);
+      } else {
+        var p = document.createElement('p');
+        p.textContent = line;
+        if (i === 1) p.className = 'dlabel';
+        panel.appendChild(p);
+      }
+    });
+    panel.appendChild(table);
+  }
+  function pkt(e) {
+    return e.target && e.target.closest ? e.target.closest('g.pkt') : null;
+  }
+  document.addEventListener('mouseover', function (e) {
+    var g = pkt(e);
+    if (g && !pinned) show(g);
+  });
+  document.addEventListener('focusin', function (e) {
+    var g = pkt(e);
+    if (g && !pinned) show(g);
+  });
+  document.addEventListener('click', function (e) {
+    var g = pkt(e);
+    if (!g) return;
+    if (pinned) pinned.classList.remove('sel');
+    if (pinned === g) {
+      pinned = null;
+      return;
+    }
+    pinned = g;
+    g.classList.add('sel');
+    show(g);
+  });
+})();
+"#;

@@ -1,0 +1,890 @@
+//! The ladder's HTML page (`roce-emu ladder --html`, `roce_emu::ladder::html::page`):
+//!
+//! - parsed as XML (roxmltree): one `<g class="pkt">` arrow per packet, in order, with its
+//!   `data-frame`, `data-psn`, `data-opcode`, `data-from`, `data-fate`, its label as text,
+//!   a `<title>` holding every field under Wireshark's name, dashed retransmissions, a
+//!   cross on dropped packets, a bracket on what an ACK covers, gap and wait rows;
+//! - self-contained: nothing that loads anything (no `src`/`href` but `data:` and `#`, no
+//!   `http:`/`https:` URL, no `<link>`, `<img>`, `@import`), and a Content-Security-Policy
+//!   that forbids every load;
+//! - escaped: a label, a CM summary, a field value and the title with `<&>"'` and a
+//!   `<script>` in them stay text;
+//! - in a real browser (Debian's headless Chromium, installed here when missing and
+//!   running as root with apt-get; CI installs it too): a screenshot that is not blank,
+//!   with a coloured stroke where each arrow crosses the requester's side, saved as
+//!   `target/tmp/ladder_html/ladder.png`; and the DOM after the script ran
+//!   (`--dump-dom`) holding one arrow per packet with the right labels.
+//!
+//! Without Chromium (and no way to install it) that test prints SKIPPED loudly and
+//! passes, unless `CI` is set, where it fails.
+
+use roce_emu::ladder::html::page;
+use roce_emu::ladder::model::{
+    Aeth, Covers, Endpoint, Fate, Field, Flow, FlowKind, Ladder, Packet, Retransmit, Row, Side,
+    Stats, WaitKind,
+};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A label with markup in it (kept short: a label wider than the space between the
+/// columns would cross the screenshot's arrow probe).
+const NASTY: &str = "SEND_ONLY psn=103 A <&>\"' </text><script>x</script>";
+
+fn ep(last: u8, qpn: u32) -> Endpoint {
+    Endpoint {
+        ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, last)),
+        qpn: Some(qpn),
+    }
+}
+
+/// A packet as the builder would give it, with a label and tshark-style fields.
+struct P {
+    frame: usize,
+    from: Side,
+    name: &'static str,
+    opcode: u8,
+    psn: u32,
+}
+
+fn pkt(p: P) -> Packet {
+    let ack_req = p.name.ends_with("LAST") || (p.name.ends_with("ONLY") && p.opcode < 0x0d);
+    let payload_len = if p.name.contains("READ_REQUEST") || p.name == "ACKNOWLEDGE" {
+        0
+    } else {
+        1024
+    };
+    let mut label = format!("{} psn={}", p.name, p.psn);
+    if ack_req {
+        label.push_str(" A");
+    }
+    if payload_len > 0 {
+        label.push_str(&format!(" len={payload_len}"));
+    }
+    let destqp = if p.from == Side::Requester { 0x12 } else { 0x11 };
+    let fields = vec![
+        f("infiniband.bth.opcode", p.opcode.to_string()),
+        f("infiniband.bth.se", "0".into()),
+        f("infiniband.bth.m", "0".into()),
+        f("infiniband.bth.padcnt", "0".into()),
+        f("infiniband.bth.tver", "0".into()),
+        f("infiniband.bth.p_key", "0xffff".into()),
+        f("infiniband.bth.destqp", format!("0x{destqp:06x}")),
+        f("infiniband.bth.a", (ack_req as u8).to_string()),
+        f("infiniband.bth.psn", p.psn.to_string()),
+        f("infiniband.invariant.crc", "0x1234abcd".into()),
+    ];
+    Packet {
+        frame: p.frame,
+        t_ns: p.frame as i128 * 10_000,
+        from: p.from,
+        fate: Fate::Delivered,
+        opcode: p.opcode,
+        name: p.name,
+        psn: p.psn,
+        ack_req,
+        solicited: false,
+        payload_len,
+        ecn: 0,
+        becn: false,
+        aeth: None,
+        reth: None,
+        imm: None,
+        retransmit: None,
+        duplicate: false,
+        covers: None,
+        cm: None,
+        icrc_ok: Some(true),
+        label,
+        fields,
+    }
+}
+
+fn f(name: &'static str, value: String) -> Field {
+    Field { name, value }
+}
+
+fn ack(frame: usize, psn: u32, aeth: Aeth, covers: Option<(u32, u32)>) -> Packet {
+    let mut p = pkt(P {
+        frame,
+        from: Side::Responder,
+        name: "ACKNOWLEDGE",
+        opcode: 0x11,
+        psn,
+    });
+    let (syn, kind, msn) = match aeth {
+        Aeth::Ack { credits, msn } => (credits as u32, "ACK", msn),
+        Aeth::Rnr { timer, msn, .. } => (0x20 | timer as u32, "RNR", msn),
+        Aeth::Nak { code, msn } => (0x60 | code as u32, "NAK", msn),
+    };
+    p.aeth = Some(aeth);
+    p.label = format!("ACKNOWLEDGE psn={psn} {kind} msn={msn}");
+    p.fields.push(f("infiniband.aeth.syndrome", format!("0x{syn:02x}")));
+    p.fields.push(f("infiniband.aeth.msn", msn.to_string()));
+    p.covers = covers.map(|(first_psn, last_psn)| Covers {
+        first_psn,
+        last_psn,
+        request_frame: None,
+    });
+    p
+}
+
+fn req(frame: usize, name: &'static str, opcode: u8, psn: u32) -> Packet {
+    pkt(P {
+        frame,
+        from: Side::Requester,
+        name,
+        opcode,
+        psn,
+    })
+}
+
+fn row(p: Packet) -> Row {
+    Row::Packet(Box::new(p))
+}
+
+/// An RC flow with a loss and go-back-N, an RNR NAK and its wait, a gap, a READ with a
+/// lost response and the ACK timeout; and a CM flow.
+fn sample() -> Ladder {
+    let rows = vec![
+        row(req(3, "RDMA_WRITE_FIRST", 0x06, 100)),
+        row({
+            let mut p = req(4, "RDMA_WRITE_MIDDLE", 0x07, 101);
+            p.fate = Fate::Dropped;
+            p
+        }),
+        row(req(5, "RDMA_WRITE_LAST", 0x08, 102)),
+        row(ack(6, 101, Aeth::Nak { code: 0, msn: 0 }, None)),
+        row({
+            let mut p = req(7, "RDMA_WRITE_MIDDLE", 0x07, 101);
+            p.retransmit = Some(Retransmit::AfterNak { nak_frame: 6 });
+            p
+        }),
+        row({
+            let mut p = req(8, "RDMA_WRITE_LAST", 0x08, 102);
+            p.retransmit = Some(Retransmit::AfterNak { nak_frame: 6 });
+            p
+        }),
+        row(ack(
+            9,
+            102,
+            Aeth::Ack {
+                credits: 31,
+                msn: 1,
+            },
+            Some((100, 102)),
+        )),
+        row({
+            let mut p = req(10, "SEND_ONLY", 0x04, 103);
+            p.label = NASTY.to_string();
+            p.fields.push(f("infiniband.immdt", "<&>\"'".into()));
+            p
+        }),
+        row(ack(
+            11,
+            103,
+            Aeth::Rnr {
+                timer: 12,
+                ms: 0.64,
+                msn: 1,
+            },
+            None,
+        )),
+        Row::Wait {
+            side: Side::Requester,
+            kind: WaitKind::Rnr {
+                timer: 12,
+                ms: 0.64,
+            },
+            start_ns: 110_000,
+            end_ns: 120_000,
+        },
+        row({
+            let mut p = req(12, "SEND_ONLY", 0x04, 103);
+            p.retransmit = Some(Retransmit::AfterRnr { rnr_frame: 11 });
+            p
+        }),
+        row(ack(
+            13,
+            103,
+            Aeth::Ack {
+                credits: 31,
+                msn: 2,
+            },
+            Some((103, 103)),
+        )),
+        Row::Gap {
+            from: Side::Requester,
+            first_psn: 104,
+            count: 2,
+            t_ns: 135_000,
+        },
+        row({
+            let mut p = req(14, "RDMA_READ_REQUEST", 0x0c, 106);
+            p.reth = Some((0x7f00_0000_1000, 0x1234, 2048));
+            p.fields.push(f("infiniband.reth.va", "0x00007f0000001000".into()));
+            p.fields.push(f("infiniband.reth.r_key", "0x00001234".into()));
+            p.fields.push(f("infiniband.reth.dmalen", "2048".into()));
+            p
+        }),
+        row({
+            let mut p = pkt(P {
+                frame: 15,
+                from: Side::Responder,
+                name: "RDMA_READ_RESPONSE_FIRST",
+                opcode: 0x0d,
+                psn: 106,
+            });
+            p.covers = Some(Covers {
+                first_psn: 106,
+                last_psn: 107,
+                request_frame: Some(14),
+            });
+            p
+        }),
+        row({
+            let mut p = pkt(P {
+                frame: 16,
+                from: Side::Responder,
+                name: "RDMA_READ_RESPONSE_LAST",
+                opcode: 0x0f,
+                psn: 107,
+            });
+            p.fate = Fate::Dropped;
+            p
+        }),
+        Row::Wait {
+            side: Side::Requester,
+            kind: WaitKind::AckTimeout,
+            start_ns: 160_000,
+            end_ns: 500_000,
+        },
+        row({
+            let mut p = req(17, "RDMA_READ_REQUEST", 0x0c, 107);
+            p.retransmit = Some(Retransmit::AfterTimeout);
+            p.t_ns = 500_000;
+            p
+        }),
+    ];
+    let cm_rows = ["REQ", "REP", "RTU"]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let from = if i == 1 {
+                Side::Responder
+            } else {
+                Side::Requester
+            };
+            let mut p = pkt(P {
+                frame: i + 1,
+                from,
+                name: "SEND_ONLY",
+                opcode: 0x64,
+                psn: i as u32,
+            });
+            p.cm = Some(format!("{m} lcid=0x1 sid=0x0000000001060000 <x&y>"));
+            p.label = format!("{m} lcid=0x1");
+            row(p)
+        })
+        .collect();
+    let packets = 18;
+    Ladder {
+        flows: vec![
+            Flow {
+                kind: FlowKind::Rc,
+                requester: ep(1, 0x11),
+                responder: ep(2, 0x12),
+                rows,
+            },
+            Flow {
+                kind: FlowKind::Cm,
+                requester: ep(1, 1),
+                responder: Endpoint {
+                    ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                    qpn: None,
+                },
+                rows: cm_rows,
+            },
+        ],
+        stats: Stats {
+            packets,
+            malformed: 0,
+            bad_icrc: 0,
+        },
+    }
+}
+
+/// Every packet of the ladder, in drawing order.
+fn packets(l: &Ladder) -> Vec<&Packet> {
+    l.flows
+        .iter()
+        .flat_map(|f| f.rows.iter())
+        .filter_map(|r| match r {
+            Row::Packet(p) => Some(&**p),
+            _ => None,
+        })
+        .collect()
+}
+
+fn parse(html: &str) -> roxmltree::Document<'_> {
+    let opt = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    roxmltree::Document::parse_with_options(html, opt)
+        .unwrap_or_else(|e| panic!("the page is not well-formed XML: {e}"))
+}
+
+fn has_class(n: &roxmltree::Node, c: &str) -> bool {
+    n.attribute("class")
+        .is_some_and(|v| v.split_whitespace().any(|t| t == c))
+}
+
+fn child_with_class<'a, 'i>(
+    n: roxmltree::Node<'a, 'i>,
+    tag: &str,
+    c: &str,
+) -> Option<roxmltree::Node<'a, 'i>> {
+    n.children()
+        .find(|k| k.tag_name().name() == tag && has_class(k, c))
+}
+
+fn side(s: Side) -> &'static str {
+    match s {
+        Side::Requester => "requester",
+        Side::Responder => "responder",
+    }
+}
+
+#[test]
+fn one_arrow_per_packet_with_its_label_fields_and_marks() {
+    let l = sample();
+    let html = page(&l, "sample ladder");
+    let doc = parse(&html);
+    let arrows: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "g" && has_class(n, "pkt"))
+        .collect();
+    let want = packets(&l);
+    assert_eq!(arrows.len(), want.len(), "one arrow per packet");
+    for (g, p) in arrows.iter().zip(&want) {
+        let at = |a: &str| g.attribute(a).unwrap_or_else(|| panic!("no {a} on {p:?}"));
+        assert_eq!(at("data-frame"), p.frame.to_string());
+        assert_eq!(at("data-psn"), p.psn.to_string());
+        assert_eq!(at("data-opcode"), p.opcode.to_string());
+        assert_eq!(at("data-from"), side(p.from));
+        let dropped = p.fate == Fate::Dropped;
+        assert_eq!(at("data-fate"), if dropped { "dropped" } else { "delivered" });
+        let lbl = child_with_class(*g, "text", "lbl").expect("a label");
+        assert_eq!(lbl.text(), Some(p.label.as_str()), "frame {}", p.frame);
+        // Every field, by Wireshark's name, in the no-JS tooltip.
+        let title = g
+            .children()
+            .find(|k| k.tag_name().name() == "title")
+            .and_then(|t| t.text())
+            .expect("a <title>");
+        for fl in &p.fields {
+            let line = format!("{} = {}", fl.name, fl.value);
+            assert!(
+                title.lines().any(|l| l == line),
+                "frame {}: {line:?} not in {title:?}",
+                p.frame
+            );
+        }
+        assert!(title.contains(&p.label));
+        // Retransmissions dashed (the class) and said so; dropped ones end in a cross.
+        assert_eq!(has_class(g, "retx"), p.retransmit.is_some(), "{}", p.frame);
+        if p.retransmit.is_some() {
+            assert!(title.contains("retransmitted after"), "{title}");
+        }
+        assert_eq!(
+            child_with_class(*g, "path", "cross").is_some(),
+            dropped,
+            "frame {}",
+            p.frame
+        );
+        assert_eq!(
+            child_with_class(*g, "polygon", "head").is_some(),
+            !dropped,
+            "frame {}",
+            p.frame
+        );
+        assert!(child_with_class(*g, "line", "arrow").is_some());
+    }
+    // What the ACKs and the READ response cover: a bracket with a tick per request seen.
+    let bracket = |frame: &str| {
+        let g = arrows
+            .iter()
+            .find(|g| g.attribute("data-frame") == Some(frame))
+            .unwrap();
+        child_with_class(*g, "path", "covers")
+            .and_then(|p| p.attribute("d"))
+            .map(|d| d.matches('M').count())
+    };
+    // Frame 9 covers PSNs 100-102: their latest copies (frames 3, 7, 8) get ticks.
+    assert_eq!(bracket("9"), Some(1 + 3));
+    assert_eq!(bracket("13"), Some(1 + 1));
+    assert_eq!(bracket("15"), Some(1 + 1));
+    assert_eq!(bracket("3"), None);
+    // The gap and the two timers.
+    let gaps: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "g" && has_class(n, "gap"))
+        .collect();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(gaps[0].attribute("data-first-psn"), Some("104"));
+    assert_eq!(gaps[0].attribute("data-count"), Some("2"));
+    let waits: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "g" && has_class(n, "wait"))
+        .collect();
+    assert_eq!(waits.len(), 2);
+    assert!(has_class(&waits[0], "rnr") && has_class(&waits[1], "timeout"));
+    for w in &waits {
+        let h: f64 = w
+            .descendants()
+            .find(|n| n.tag_name().name() == "rect")
+            .and_then(|r| r.attribute("height"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(h >= 20.0, "a wait's bar spans rows: {h}");
+    }
+    let rnr_title = waits[0]
+        .children()
+        .find(|k| k.tag_name().name() == "title")
+        .and_then(|t| t.text())
+        .unwrap();
+    assert!(rnr_title.contains("timer 12 = 0.64 ms"), "{rnr_title}");
+    // One section (and one diagram) per flow.
+    let flows: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "section" && has_class(n, "flow"))
+        .collect();
+    assert_eq!(flows.len(), 2);
+    assert_eq!(flows[1].attribute("data-kind"), Some("cm"));
+}
+
+#[test]
+fn the_page_loads_nothing() {
+    let html = page(&sample(), "sample");
+    for bad in ["http:", "https:", "ftp:", "file:", "@import", "<link", "<img", "<iframe"] {
+        assert!(
+            !html.to_ascii_lowercase().contains(bad),
+            "the page holds {bad:?}"
+        );
+    }
+    let doc = parse(&html);
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        for a in n.attributes() {
+            let name = a.name().to_ascii_lowercase();
+            if name == "src" || name == "href" || name.ends_with(":href") {
+                let v = a.value();
+                assert!(
+                    v.starts_with('#') || v.starts_with("data:"),
+                    "<{}> loads {v:?}",
+                    n.tag_name().name()
+                );
+            }
+        }
+        assert!(
+            !matches!(
+                n.tag_name().name(),
+                "link" | "img" | "iframe" | "object" | "embed" | "image" | "use"
+            ),
+            "a <{}> element",
+            n.tag_name().name()
+        );
+    }
+    let css: String = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "style")
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(!css.contains("url("), "CSS loads nothing");
+    let csp = doc
+        .descendants()
+        .find(|n| n.attribute("http-equiv") == Some("Content-Security-Policy"))
+        .and_then(|n| n.attribute("content"))
+        .expect("a Content-Security-Policy");
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+}
+
+#[test]
+fn every_string_is_escaped() {
+    let title = "a <b>&amp;</b> \"t\"";
+    let html = page(&sample(), title);
+    // Never raw in the markup...
+    assert!(!html.contains("<&>"));
+    assert!(!html.contains("<x&y>"));
+    assert!(!html.contains("<b>"));
+    assert!(html.contains("&lt;&amp;&gt;"));
+    // ...and the same text once parsed: labels, CM summaries, fields, the title.
+    let doc = parse(&html);
+    let scripts = doc
+        .descendants()
+        .filter(|n| n.tag_name().name() == "script")
+        .count();
+    assert_eq!(scripts, 1, "only the page's own script");
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| has_class(n, "lbl"))
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(texts.contains(&NASTY), "{texts:?}");
+    let all: String = doc
+        .descendants()
+        .filter(|n| n.is_text())
+        .filter_map(|n| n.text())
+        .collect();
+    assert!(all.contains("infiniband.immdt = <&>\"'"));
+    assert!(all.contains("REQ lcid=0x1 sid=0x0000000001060000 <x&y>"));
+    let h1 = doc
+        .descendants()
+        .find(|n| n.tag_name().name() == "h1")
+        .and_then(|n| n.text());
+    assert_eq!(h1, Some(title));
+    // Control characters (not allowed in XML) become U+FFFD, and the page still parses.
+    let mut l = sample();
+    if let Row::Packet(p) = &mut l.flows[0].rows[0] {
+        p.label = "bell \u{7} nul \u{0} esc \u{1b}".into();
+    }
+    let html = page(&l, "ctl");
+    let doc = parse(&html);
+    let lbl = doc.descendants().find(|n| has_class(n, "lbl")).unwrap();
+    assert_eq!(lbl.text(), Some("bell \u{fffd} nul \u{fffd} esc \u{fffd}"));
+}
+
+#[test]
+fn an_empty_ladder_is_a_page_too() {
+    let html = page(&Ladder::default(), "nothing");
+    let doc = parse(&html);
+    assert!(html.contains("No RoCE packets."));
+    assert_eq!(doc.descendants().filter(|n| has_class(n, "pkt")).count(), 0);
+}
+
+#[test]
+fn thousands_of_packets_draw_fast() {
+    let rows: Vec<Row> = (0..10_000u32)
+        .map(|i| {
+            if i % 4 == 3 {
+                row(ack(
+                    i as usize + 1,
+                    i - 1,
+                    Aeth::Ack { credits: 31, msn: i },
+                    Some((i - 3, i - 1)),
+                ))
+            } else {
+                row(req(i as usize + 1, "RDMA_WRITE_MIDDLE", 0x07, i))
+            }
+        })
+        .collect();
+    let l = Ladder {
+        flows: vec![Flow {
+            kind: FlowKind::Rc,
+            requester: ep(1, 0x11),
+            responder: ep(2, 0x12),
+            rows,
+        }],
+        stats: Stats::default(),
+    };
+    let t = Instant::now();
+    let html = page(&l, "big");
+    let took = t.elapsed();
+    eprintln!(
+        "10000 packets: {} bytes in {:?} ({} bytes a packet)",
+        html.len(),
+        took,
+        html.len() / 10_000
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert_eq!(html.matches("class=\"pkt ").count(), 10_000);
+}
+
+// ---- the real browser ----
+
+fn chromium() -> Option<PathBuf> {
+    for name in ["chromium", "chromium-browser"] {
+        if let Ok(o) = Command::new("sh")
+            .args(["-c", &format!("command -v {name}")])
+            .output()
+        {
+            let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if o.status.success() && !p.is_empty() {
+                return Some(PathBuf::from(p));
+            }
+        }
+    }
+    None
+}
+
+/// Debian's chromium, installed when missing and we are root with apt-get (as CI is).
+fn find_or_install_chromium() -> Result<PathBuf, String> {
+    if let Some(p) = chromium() {
+        return Ok(p);
+    }
+    if !nix::unistd::geteuid().is_root() {
+        return Err("chromium is missing and we are not root to install it".into());
+    }
+    if Command::new("apt-get").arg("--version").output().is_err() {
+        return Err("chromium is missing and there is no apt-get".into());
+    }
+    eprintln!("ladder_html: installing chromium (apt-get, about 130 packages)...");
+    let install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends", "chromium"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !install() {
+        // Stale or missing package lists: update once and try again.
+        let _ = Command::new("apt-get")
+            .args(["update", "-qq"])
+            .stdout(Stdio::null())
+            .status();
+        if !install() {
+            return Err("apt-get install chromium failed".into());
+        }
+    }
+    chromium().ok_or_else(|| "chromium installed but not on PATH".into())
+}
+
+fn skip(why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{why}, and CI is set: CI must install chromium");
+    }
+    eprintln!();
+    eprintln!("**************************************************************");
+    eprintln!("SKIPPED: {why} (tests/ladder_html.rs: no real-browser check)");
+    eprintln!("**************************************************************");
+}
+
+/// Runs chromium headless on `url` with `args`, at most 120 s; its stdout.
+fn run_chromium(bin: &Path, profile: &Path, args: &[&str], url: &str) -> Vec<u8> {
+    let mut child = Command::new(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,2000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start chromium");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut v).ok();
+        v
+    });
+    let ereader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut v).ok();
+        v
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chromium {args:?} ran over 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stdout = reader.join().unwrap();
+    let stderr = ereader.join().unwrap();
+    assert!(
+        status.success(),
+        "chromium {args:?}: {status}\n{}",
+        String::from_utf8_lossy(&stderr)
+    );
+    stdout
+}
+
+/// The page's x of the requester's column: the diagram starts 10 px from the left
+/// (`main`'s padding, `body` has no margin) and the column is at x = 190 in it.
+const REQUESTER_X: usize = 10 + 190;
+
+fn decode_png(path: &Path) -> (usize, usize, Vec<[u8; 3]>) {
+    let mut dec = png::Decoder::new(std::fs::File::open(path).unwrap());
+    dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
+    let mut reader = dec.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let (w, h) = (info.width as usize, info.height as usize);
+    let ch = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        png::ColorType::Grayscale => 1,
+        png::ColorType::GrayscaleAlpha => 2,
+        c => panic!("colour type {c:?}"),
+    };
+    let px = (0..w * h)
+        .map(|i| {
+            let row = i / w;
+            let s = &buf[row * info.line_size + (i % w) * ch..];
+            if ch >= 3 {
+                [s[0], s[1], s[2]]
+            } else {
+                [s[0], s[0], s[0]]
+            }
+        })
+        .collect();
+    (w, h, px)
+}
+
+/// Undoes the HTML serializer's escapes.
+fn unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&")
+}
+
+/// From Chromium's serialized DOM: each `<g class="pkt ...">`'s attributes and the text
+/// of the `<text class="lbl">` in it.
+fn dom_arrows(dom: &str) -> Vec<(Vec<(String, String)>, String)> {
+    let mut out = Vec::new();
+    let mut rest = dom;
+    while let Some(i) = rest.find("<g ") {
+        rest = &rest[i + 3..];
+        let end = rest.find('>').unwrap();
+        let tag = &rest[..end];
+        let mut attrs = Vec::new();
+        let mut t = tag;
+        while let Some(eq) = t.find("=\"") {
+            let name = t[..eq].trim().to_string();
+            let v_end = t[eq + 2..].find('"').unwrap();
+            attrs.push((name, unescape(&t[eq + 2..eq + 2 + v_end])));
+            t = &t[eq + 2 + v_end + 1..];
+        }
+        let is_pkt = attrs
+            .iter()
+            .any(|(n, v)| n == "class" && v.split_whitespace().any(|c| c == "pkt"));
+        if !is_pkt {
+            continue;
+        }
+        let l = rest.find("class=\"lbl\"").expect("a label in the arrow");
+        let after = &rest[l..];
+        let open = after.find('>').unwrap();
+        let close = after.find("</text>").unwrap();
+        out.push((attrs, unescape(&after[open + 1..close])));
+    }
+    out
+}
+
+#[test]
+fn a_real_browser_draws_the_page() {
+    let bin = match find_or_install_chromium() {
+        Ok(b) => b,
+        Err(why) => return skip(&why),
+    };
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ladder_html");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let l = sample();
+    let html_path = dir.join("ladder.html");
+    std::fs::write(&html_path, page(&l, "ladder_html: the sample ladder")).unwrap();
+    let url = format!("file://{}", html_path.display());
+    let png_path = dir.join("ladder.png");
+    let profile = dir.join("profile");
+
+    // The screenshot: not blank, and a coloured stroke where each arrow crosses the
+    // requester's side (just right of its column, where nothing else is coloured).
+    run_chromium(
+        &bin,
+        &profile,
+        &[&format!("--screenshot={}", png_path.display())],
+        &url,
+    );
+    println!("ladder_html: screenshot {}", png_path.display());
+    eprintln!("ladder_html: screenshot {}", png_path.display());
+    let (w, h, px) = decode_png(&png_path);
+    assert_eq!((w, h), (1400, 2000), "the window's size");
+    let lum = |p: &[u8; 3]| (p[0] as u32 * 299 + p[1] as u32 * 587 + p[2] as u32 * 114) / 1000;
+    let first = px[0];
+    assert!(px.iter().any(|p| *p != first), "the screenshot is one colour");
+    let dark = px.iter().filter(|p| lum(p) < 100).count();
+    assert!(dark > 2_000, "only {dark} dark pixels");
+    let coloured = |p: &[u8; 3]| {
+        let (mx, mn) = (*p.iter().max().unwrap(), *p.iter().min().unwrap());
+        mx - mn > 50 && lum(p) < 200
+    };
+    let mut runs: Vec<(usize, usize, u32)> = Vec::new(); // (first y, last y, darkest)
+    for y in 0..h {
+        let on: Vec<&[u8; 3]> = (REQUESTER_X + 11..=REQUESTER_X + 14)
+            .map(|x| &px[y * w + x])
+            .filter(|p| coloured(p))
+            .collect();
+        if on.is_empty() {
+            continue;
+        }
+        let d = on.iter().map(|p| lum(p)).min().unwrap();
+        match runs.last_mut() {
+            Some(r) if r.1 + 1 == y => {
+                r.1 = y;
+                r.2 = r.2.min(d);
+            }
+            _ => runs.push((y, y, d)),
+        }
+    }
+    // Every packet the requester sent starts there; every delivered one it got ends there.
+    let want = packets(&l)
+        .iter()
+        .filter(|p| p.from == Side::Requester || p.fate == Fate::Delivered)
+        .count();
+    eprintln!("ladder_html: arrow strokes at x={REQUESTER_X}+11..14: {runs:?}");
+    assert_eq!(runs.len(), want, "one stroke per arrow: {runs:?}");
+    for r in &runs {
+        assert!(r.2 < 170, "an arrow's stroke is dark: {r:?}");
+        assert!(r.1 - r.0 < 8, "a stroke, not a block: {r:?}");
+    }
+
+    // The DOM once the script ran: one arrow per packet, in order, with its label.
+    let dom = run_chromium(
+        &bin,
+        &profile,
+        &["--dump-dom", "--virtual-time-budget=2000"],
+        &url,
+    );
+    let dom = String::from_utf8(dom).unwrap();
+    std::fs::write(dir.join("dom.html"), &dom).unwrap();
+    assert!(
+        dom.contains("<html lang=\"en\" class=\"js\">"),
+        "the page's script ran: {}",
+        &dom[..dom.len().min(300)]
+    );
+    let arrows = dom_arrows(&dom);
+    let want = packets(&l);
+    assert_eq!(arrows.len(), want.len(), "one arrow per packet in the DOM");
+    for ((attrs, label), p) in arrows.iter().zip(&want) {
+        let at = |n: &str| {
+            attrs
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_else(|| panic!("no {n}: {attrs:?}"))
+        };
+        assert_eq!(at("data-frame"), p.frame.to_string());
+        assert_eq!(at("data-psn"), p.psn.to_string());
+        assert_eq!(at("data-opcode"), p.opcode.to_string());
+        assert_eq!(label, &p.label);
+    }
+    // The nasty label stayed text: no second script, no element from it.
+    assert_eq!(dom.matches("<script").count(), 1);
+}
