@@ -62,7 +62,11 @@ fn pkt(p: P) -> Packet {
     if payload_len > 0 {
         label.push_str(&format!(" len={payload_len}"));
     }
-    let destqp = if p.from == Side::Requester { 0x12 } else { 0x11 };
+    let destqp = if p.from == Side::Requester {
+        0x12
+    } else {
+        0x11
+    };
     let fields = vec![
         f("infiniband.bth.opcode", p.opcode.to_string()),
         f("infiniband.bth.se", "0".into()),
@@ -120,7 +124,8 @@ fn ack(frame: usize, psn: u32, aeth: Aeth, covers: Option<(u32, u32)>) -> Packet
     };
     p.aeth = Some(aeth);
     p.label = format!("ACKNOWLEDGE psn={psn} {kind} msn={msn}");
-    p.fields.push(f("infiniband.aeth.syndrome", format!("0x{syn:02x}")));
+    p.fields
+        .push(f("infiniband.aeth.syndrome", format!("0x{syn:02x}")));
     p.fields.push(f("infiniband.aeth.msn", msn.to_string()));
     p.covers = covers.map(|(first_psn, last_psn)| Covers {
         first_psn,
@@ -223,8 +228,10 @@ fn sample() -> Ladder {
         row({
             let mut p = req(14, "RDMA_READ_REQUEST", 0x0c, 106);
             p.reth = Some((0x7f00_0000_1000, 0x1234, 2048));
-            p.fields.push(f("infiniband.reth.va", "0x00007f0000001000".into()));
-            p.fields.push(f("infiniband.reth.r_key", "0x00001234".into()));
+            p.fields
+                .push(f("infiniband.reth.va", "0x00007f0000001000".into()));
+            p.fields
+                .push(f("infiniband.reth.r_key", "0x00001234".into()));
             p.fields.push(f("infiniband.reth.dmalen", "2048".into()));
             p
         }),
@@ -375,7 +382,10 @@ fn one_arrow_per_packet_with_its_label_fields_and_marks() {
         assert_eq!(at("data-opcode"), p.opcode.to_string());
         assert_eq!(at("data-from"), side(p.from));
         let dropped = p.fate == Fate::Dropped;
-        assert_eq!(at("data-fate"), if dropped { "dropped" } else { "delivered" });
+        assert_eq!(
+            at("data-fate"),
+            if dropped { "dropped" } else { "delivered" }
+        );
         let lbl = child_with_class(*g, "text", "lbl").expect("a label");
         assert_eq!(lbl.text(), Some(p.label.as_str()), "frame {}", p.frame);
         // Every field, by Wireshark's name, in the no-JS tooltip.
@@ -456,7 +466,10 @@ fn one_arrow_per_packet_with_its_label_fields_and_marks() {
         .find(|k| k.tag_name().name() == "title")
         .and_then(|t| t.text())
         .unwrap();
-    assert!(rnr_title.contains("timer 12 = 0.64 ms"), "{rnr_title}");
+    assert!(
+        rnr_title.contains("timer 12 means 0.64 ms (IBA Table 45)"),
+        "{rnr_title}"
+    );
     // One section (and one diagram) per flow.
     let flows: Vec<_> = doc
         .descendants()
@@ -469,7 +482,9 @@ fn one_arrow_per_packet_with_its_label_fields_and_marks() {
 #[test]
 fn the_page_loads_nothing() {
     let html = page(&sample(), "sample");
-    for bad in ["http:", "https:", "ftp:", "file:", "@import", "<link", "<img", "<iframe"] {
+    for bad in [
+        "http:", "https:", "ftp:", "file:", "@import", "<link", "<img", "<iframe",
+    ] {
         assert!(
             !html.to_ascii_lowercase().contains(bad),
             "the page holds {bad:?}"
@@ -572,7 +587,10 @@ fn thousands_of_packets_draw_fast() {
                 row(ack(
                     i as usize + 1,
                     i - 1,
-                    Aeth::Ack { credits: 31, msn: i },
+                    Aeth::Ack {
+                        credits: 31,
+                        msn: i,
+                    },
                     Some((i - 3, i - 1)),
                 ))
             } else {
@@ -633,7 +651,13 @@ fn find_or_install_chromium() -> Result<PathBuf, String> {
     eprintln!("ladder_html: installing chromium (apt-get, about 130 packages)...");
     let install = || {
         Command::new("apt-get")
-            .args(["install", "-y", "-qq", "--no-install-recommends", "chromium"])
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "chromium",
+            ])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .stdout(Stdio::null())
             .status()
@@ -818,7 +842,10 @@ fn a_real_browser_draws_the_page() {
     assert_eq!((w, h), (1400, 2000), "the window's size");
     let lum = |p: &[u8; 3]| (p[0] as u32 * 299 + p[1] as u32 * 587 + p[2] as u32 * 114) / 1000;
     let first = px[0];
-    assert!(px.iter().any(|p| *p != first), "the screenshot is one colour");
+    assert!(
+        px.iter().any(|p| *p != first),
+        "the screenshot is one colour"
+    );
     let dark = px.iter().filter(|p| lum(p) < 100).count();
     assert!(dark > 2_000, "only {dark} dark pixels");
     let coloured = |p: &[u8; 3]| {
@@ -887,4 +914,57 @@ fn a_real_browser_draws_the_page() {
     }
     // The nasty label stayed text: no second script, no element from it.
     assert_eq!(dom.matches("<script").count(), 1);
+
+    // The details panel, filled by the script: `#frame-9` opens on frame 9 (the ACK that
+    // covers PSNs 100-102), its fields under Wireshark's names.
+    let dom = run_chromium(
+        &bin,
+        &profile,
+        &["--dump-dom", "--virtual-time-budget=2000"],
+        &format!("{url}#frame-9"),
+    );
+    let dom = String::from_utf8(dom).unwrap();
+    let panel = &dom[dom.find("<section id=\"details\"").expect("the panel")..];
+    let panel = &panel[..panel.find("</section>").unwrap()];
+    eprintln!("ladder_html: the details panel of #frame-9: {panel}");
+    assert!(panel.contains("<h2>Packet #9</h2>"), "{panel}");
+    assert!(panel.contains("ACKNOWLEDGE psn=102 ACK msn=1"), "{panel}");
+    for (name, value) in [
+        ("infiniband.bth.opcode", "17"),
+        ("infiniband.bth.psn", "102"),
+        ("infiniband.aeth.syndrome", "0x1f"),
+        ("infiniband.aeth.msn", "1"),
+    ] {
+        let row = format!("<tr><td>{name}</td><td>{value}</td></tr>");
+        assert!(panel.contains(&row), "{row} not in {panel}");
+    }
+    let chosen: Vec<_> = dom_arrows(&dom)
+        .into_iter()
+        .filter(|(a, _)| a.iter().any(|(k, v)| k == "class" && v.contains("sel")))
+        .map(|(_, label)| label)
+        .collect();
+    assert_eq!(chosen, ["ACKNOWLEDGE psn=102 ACK msn=1"]);
+
+    // The same as a picture, for a person to look at (the panel on the right).
+    let shot = dir.join("ladder-frame-9.png");
+    run_chromium(
+        &bin,
+        &profile,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--virtual-time-budget=2000",
+        ],
+        &format!("{url}#frame-9"),
+    );
+    let (w, h, px) = decode_png(&shot);
+    assert_eq!((w, h), (1400, 2000));
+    assert!(px.iter().any(|p| *p != px[0]));
+    println!(
+        "ladder_html: screenshot with frame 9 chosen {}",
+        shot.display()
+    );
+    eprintln!(
+        "ladder_html: screenshot with frame 9 chosen {}",
+        shot.display()
+    );
 }

@@ -7,7 +7,8 @@
 //! opened from a mail or a CI artifact makes no request. It reads without JavaScript:
 //! each arrow carries a `<title>` (the browser's tooltip) with every field of the packet
 //! under Wireshark's names (`infiniband.bth.psn`); the script only adds a details panel
-//! (hover, click to pin, or focus with the keyboard) built from that same title.
+//! (hover, click to pin, or focus with the keyboard) built from that same title, and
+//! opens on one packet when the address ends in `#frame-N`.
 //!
 //! The markup is also well-formed XML (every element closed, the script in a commented
 //! CDATA section, only the five XML escapes), so tests parse it with an XML parser.
@@ -28,9 +29,11 @@ use std::fmt::Write;
 
 /// The requester's and the responder's column (SVG x), and where the notes start.
 const XL: f64 = 190.0;
-const XR: f64 = 740.0;
-const X_NOTES: f64 = 790.0;
+const XR: f64 = 700.0;
+const X_NOTES: f64 = 745.0;
 const SVG_W: f64 = 1100.0;
+/// The frame number and the time, left of the brackets.
+const X_TIME: f64 = 46.0;
 /// The column boxes' height, then one slot per row.
 const HEAD_H: f64 = 62.0;
 const PITCH: f64 = 26.0;
@@ -95,7 +98,11 @@ pub fn page(l: &Ladder, title: &str) -> String {
 /// One flow: a heading and its diagram.
 fn flow(out: &mut String, i: usize, f: &Flow) {
     let kind = kind_name(f.kind);
-    let packets = f.rows.iter().filter(|r| matches!(r, Row::Packet(_))).count();
+    let packets = f
+        .rows
+        .iter()
+        .filter(|r| matches!(r, Row::Packet(_)))
+        .count();
     let _ = write!(
         out,
         "<section class=\"flow\" id=\"flow-{n}\" data-kind=\"{lower}\">\n<h2>Flow {n}: {kind} ",
@@ -105,18 +112,18 @@ fn flow(out: &mut String, i: usize, f: &Flow) {
     out.push_str(&endpoint_text(f.requester.ip, f.requester.qpn));
     out.push_str(" \u{21c4} ");
     out.push_str(&endpoint_text(f.responder.ip, f.responder.qpn));
-    let _ = write!(out, ", {} packet{}</h2>\n", packets, plural(packets));
+    let _ = writeln!(out, ", {} packet{}</h2>", packets, plural(packets));
 
     let height = HEAD_H + 18.0 + f.rows.len() as f64 * PITCH + 12.0;
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<svg class=\"ladder\" width=\"{SVG_W}\" height=\"{height}\" \
-         viewBox=\"0 0 {SVG_W} {height}\">\n"
+         viewBox=\"0 0 {SVG_W} {height}\">"
     );
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<text class=\"flowname\" x=\"6\" y=\"20\">flow {}</text>\
-         <text class=\"flowname\" x=\"6\" y=\"36\">{}</text>\n",
+         <text class=\"flowname\" x=\"6\" y=\"36\">{}</text>",
         i + 1,
         kind
     );
@@ -127,10 +134,10 @@ fn flow(out: &mut String, i: usize, f: &Flow) {
     };
     column_head(out, XL, left, f.requester.ip, f.requester.qpn);
     column_head(out, XR, right, f.responder.ip, f.responder.qpn);
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<line class=\"life\" x1=\"{XL}\" y1=\"{HEAD_H}\" x2=\"{XL}\" y2=\"{height}\"/>\
-         <line class=\"life\" x1=\"{XR}\" y1=\"{HEAD_H}\" x2=\"{XR}\" y2=\"{height}\"/>\n"
+         <line class=\"life\" x1=\"{XR}\" y1=\"{HEAD_H}\" x2=\"{XR}\" y2=\"{height}\"/>"
     );
 
     let mut st = FlowState::default();
@@ -180,9 +187,9 @@ fn column_head(out: &mut String, x: f64, role: &str, ip: std::net::IpAddr, qpn: 
         HEAD_H - 12.0
     );
     esc(out, &ip.to_string());
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "</text><text x=\"{x}\" y=\"48\">QP {}</text></g>\n",
+        "</text><text x=\"{x}\" y=\"48\">QP {}</text></g>",
         qpn_text(qpn)
     );
 }
@@ -310,7 +317,7 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
         out,
         "\n<text class=\"lbl\" x=\"{}\" y=\"{:.1}\">",
         (XL + XR) / 2.0,
-        y + SLOPE / 2.0 - 4.0
+        y + SLOPE / 2.0 - 7.0
     );
     esc(out, &p.label);
     let _ = write!(
@@ -319,7 +326,7 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
          <text class=\"time\" x=\"{}\" y=\"{:.1}\">{}</text>",
         y + 4.0,
         p.frame,
-        XL - 46.0,
+        X_TIME,
         y + 4.0,
         fmt_time(p.t_ns)
     );
@@ -383,24 +390,29 @@ fn bracket(out: &mut String, st: &mut FlowState, p: &Packet, c: &Covers, y_ack: 
 fn gap(out: &mut String, from: Side, first: u32, count: u32, t_ns: i128, y: f64) {
     let last = first.wrapping_add(count.saturating_sub(1)) & 0xff_ffff;
     let x0 = col_x(from);
-    let x1 = x0 + (col_x(other(from)) - x0) * 0.35;
+    let x1 = x0 + (col_x(other(from)) - x0) * 0.25;
+    // The text starts past the stub's end, on the side of the receiver.
+    let (tx, anchor) = if from == Side::Requester {
+        (x1 + 8.0, "start")
+    } else {
+        (x1 - 8.0, "end")
+    };
     let what = if count == 1 {
         format!("PSN {first} never seen")
     } else {
         format!("PSNs {first}\u{2013}{last} never seen ({count} packets)")
     };
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<g class=\"gap\" data-from=\"{}\" data-first-psn=\"{first}\" data-count=\"{count}\">\
          <title>{} (the {} sent them: they were lost before the capture point) at t={} s\
          </title><line x1=\"{x0}\" y1=\"{y}\" x2=\"{x1}\" y2=\"{:.1}\"/>\
-         <text class=\"gaplbl\" x=\"{}\" y=\"{:.1}\">? {}</text></g>\n",
+         <text class=\"gaplbl\" x=\"{tx}\" y=\"{:.1}\" text-anchor=\"{anchor}\">{}</text></g>",
         side_name(from),
         what,
         side_name(from),
         fmt_time(t_ns),
-        y + SLOPE * 0.35,
-        (XL + XR) / 2.0,
+        y + SLOPE * 0.25,
         y + 4.0,
         what
     );
@@ -418,25 +430,38 @@ fn wait(
     y: f64,
 ) {
     let i = st.times.partition_point(|&(t, _)| t <= start_ns);
-    let top = if i == 0 { y - PITCH / 2.0 } else { st.times[i - 1].1 };
+    let top = if i == 0 {
+        y - PITCH / 2.0
+    } else {
+        st.times[i - 1].1
+    };
     let bottom = y + PITCH * 0.6;
     let took = fmt_ms(end_ns - start_ns);
-    let (class, what) = match kind {
+    // The note is short (it must fit right of the diagram); the title says it all.
+    let (class, note, what) = match kind {
         WaitKind::Rnr { timer, ms } => (
             "rnr",
-            format!("RNR wait: timer {timer} = {ms} ms (IBA Table 45), waited {took}"),
+            format!("RNR wait {took} (timer {timer} = {ms} ms)"),
+            format!(
+                "RNR wait: the RNR NAK's timer {timer} means {ms} ms (IBA Table 45); the \
+                 requester waited {took}, then sent again (IBA 9.7.5.2.8)"
+            ),
         ),
         WaitKind::AckTimeout => (
             "timeout",
-            format!("local ACK timeout: no ACK for {took}, go back (IBA 9.7.6.1.3)"),
+            format!("ACK timeout: {took} without an ACK"),
+            format!(
+                "local ACK timeout: no ACK for {took}, the requester sent again from the \
+                 oldest unacknowledged PSN (IBA 9.7.6.1.3)"
+            ),
         ),
     };
-    let _ = write!(
+    let _ = writeln!(
         out,
         "<g class=\"wait {class}\" data-side=\"{}\" data-start-ns=\"{start_ns}\" \
          data-end-ns=\"{end_ns}\"><title>{what}</title>\
          <rect x=\"{}\" y=\"{top:.1}\" width=\"8\" height=\"{:.1}\" rx=\"2\"/>\
-         <text class=\"note\" x=\"{X_NOTES}\" y=\"{:.1}\">\u{23f1} {what}</text></g>\n",
+         <text class=\"note\" x=\"{X_NOTES}\" y=\"{:.1}\">{note}</text></g>",
         side_name(side),
         col_x(side) - 4.0,
         (bottom - top).max(2.0),
@@ -468,12 +493,12 @@ fn notes(p: &Packet) -> Vec<String> {
         n.push("\u{2717} dropped on the wire".to_string());
     }
     match p.retransmit {
-        Some(Retransmit::AfterNak { nak_frame }) => {
-            n.push(format!("\u{21bb} retransmitted after the NAK in #{nak_frame}"))
-        }
-        Some(Retransmit::AfterRnr { rnr_frame }) => {
-            n.push(format!("\u{21bb} retransmitted after the RNR NAK in #{rnr_frame}"))
-        }
+        Some(Retransmit::AfterNak { nak_frame }) => n.push(format!(
+            "\u{21bb} retransmitted after the NAK in #{nak_frame}"
+        )),
+        Some(Retransmit::AfterRnr { rnr_frame }) => n.push(format!(
+            "\u{21bb} retransmitted after the RNR NAK in #{rnr_frame}"
+        )),
         Some(Retransmit::AfterTimeout) => {
             n.push("\u{21bb} retransmitted after the ACK timeout".to_string())
         }
@@ -498,9 +523,7 @@ fn notes(p: &Packet) -> Vec<String> {
         Some(Aeth::Rnr { timer, ms, msn }) => {
             n.push(format!("RNR NAK timer={timer} ({ms} ms) msn={msn}"))
         }
-        Some(Aeth::Nak { code, msn }) => {
-            n.push(format!("NAK {} msn={msn}", nak_name(code)))
-        }
+        Some(Aeth::Nak { code, msn }) => n.push(format!("NAK {} msn={msn}", nak_name(code))),
         None => {}
     }
     if let Some(cm) = &p.cm {
@@ -630,7 +653,7 @@ svg text{fill:#222}
 .pkt:hover .lbl,.pkt:focus .lbl,.pkt.sel .lbl{font-weight:bold}
 .covers{stroke:#777;stroke-width:1.2;fill:none}
 .gap line{stroke:#888;stroke-width:2;stroke-dasharray:2 3}
-.gap .gaplbl{text-anchor:middle;fill:#666;font-style:italic}
+.gap .gaplbl{fill:#666;font-style:italic}
 .wait rect{fill:#e08a1e;opacity:.75}
 .wait.timeout rect{fill:#a33;opacity:.6}
 aside{position:sticky;top:0;padding:10px;font-size:12px;border-left:1px solid #ddd;
@@ -709,17 +732,32 @@ const JS: &str = r#"(function () {
     var g = pkt(e);
     if (g && !pinned) show(g);
   });
-  document.addEventListener('click', function (e) {
-    var g = pkt(e);
-    if (!g) return;
+  function pin(g) {
     if (pinned) pinned.classList.remove('sel');
-    if (pinned === g) {
-      pinned = null;
-      return;
-    }
     pinned = g;
     g.classList.add('sel');
     show(g);
+  }
+  document.addEventListener('click', function (e) {
+    var g = pkt(e);
+    if (!g) return;
+    if (pinned === g) {
+      g.classList.remove('sel');
+      pinned = null;
+      return;
+    }
+    pin(g);
   });
+  // page.html#frame-12 opens on frame 12's packet, chosen (a link to one packet).
+  function fromHash() {
+    var m = /^#frame-([0-9]+)$/.exec(location.hash);
+    if (!m) return;
+    var g = document.querySelector('g.pkt[data-frame="' + m[1] + '"]');
+    if (!g) return;
+    pin(g);
+    if (g.scrollIntoView) g.scrollIntoView({ block: 'center' });
+  }
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
 })();
 "#;
