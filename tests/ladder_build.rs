@@ -55,7 +55,7 @@ fn packets(f: &Flow) -> Vec<&Packet> {
         .collect()
 }
 
-fn by_frame<'a>(l: &'a Ladder, n: usize) -> &'a Packet {
+fn by_frame(l: &Ladder, n: usize) -> &Packet {
     l.flows
         .iter()
         .flat_map(packets)

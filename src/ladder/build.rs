@@ -691,7 +691,7 @@ impl Ladder {
                     })
                     .cloned()
                     .collect();
-                (!rows.is_empty()).then(|| Flow {
+                (!rows.is_empty()).then_some(Flow {
                     kind: fl.kind,
                     requester: fl.requester,
                     responder: fl.responder,
