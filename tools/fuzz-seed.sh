@@ -15,6 +15,8 @@
 #                             turn); the formats are in fuzz/fuzz_targets/engine_rx_*.rs
 #   fuzz/corpus/cm_parse/     the MAD (after BTH and DETH, before the ICRC) of every UD SEND
 #                             ONLY to QP1, from tests/data/cm/*.pcap as well
+#   fuzz/corpus/ladder_build/ per capture: its RoCE packets in order as the ladder
+#                             builder's records (format in fuzz/fuzz_targets/ladder_build.rs)
 #   fuzz/corpus/control_report/ daemon control messages: a process's counter reports (as
 #                             daemon::report::messages makes them), a Hello, a Counters
 #                             answer
@@ -24,7 +26,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw fuzz/corpus/cm_parse
+mkdir -p fuzz/corpus/frame_parse fuzz/corpus/roce_parse fuzz/corpus/pcap_decode fuzz/corpus/engine_rx fuzz/corpus/oob_records fuzz/corpus/iface_rx fuzz/corpus/ring_consume fuzz/corpus/conform_peer fuzz/corpus/control_report fuzz/corpus/engine_rx_ud fuzz/corpus/engine_rx_uc_srq fuzz/corpus/engine_rx_mw fuzz/corpus/cm_parse fuzz/corpus/ladder_build
 
 python3 - fuzz/corpus tests/data/*.pcap tests/data/cm/*.pcap <<'PY'
 import hashlib, os, struct, sys
@@ -88,7 +90,8 @@ def udp_payload(f):
 n = {"frame_parse": 0, "roce_parse": 0, "pcap_decode": 0, "engine_rx": 0, "oob_records": 0,
      "iface_rx": 0,
      "ring_consume": 0, "conform_peer": 0, "control_report": 0,
-     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0, "cm_parse": 0}
+     "engine_rx_ud": 0, "engine_rx_uc_srq": 0, "engine_rx_mw": 0, "cm_parse": 0,
+     "ladder_build": 0}
 
 def is_resp(opc):
     """RC/UC responses (READ responses, ACKs, atomic ACKs) go to the requester, A."""
@@ -281,6 +284,18 @@ for path in files:
         for kind, ctl in (("engine_rx_ud", ctl_ud), ("engine_rx_uc_srq", ctl_uc_srq),
                           ("engine_rx_mw", ctl_mw)):
             n[kind] += save(kind, targeted(pkts, ctl)[:16384])
+        # ladder_build: the capture's RoCE packets in order, each as sent by the first
+        # sender's address (selector 1: 198.18.0.2 -> .1) or the other's (3: .1 -> .2).
+        senders, lb = [], b""
+        for link, f in frames(path):
+            p = udp_payload(f) if link == ETH else None
+            if not p:
+                continue
+            src = f[26:30] if f[12:14] == b"\x08\x00" else f[22:38]
+            if src not in senders:
+                senders.append(src)
+            lb += struct.pack("<HB", len(p), 1 if senders.index(src) == 0 else 3) + p
+        n["ladder_build"] += save("ladder_build", lb[:65536])
     eth = [f for link, f in frames(path) if link == ETH]
     head = next((h for h in map(iface_header, eth) if h is not None), None)
     if head is not None:

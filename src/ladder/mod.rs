@@ -3,5 +3,7 @@
 //! turns those into a [`model::Ladder`] of per-QP-pair rows, and the renderers draw it
 //! (terminal text, a self-contained HTML page).
 
+pub mod build;
 pub mod html;
 pub mod model;
+pub mod source;

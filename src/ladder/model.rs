@@ -33,6 +33,10 @@ pub struct Observed<'a> {
     pub roce: &'a [u8],
     /// What became of it (a capture sees only what passed; the simulator also drops).
     pub fate: Fate,
+    /// Whether the ICRC verified, when the source could check it (it covers the IP and
+    /// UDP headers, which `roce` does not hold: a capture's source checks it, the
+    /// simulator's trace does not). Added by h-build for `Stats::bad_icrc`.
+    pub icrc_ok: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
