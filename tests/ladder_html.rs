@@ -24,9 +24,12 @@ use roce_emu::ladder::model::{
     Stats, WaitKind,
 };
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+#[path = "common/browser.rs"]
+mod browser;
+use browser::{decode_png, dom_arrows, find_or_install_chromium, run_chromium, skip};
 
 /// A label with markup in it (kept short: a label wider than the space between the
 /// columns would cross the screenshot's arrow probe).
@@ -290,8 +293,16 @@ fn sample() -> Ladder {
                 opcode: 0x64,
                 psn: i as u32,
             });
-            p.cm = Some(format!("{m} lcid=0x1 sid=0x0000000001060000 <x&y>"));
-            p.label = format!("{m} lcid=0x1");
+            p.cm = Some(m_summary(m));
+            // The REQ's label is the whole summary, too long for the arrow: cut there.
+            p.label = if i == 0 {
+                format!(
+                    "{} qpn=0x11 psn=0x297dc6 mtu=3 cma_hdr 10.0.0.1:33028",
+                    m_summary(m)
+                )
+            } else {
+                format!("{m} lcid=0x1")
+            };
             row(p)
         })
         .collect();
@@ -320,6 +331,20 @@ fn sample() -> Ladder {
             bad_icrc: 0,
         },
     }
+}
+
+fn m_summary(m: &str) -> String {
+    format!("{m} lcid=0x1 sid=0x0000000001060000 <x&y>")
+}
+
+/// What an arrow shows of a label: the page cuts one longer than 62 characters.
+fn shown(label: &str) -> String {
+    if label.chars().count() <= 62 {
+        return label.to_string();
+    }
+    let mut s: String = label.chars().take(61).collect();
+    s.push('\u{2026}');
+    s
 }
 
 /// Every packet of the ladder, in drawing order.
@@ -387,7 +412,8 @@ fn one_arrow_per_packet_with_its_label_fields_and_marks() {
             if dropped { "dropped" } else { "delivered" }
         );
         let lbl = child_with_class(*g, "text", "lbl").expect("a label");
-        assert_eq!(lbl.text(), Some(p.label.as_str()), "frame {}", p.frame);
+        assert_eq!(lbl.text(), Some(&*shown(&p.label)), "frame {}", p.frame);
+        assert_eq!(at("data-label"), p.label);
         // Every field, by Wireshark's name, in the no-JS tooltip.
         let title = g
             .children()
@@ -622,195 +648,9 @@ fn thousands_of_packets_draw_fast() {
 
 // ---- the real browser ----
 
-fn chromium() -> Option<PathBuf> {
-    for name in ["chromium", "chromium-browser"] {
-        if let Ok(o) = Command::new("sh")
-            .args(["-c", &format!("command -v {name}")])
-            .output()
-        {
-            let p = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            if o.status.success() && !p.is_empty() {
-                return Some(PathBuf::from(p));
-            }
-        }
-    }
-    None
-}
-
-/// Debian's chromium, installed when missing and we are root with apt-get (as CI is).
-fn find_or_install_chromium() -> Result<PathBuf, String> {
-    if let Some(p) = chromium() {
-        return Ok(p);
-    }
-    if !nix::unistd::geteuid().is_root() {
-        return Err("chromium is missing and we are not root to install it".into());
-    }
-    if Command::new("apt-get").arg("--version").output().is_err() {
-        return Err("chromium is missing and there is no apt-get".into());
-    }
-    eprintln!("ladder_html: installing chromium (apt-get, about 130 packages)...");
-    let install = || {
-        Command::new("apt-get")
-            .args([
-                "install",
-                "-y",
-                "-qq",
-                "--no-install-recommends",
-                "chromium",
-            ])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !install() {
-        // Stale or missing package lists: update once and try again.
-        let _ = Command::new("apt-get")
-            .args(["update", "-qq"])
-            .stdout(Stdio::null())
-            .status();
-        if !install() {
-            return Err("apt-get install chromium failed".into());
-        }
-    }
-    chromium().ok_or_else(|| "chromium installed but not on PATH".into())
-}
-
-fn skip(why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{why}, and CI is set: CI must install chromium");
-    }
-    eprintln!();
-    eprintln!("**************************************************************");
-    eprintln!("SKIPPED: {why} (tests/ladder_html.rs: no real-browser check)");
-    eprintln!("**************************************************************");
-}
-
-/// Runs chromium headless on `url` with `args`, at most 120 s; its stdout.
-fn run_chromium(bin: &Path, profile: &Path, args: &[&str], url: &str) -> Vec<u8> {
-    let mut child = Command::new(bin)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-            "--window-size=1400,2000",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .args(args)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start chromium");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut out, &mut v).ok();
-        v
-    });
-    let ereader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        std::io::Read::read_to_end(&mut err, &mut v).ok();
-        v
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("chromium {args:?} ran over 120 s");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let stdout = reader.join().unwrap();
-    let stderr = ereader.join().unwrap();
-    assert!(
-        status.success(),
-        "chromium {args:?}: {status}\n{}",
-        String::from_utf8_lossy(&stderr)
-    );
-    stdout
-}
-
 /// The page's x of the requester's column: the diagram starts 10 px from the left
 /// (`main`'s padding, `body` has no margin) and the column is at x = 190 in it.
 const REQUESTER_X: usize = 10 + 190;
-
-fn decode_png(path: &Path) -> (usize, usize, Vec<[u8; 3]>) {
-    let mut dec = png::Decoder::new(std::fs::File::open(path).unwrap());
-    dec.set_transformations(png::Transformations::EXPAND | png::Transformations::STRIP_16);
-    let mut reader = dec.read_info().unwrap();
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let (w, h) = (info.width as usize, info.height as usize);
-    let ch = match info.color_type {
-        png::ColorType::Rgb => 3,
-        png::ColorType::Rgba => 4,
-        png::ColorType::Grayscale => 1,
-        png::ColorType::GrayscaleAlpha => 2,
-        c => panic!("colour type {c:?}"),
-    };
-    let px = (0..w * h)
-        .map(|i| {
-            let row = i / w;
-            let s = &buf[row * info.line_size + (i % w) * ch..];
-            if ch >= 3 {
-                [s[0], s[1], s[2]]
-            } else {
-                [s[0], s[0], s[0]]
-            }
-        })
-        .collect();
-    (w, h, px)
-}
-
-/// Undoes the HTML serializer's escapes.
-fn unescape(s: &str) -> String {
-    s.replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&quot;", "\"")
-        .replace("&nbsp;", "\u{a0}")
-        .replace("&amp;", "&")
-}
-
-/// From Chromium's serialized DOM: each `<g class="pkt ...">`'s attributes and the text
-/// of the `<text class="lbl">` in it.
-fn dom_arrows(dom: &str) -> Vec<(Vec<(String, String)>, String)> {
-    let mut out = Vec::new();
-    let mut rest = dom;
-    while let Some(i) = rest.find("<g ") {
-        rest = &rest[i + 3..];
-        let end = rest.find('>').unwrap();
-        let tag = &rest[..end];
-        let mut attrs = Vec::new();
-        let mut t = tag;
-        while let Some(eq) = t.find("=\"") {
-            let name = t[..eq].trim().to_string();
-            let v_end = t[eq + 2..].find('"').unwrap();
-            attrs.push((name, unescape(&t[eq + 2..eq + 2 + v_end])));
-            t = &t[eq + 2 + v_end + 1..];
-        }
-        let is_pkt = attrs
-            .iter()
-            .any(|(n, v)| n == "class" && v.split_whitespace().any(|c| c == "pkt"));
-        if !is_pkt {
-            continue;
-        }
-        let l = rest.find("class=\"lbl\"").expect("a label in the arrow");
-        let after = &rest[l..];
-        let open = after.find('>').unwrap();
-        let close = after.find("</text>").unwrap();
-        out.push((attrs, unescape(&after[open + 1..close])));
-    }
-    out
-}
 
 #[test]
 fn a_real_browser_draws_the_page() {
@@ -910,7 +750,8 @@ fn a_real_browser_draws_the_page() {
         assert_eq!(at("data-frame"), p.frame.to_string());
         assert_eq!(at("data-psn"), p.psn.to_string());
         assert_eq!(at("data-opcode"), p.opcode.to_string());
-        assert_eq!(label, &p.label);
+        assert_eq!(label, &shown(&p.label));
+        assert_eq!(at("data-label"), p.label);
     }
     // The nasty label stayed text: no second script, no element from it.
     assert_eq!(dom.matches("<script").count(), 1);

@@ -17,8 +17,9 @@
 //!
 //! Each arrow is `<g class="pkt ..." data-frame data-psn data-opcode ...>` holding the
 //! `<title>`, the arrow's line and head (a dropped packet's line stops short in a cross,
-//! a retransmission's is dashed), its label `<text class="lbl">` (the model's label,
-//! unshortened), and its frame, time and notes (retransmitted and why, duplicate, what an
+//! a retransmission's is dashed), its label `<text class="lbl">` (the model's label, cut
+//! with an ellipsis when it is too long to fit; the whole of it is in `data-label` and
+//! the title), and its frame, time and notes (retransmitted and why, duplicate, what an
 //! ACK or READ response covers, CE, a bad ICRC, the CM message).
 
 use super::model::{
@@ -41,6 +42,12 @@ const PITCH: f64 = 26.0;
 const SLOPE: f64 = 8.0;
 /// A dropped packet's arrow stops this far across, in a cross.
 const DROP_AT: f64 = 0.6;
+/// How many characters of a label fit between the columns (12 px monospace, about 7.3 px
+/// a character, leaving a margin), and of the notes right of the diagram (11 px). Longer ones are cut with
+/// an ellipsis (the model lets a renderer shorten a label, never reorder it); the whole
+/// text is in the arrow's title and `data-label`.
+const LABEL_CHARS: usize = 62;
+const NOTE_CHARS: usize = 52;
 /// At most this many covered requests get a tick on an ACK's bracket.
 const MAX_TICKS: u32 = 64;
 
@@ -247,6 +254,10 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
     if let Some(r) = p.retransmit {
         let _ = write!(out, " data-retransmit=\"{}\"", retransmit_key(r));
     }
+    // The whole label, whatever the arrow shows of it.
+    out.push_str(" data-label=\"");
+    esc(out, &p.label);
+    out.push('"');
     out.push_str(">\n<title>");
     let notes = notes(p);
     let mut t = format!(
@@ -319,7 +330,7 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
         (XL + XR) / 2.0,
         y + SLOPE / 2.0 - 7.0
     );
-    esc(out, &p.label);
+    esc(out, &fit(&p.label, LABEL_CHARS));
     let _ = write!(
         out,
         "</text><text class=\"frame\" x=\"6\" y=\"{:.1}\">#{}</text>\
@@ -336,7 +347,7 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
             "<text class=\"note\" x=\"{X_NOTES}\" y=\"{:.1}\">",
             y + 4.0
         );
-        esc(out, &notes.join(" \u{b7} "));
+        esc(out, &fit(&notes.join(" \u{b7} "), NOTE_CHARS));
         out.push_str("</text>");
     }
     if let Some(c) = p.covers {
@@ -527,7 +538,10 @@ fn notes(p: &Packet) -> Vec<String> {
         None => {}
     }
     if let Some(cm) = &p.cm {
-        n.push(format!("CM {cm}"));
+        // A CM arrow's label is often the summary itself.
+        if !p.label.contains(cm.as_str()) {
+            n.push(format!("CM {cm}"));
+        }
     }
     if p.ecn == 3 {
         n.push("ECN CE".to_string());
@@ -582,6 +596,16 @@ fn plural(n: usize) -> &'static str {
     } else {
         "s"
     }
+}
+
+/// `s` cut to `max` characters, the last an ellipsis, when it is longer.
+fn fit(s: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if s.chars().count() <= max {
+        return s.into();
+    }
+    let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
+    t.push('\u{2026}');
+    t.into()
 }
 
 /// Seconds with microseconds, as tshark's `frame.time_relative` to 6 places.
