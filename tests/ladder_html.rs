@@ -756,6 +756,32 @@ fn a_real_browser_draws_the_page() {
     // The nasty label stayed text: no second script, no element from it.
     assert_eq!(dom.matches("<script").count(), 1);
 
+    // Without JavaScript the page is the same drawing: every arrow, its label and its
+    // title (the tooltip), only no details panel. (Chromium's --dump-dom needs script
+    // itself, so the page's own script is taken out of a copy instead.)
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    let (a, b) = (
+        html.find("<script>").unwrap(),
+        html.find("</script>").unwrap(),
+    );
+    let nojs_path = dir.join("ladder-nojs.html");
+    std::fs::write(&nojs_path, format!("{}{}", &html[..a], &html[b + 9..])).unwrap();
+    let dom = run_chromium(
+        &bin,
+        &profile,
+        &["--dump-dom"],
+        &format!("file://{}", nojs_path.display()),
+    );
+    let dom = String::from_utf8(dom).unwrap();
+    assert!(dom.contains("<html lang=\"en\">"), "no script ran");
+    assert!(!dom.contains("<script"));
+    let arrows = dom_arrows(&dom);
+    assert_eq!(arrows.len(), want.len(), "one arrow per packet without JS");
+    for ((_, label), p) in arrows.iter().zip(&want) {
+        assert_eq!(label, &shown(&p.label));
+    }
+    assert_eq!(dom.matches("<title>").count(), 1 + want.len() + 3);
+
     // The details panel, filled by the script: `#frame-9` opens on frame 9 (the ACK that
     // covers PSNs 100-102), its fields under Wireshark's names.
     let dom = run_chromium(
