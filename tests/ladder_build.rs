@@ -71,6 +71,47 @@ fn row_of(f: &Flow, n: usize) -> usize {
         .unwrap()
 }
 
+/// One line per row (for the test's output: `--nocapture` shows what the builder saw).
+fn dump(l: &Ladder) {
+    for (i, f) in l.flows.iter().enumerate() {
+        eprintln!(
+            "flow {i} {:?} requester {:?} responder {:?}",
+            f.kind, f.requester, f.responder
+        );
+        for r in &f.rows {
+            match r {
+                Row::Packet(p) => {
+                    let mut extra = String::new();
+                    if p.fate == Fate::Dropped {
+                        extra += " DROPPED";
+                    }
+                    if let Some(x) = p.retransmit {
+                        extra += &format!(" retransmit={x:?}");
+                    }
+                    if p.duplicate {
+                        extra += " duplicate";
+                    }
+                    if let Some(c) = p.covers {
+                        extra += &format!(
+                            " covers={}..{}{}",
+                            c.first_psn,
+                            c.last_psn,
+                            c.request_frame
+                                .map_or(String::new(), |n| format!(" (frame {n})"))
+                        );
+                    }
+                    eprintln!(
+                        "  {:>4} {:>12} {:?} {}{extra}",
+                        p.frame, p.t_ns, p.from, p.label
+                    );
+                }
+                r => eprintln!("  {r:?}"),
+            }
+        }
+    }
+    eprintln!("{:?}", l.stats);
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -78,6 +119,7 @@ fn ip(s: &str) -> IpAddr {
 #[test]
 fn a_lost_packet_shows_as_a_gap_a_sequence_nak_and_go_back_n() {
     let l = ladder_of(&data("rc_pingpong_loss_seqnak.pcap"));
+    dump(&l);
     assert_eq!(l.stats.malformed, 0);
     assert_eq!(l.stats.bad_icrc, 0);
     assert_eq!(l.flows.len(), 1, "{:#?}", l.flows);
@@ -179,6 +221,7 @@ fn a_lost_packet_shows_as_a_gap_a_sequence_nak_and_go_back_n() {
 #[test]
 fn rnr_naks_show_their_timer_the_wait_and_the_retransmissions_after_it() {
     let l = ladder_of(&data("send_bw_rnr.pcap"));
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     let rnr = by_frame(&l, 32);
@@ -252,6 +295,7 @@ fn rnr_naks_show_their_timer_the_wait_and_the_retransmissions_after_it() {
 #[test]
 fn read_responses_cover_the_psns_their_request_consumed() {
     let l = ladder_of(&data("read_bw_s2048.pcap"));
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     let ps = packets(f);
@@ -332,6 +376,7 @@ fn ud_and_uc_flows_hold_both_directions_without_retransmissions() {
 #[test]
 fn cm_mads_form_their_own_flow_with_summaries() {
     let l = ladder_of(&data("rping_cm_s64.pcap"));
+    dump(&l);
     assert_eq!(
         l.flows.len(),
         2,
@@ -570,6 +615,7 @@ fn a_simulated_drop_shows_the_drop_the_nak_and_go_back_n() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     assert_eq!(f.requester.ip, p.net.nodes[A].ip);
@@ -630,6 +676,7 @@ fn a_lost_ack_shows_the_timeout_and_the_duplicate() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     assert_eq!(ps.len(), 4, "{ps:#?}");
@@ -669,6 +716,7 @@ fn a_simulated_rnr_nak_shows_its_wait() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     let rnr = ps
@@ -807,6 +855,7 @@ fn a_lost_read_response_is_asked_for_again_at_once() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     let psn = 0x100;
