@@ -932,3 +932,34 @@ fn ten_thousand_packets_build_quickly() {
     assert_eq!(l.flows.len(), 1);
     assert!(took.as_secs_f64() < 1.0, "{took:?}");
 }
+
+/// A frame whose ICRC does not verify is kept, marked, and counted.
+#[test]
+fn a_bad_icrc_is_kept_marked_and_counted() {
+    let bytes = std::fs::read(data("rc_pingpong_s64.pcap")).unwrap();
+    let mut frames = Vec::new();
+    for_each_record(&bytes, |r| {
+        frames.push((r.n, r.link.unwrap(), r.data.to_vec()))
+    })
+    .unwrap();
+    let mut b = Builder::new();
+    let mut bad = None;
+    for (n, link, mut d) in frames {
+        let roce = from_frame(n, 0, link, &d).map(|o| o.roce.len());
+        if let (Some(len), None) = (roce, bad) {
+            // The last payload byte before the ICRC (of the first RoCE frame).
+            let at = d.len() - 5;
+            assert!(len > 5);
+            d[at] ^= 1;
+            bad = Some(n);
+        }
+        if let Some(o) = from_frame(n, 0, link, &d) {
+            assert_eq!(o.icrc_ok, Some(Some(n) != bad));
+            b.push(&o);
+        }
+    }
+    let l = b.finish();
+    assert_eq!(l.stats.bad_icrc, 1);
+    let p = by_frame(&l, bad.unwrap());
+    assert_eq!(p.icrc_ok, Some(false));
+}
