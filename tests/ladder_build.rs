@@ -71,6 +71,47 @@ fn row_of(f: &Flow, n: usize) -> usize {
         .unwrap()
 }
 
+/// One line per row (for the test's output: `--nocapture` shows what the builder saw).
+fn dump(l: &Ladder) {
+    for (i, f) in l.flows.iter().enumerate() {
+        eprintln!(
+            "flow {i} {:?} requester {:?} responder {:?}",
+            f.kind, f.requester, f.responder
+        );
+        for r in &f.rows {
+            match r {
+                Row::Packet(p) => {
+                    let mut extra = String::new();
+                    if p.fate == Fate::Dropped {
+                        extra += " DROPPED";
+                    }
+                    if let Some(x) = p.retransmit {
+                        extra += &format!(" retransmit={x:?}");
+                    }
+                    if p.duplicate {
+                        extra += " duplicate";
+                    }
+                    if let Some(c) = p.covers {
+                        extra += &format!(
+                            " covers={}..{}{}",
+                            c.first_psn,
+                            c.last_psn,
+                            c.request_frame
+                                .map_or(String::new(), |n| format!(" (frame {n})"))
+                        );
+                    }
+                    eprintln!(
+                        "  {:>4} {:>12} {:?} {}{extra}",
+                        p.frame, p.t_ns, p.from, p.label
+                    );
+                }
+                r => eprintln!("  {r:?}"),
+            }
+        }
+    }
+    eprintln!("{:?}", l.stats);
+}
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -78,6 +119,7 @@ fn ip(s: &str) -> IpAddr {
 #[test]
 fn a_lost_packet_shows_as_a_gap_a_sequence_nak_and_go_back_n() {
     let l = ladder_of(&data("rc_pingpong_loss_seqnak.pcap"));
+    dump(&l);
     assert_eq!(l.stats.malformed, 0);
     assert_eq!(l.stats.bad_icrc, 0);
     assert_eq!(l.flows.len(), 1, "{:#?}", l.flows);
@@ -179,6 +221,7 @@ fn a_lost_packet_shows_as_a_gap_a_sequence_nak_and_go_back_n() {
 #[test]
 fn rnr_naks_show_their_timer_the_wait_and_the_retransmissions_after_it() {
     let l = ladder_of(&data("send_bw_rnr.pcap"));
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     let rnr = by_frame(&l, 32);
@@ -252,6 +295,7 @@ fn rnr_naks_show_their_timer_the_wait_and_the_retransmissions_after_it() {
 #[test]
 fn read_responses_cover_the_psns_their_request_consumed() {
     let l = ladder_of(&data("read_bw_s2048.pcap"));
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     let ps = packets(f);
@@ -332,6 +376,7 @@ fn ud_and_uc_flows_hold_both_directions_without_retransmissions() {
 #[test]
 fn cm_mads_form_their_own_flow_with_summaries() {
     let l = ladder_of(&data("rping_cm_s64.pcap"));
+    dump(&l);
     assert_eq!(
         l.flows.len(),
         2,
@@ -570,6 +615,7 @@ fn a_simulated_drop_shows_the_drop_the_nak_and_go_back_n() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     assert_eq!(l.flows.len(), 1);
     let f = &l.flows[0];
     assert_eq!(f.requester.ip, p.net.nodes[A].ip);
@@ -630,6 +676,7 @@ fn a_lost_ack_shows_the_timeout_and_the_duplicate() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     assert_eq!(ps.len(), 4, "{ps:#?}");
@@ -669,6 +716,7 @@ fn a_simulated_rnr_nak_shows_its_wait() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     let rnr = ps
@@ -807,6 +855,7 @@ fn a_lost_read_response_is_asked_for_again_at_once() {
     p.settle();
     p.print_trace();
     let l = sim_ladder(&p);
+    dump(&l);
     let f = &l.flows[0];
     let ps = packets(f);
     let psn = 0x100;
@@ -836,4 +885,81 @@ fn a_lost_read_response_is_asked_for_again_at_once() {
         assert_eq!(c.first_psn, req.psn);
         assert!(c.first_psn <= r.psn && r.psn <= c.last_psn, "{r:?}");
     }
+}
+
+/// Thousands of packets build in well under a second (the ladder of a long capture is
+/// drawn at once): the loss capture's 40 packets 250 times over, PSNs and frame numbers
+/// moved on each time, so every copy is new traffic.
+#[test]
+fn ten_thousand_packets_build_quickly() {
+    let pkts = roce_packets("rc_pingpong_loss_seqnak.pcap");
+    let bufs: Vec<(usize, Vec<u8>, bool)> = (0..250u32)
+        .flat_map(|k| {
+            pkts.iter().map(move |p| {
+                let mut p = p.clone();
+                let psn = u32::from_be_bytes([0, p[9], p[10], p[11]]).wrapping_add(k * 64);
+                p[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+                // Who sent it: requests to the client carry the server's first PSNs.
+                let from_server = (p[0] == 0x11) == (psn & 0xf0_0000 == 0x40_0000);
+                (k as usize, p, from_server)
+            })
+        })
+        .collect();
+    let (server, client) = (ip("198.18.0.11"), ip("198.18.0.12"));
+    let start = std::time::Instant::now();
+    let mut b = Builder::new();
+    for (i, (k, p, from_server)) in bufs.iter().enumerate() {
+        let (s, d) = if *from_server {
+            (server, client)
+        } else {
+            (client, server)
+        };
+        b.push(&Observed {
+            frame: i + 1,
+            t_ns: (*k as i128) * 1_000_000 + i as i128,
+            src: SocketAddr::new(s, 4791),
+            dst: SocketAddr::new(d, 4791),
+            ecn: 0,
+            roce: p,
+            fate: Fate::Delivered,
+            icrc_ok: None,
+        });
+    }
+    let l = b.finish();
+    let took = start.elapsed();
+    eprintln!("{} packets built in {took:?}", bufs.len());
+    assert_eq!(l.stats.packets, 10_000);
+    assert_eq!(l.flows.len(), 1);
+    assert!(took.as_secs_f64() < 1.0, "{took:?}");
+}
+
+/// A frame whose ICRC does not verify is kept, marked, and counted.
+#[test]
+fn a_bad_icrc_is_kept_marked_and_counted() {
+    let bytes = std::fs::read(data("rc_pingpong_s64.pcap")).unwrap();
+    let mut frames = Vec::new();
+    for_each_record(&bytes, |r| {
+        frames.push((r.n, r.link.unwrap(), r.data.to_vec()))
+    })
+    .unwrap();
+    let mut b = Builder::new();
+    let mut bad = None;
+    for (n, link, mut d) in frames {
+        let roce = from_frame(n, 0, link, &d).map(|o| o.roce.len());
+        if let (Some(len), None) = (roce, bad) {
+            // The last payload byte before the ICRC (of the first RoCE frame).
+            let at = d.len() - 5;
+            assert!(len > 5);
+            d[at] ^= 1;
+            bad = Some(n);
+        }
+        if let Some(o) = from_frame(n, 0, link, &d) {
+            assert_eq!(o.icrc_ok, Some(Some(n) != bad));
+            b.push(&o);
+        }
+    }
+    let l = b.finish();
+    assert_eq!(l.stats.bad_icrc, 1);
+    let p = by_frame(&l, bad.unwrap());
+    assert_eq!(p.icrc_ok, Some(false));
 }

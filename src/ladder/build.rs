@@ -20,10 +20,12 @@
 //!   once), else the local ACK timeout
 //!   (`AfterTimeout`, 9.7.6.1.3). The rest of the round inherits its reason;
 //! - `Wait` rows: an RNR wait from the RNR NAK to the retransmission it caused; an ACK
-//!   timeout from the flow's last packet before the retransmission (sending a request
-//!   arms the requester's retry timer and an ACK that makes progress re-arms it, rxe's
-//!   `retrans_timer`: the flow's last packet is the latest moment the timer can have
-//!   started, so the bar is the shortest timeout consistent with the capture);
+//!   timeout from the last request its requester sent, or answer to its requests it
+//!   received, before the retransmission (sending a request arms the requester's retry
+//!   timer and an answer that makes progress re-arms it, rxe's `retrans_timer`; an answer
+//!   dropped on its way, or the other side's requests, re-arm nothing): the latest moment
+//!   the timer can have started, so the bar is the shortest timeout consistent with what
+//!   was seen);
 //! - a `Gap` when a new PSN jumps over PSNs (lost before the capture point, or on UC);
 //!   a READ request consumes ceil(len/MTU) PSNs (IBA 9.7.5.1.2); while the flow has not
 //!   shown its MTU (no FIRST/MIDDLE payload yet, e.g. READs pipelined before any
@@ -95,6 +97,8 @@ struct Dir {
     /// The next READ response PSN within a multi-packet response: sent, and arrived.
     resp_next: Option<Psn>,
     resp_seen: Option<Psn>,
+    /// The last request sent or answer received: when the retry timer last (re)started.
+    last_t: Option<i128>,
 }
 
 #[derive(Debug, Default)]
@@ -103,7 +107,6 @@ struct FlowState {
     /// Largest FIRST/MIDDLE payload, largest other payload (MTU inference).
     max_mid: usize,
     max_end: usize,
-    last_t: Option<i128>,
 }
 
 impl FlowState {
@@ -203,12 +206,6 @@ impl Builder {
         let mut p = packet::packet(o, &r, from, kind == FlowKind::Cm);
         let mut out = Vec::new();
         let st = &mut self.state[fi];
-        let last_t = st.last_t;
-        // The ACK timeout's start (see the module's comment): a packet the requester sent
-        // or received; an answer dropped on its way re-armed nothing.
-        if o.fate == Fate::Delivered || info.is(Flags::REQ) {
-            st.last_t = Some(o.t_ns);
-        }
         if info.is(Flags::START.union(Flags::PAYLOAD)) && !info.is(Flags::END)
             || info.is(Flags::MIDDLE)
         {
@@ -218,7 +215,7 @@ impl Builder {
         }
         if matches!(kind, FlowKind::Rc | FlowKind::Uc) {
             if info.is(Flags::REQ) {
-                request(st, kind, &r, o, &mut p, last_t, &mut out);
+                request(st, kind, &r, o, &mut p, &mut out);
             } else if info.is(Flags::RESP) {
                 response(st, &r, o, &mut p, &mut out);
             }
@@ -396,11 +393,11 @@ fn request(
     r: &RoceRepr,
     o: &Observed<'_>,
     p: &mut Packet,
-    last_t: Option<i128>,
     out: &mut Vec<Row>,
 ) {
     let (mtu, mtu_known) = (st.mtu(), st.max_mid > 0);
     let d = &mut st.dirs[idx(p.from)];
+    let last_t = d.last_t.replace(o.t_ns);
     let psn = r.bth.psn;
     let info = r.bth.opcode.info();
     let read = info.is_some_and(|i| i.is(Flags::READ));
@@ -518,6 +515,9 @@ fn response(
         return;
     };
     let arrived = o.fate == Fate::Delivered;
+    if arrived {
+        d.last_t = Some(o.t_ns);
+    }
     // The requests before `upto` (inclusive) not acknowledged before.
     let newly = |d: &Dir, upto: Psn| -> Option<Covers> {
         let first = match (d.acked, d.first) {
