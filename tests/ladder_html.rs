@@ -261,6 +261,11 @@ fn sample() -> Ladder {
                 opcode: 0x0f,
                 psn: 107,
             });
+            p.covers = Some(Covers {
+                first_psn: 106,
+                last_psn: 107,
+                request_frame: Some(14),
+            });
             p.fate = Fate::Dropped;
             p
         }),
@@ -462,6 +467,8 @@ fn one_arrow_per_packet_with_its_label_fields_and_marks() {
     assert_eq!(bracket("9"), Some(1 + 3));
     assert_eq!(bracket("13"), Some(1 + 1));
     assert_eq!(bracket("15"), Some(1 + 1));
+    // One bracket per READ request, on its first response (frame 16 answers 14 too).
+    assert_eq!(bracket("16"), None);
     assert_eq!(bracket("3"), None);
     // The gap and the two timers.
     let gaps: Vec<_> = doc

@@ -210,6 +210,9 @@ struct FlowState {
     times: Vec<(i128, f64)>,
     /// Brackets drawn so far (their nesting level cycles).
     brackets: usize,
+    /// The request whose READ/atomic responses got a bracket last: one bracket per
+    /// request (on its first response), not one per response packet.
+    answered: Option<usize>,
 }
 
 fn side_ix(s: Side) -> usize {
@@ -362,6 +365,12 @@ fn packet(out: &mut String, st: &mut FlowState, p: &Packet, y: f64) {
 /// A bracket beside the column of the requests' sender, from the first covered request
 /// down to where the ACK (or response) arrives, with a tick at each covered request.
 fn bracket(out: &mut String, st: &mut FlowState, p: &Packet, c: &Covers, y_ack: f64) {
+    if c.request_frame.is_some() {
+        if st.answered == c.request_frame {
+            return;
+        }
+        st.answered = c.request_frame;
+    }
     let senders = other(p.from);
     let seen = &st.last_y[side_ix(senders)];
     let count = c.last_psn.wrapping_sub(c.first_psn) & 0xff_ffff;
