@@ -31,7 +31,7 @@ use std::fmt::Write;
 /// The requester's and the responder's column (SVG x), and where the notes start.
 const XL: f64 = 190.0;
 const XR: f64 = 700.0;
-const X_NOTES: f64 = 745.0;
+const X_NOTES: f64 = 755.0;
 const SVG_W: f64 = 1100.0;
 /// The frame number and the time, left of the brackets.
 const X_TIME: f64 = 46.0;
@@ -390,7 +390,7 @@ fn bracket(out: &mut String, st: &mut FlowState, p: &Packet, c: &Covers, y_ack: 
         return;
     }
     let top = ys.iter().copied().fold(f64::INFINITY, f64::min).min(y_ack);
-    let level = (st.brackets % 4) as f64;
+    let level = (st.brackets % 6) as f64;
     st.brackets += 1;
     // Left of the requester's column, or right of the responder's.
     let (col, dir) = match senders {
