@@ -7,6 +7,7 @@ pub mod demo;
 pub mod dropin;
 pub mod find_daemon;
 pub mod install;
+pub mod ladder;
 pub mod oob;
 pub mod pcap;
 pub mod perf;
@@ -35,6 +36,10 @@ enum Command {
     Demo(demo::Args),
     /// Decode the RoCEv2 frames of a pcap or pcapng file, one line (or JSON object) per frame.
     Pcap(pcap::Args),
+    /// Draw a capture as a ladder per QP pair (requester left, responder right, time down):
+    /// PSNs, ACKs and NAKs, retransmissions and why, lost PSNs, RNR and ACK-timeout waits;
+    /// `--html FILE` also writes it as a page.
+    Ladder(ladder::Args),
     /// RC ping-pong with ibv_rc_pingpong's exchange and output; either side may be the real tool.
     Pingpong(pingpong::Args),
     /// RC bandwidth test with perftest's exchange and table (ib_write_bw, ib_read_bw,
@@ -162,6 +167,7 @@ pub fn main() -> i32 {
     tracing::debug!(command = ?cli.command, "starting");
     match cli.command {
         Command::Pcap(args) => pcap::run(&args),
+        Command::Ladder(args) => ladder::run(&args),
         Command::Demo(args) if args.nic.daemon.is_some() => {
             eprintln!(
                 "roce-emu demo: --daemon is not for the demo (it runs two NICs on two \

@@ -7,3 +7,4 @@ pub mod build;
 pub mod html;
 pub mod model;
 pub mod source;
+pub mod text;

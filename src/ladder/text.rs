@@ -1,0 +1,810 @@
+//! The terminal ladder (`roce-emu ladder`): one flow after another, each a header naming
+//! its two columns (address, QPN, role) and one line per packet, time flowing down.
+//!
+//! The layout follows sngrep's SIP ladder: the requester's column on the left, the
+//! responder's on the right, and between them one arrow per packet pointing the way the
+//! packet went, its label (`RDMA_WRITE_FIRST psn=12 A len=1024`, `ACKNOWLEDGE psn=14 ACK
+//! msn=3`) on the sender's side of the arrow:
+//!
+//! ```text
+//!       time   frame 10.0.0.1 QP 0x11                          10.0.0.2 QP 0x12
+//!                    ┌ requester                                       responder ┐
+//!   0.000012      #3 ├─ RDMA_WRITE_FIRST psn=12 A len=1024 ──────────────────────>│
+//!   0.000020      #4 │<──────────────────────────── ACKNOWLEDGE psn=12 ACK msn=1 ─┤
+//! ```
+//!
+//! What else a teaching ladder needs (design wave3 §B2) is drawn in the line itself: a
+//! retransmission (IBA §9.7.5.1.3 go-back-N, §9.7.6.1.3 timeout) dashed and marked
+//! `↻ after NAK #12` / `↻ after RNR #8` / `↻ timeout`; a duplicate `dup`; a packet lost on
+//! the wire ends in `✗` before the far column; what an ACK or a READ response covers
+//! (§9.7.5.1.1, §9.7.5.1.2) as `covers 10-13`; PSNs never seen as `… PSN 14-16 never
+//! seen`; timers as a bar on the waiting side over two lines, the wait's start and end
+//! (`┃ RNR wait 1.28 ms`, `┃ ACK timeout`).
+//!
+//! Every line fits `TextOpts::width` (at least [`MIN_WIDTH`]): labels are shortened
+//! (opcode abbreviations, compact notes, then an ellipsis), never wrapped. `ascii` draws
+//! with ASCII only; `color` adds ANSI SGR escapes around the same text, so the visible
+//! text, and its width, is the same either way. Output depends only on the ladder and
+//! the options (golden tests, tests/ladder_text.rs).
+
+use super::model::{
+    Aeth, Endpoint, Fate, Flow, FlowKind, Ladder, Packet, Retransmit, Row, Side, WaitKind,
+};
+
+/// Options of the drawing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextOpts {
+    /// Columns every line fits in (a width below [`MIN_WIDTH`] is drawn at that).
+    pub width: usize,
+    /// ANSI colours (the caller decides: a terminal, `--color`, `NO_COLOR`).
+    pub color: bool,
+    /// ASCII only (no box drawing, arrows or symbols).
+    pub ascii: bool,
+}
+
+impl Default for TextOpts {
+    fn default() -> TextOpts {
+        TextOpts {
+            width: 100,
+            color: false,
+            ascii: false,
+        }
+    }
+}
+
+/// The narrowest drawing: the time and frame columns plus a 39-column arrow.
+pub const MIN_WIDTH: usize = 60;
+
+/// Time column: seconds since the first packet, right-aligned (`  0.001234`).
+const TIME_W: usize = 10;
+/// Frame column: `#12345`, right-aligned.
+const FRAME_W: usize = 7;
+/// Where the left column's rail is.
+const LEFT: usize = TIME_W + 1 + FRAME_W + 1;
+
+/// The whole ladder: each flow's header and rows, a blank line between flows.
+pub fn render(l: &Ladder, o: &TextOpts) -> String {
+    let mut out = String::new();
+    for (i, f) in l.flows.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        out.push_str(&flow_header(f, o));
+        for r in &f.rows {
+            out.push_str(&row(f, r, o));
+        }
+    }
+    out
+}
+
+/// A flow's header: its kind and endpoints, then the column names over the rails. Each
+/// line ends in a newline.
+pub fn flow_header(f: &Flow, o: &TextOpts) -> String {
+    let g = Geo::new(o);
+    let gl = glyphs(o.ascii);
+    let (kind, roles) = match f.kind {
+        FlowKind::Rc => ("RC", ["requester", "responder"]),
+        FlowKind::Uc => ("UC", ["requester", "responder"]),
+        FlowKind::Ud => ("UD", ["first sender", "peer"]),
+        FlowKind::Cm => ("CM", ["active", "passive"]),
+    };
+    let (left, right) = (
+        endpoint_name(&f.requester, f.kind),
+        endpoint_name(&f.responder, f.kind),
+    );
+    let mut out = String::new();
+
+    // Title: `══ RC  10.0.0.1 QP 0x11 ⇄ 10.0.0.2 QP 0x12 ═══...`.
+    let mut title = format!("{0}{0} {kind}  {left} {1} {right} ", gl.title, gl.both);
+    if width(&title) + 2 > g.w {
+        title = format!("{0}{0} {kind} ", gl.title);
+    }
+    let fill = g.w.saturating_sub(width(&title));
+    title.extend(std::iter::repeat_n(gl.title, fill));
+    let mut t = Line::default();
+    t.push(&title, Style::Title);
+    out.push_str(&t.finish(o.color));
+
+    // Column names: on one line when both fit, else one line each.
+    let room = g.w - LEFT;
+    let (left, right) = (fit(&left, room, gl), fit(&right, room, gl));
+    let heads = format!("{:>TIME_W$} {:>FRAME_W$} ", "time", "frame");
+    let mut names = Line::default();
+    names.push(&heads, Style::Dim);
+    names.push(&left, Style::Bold);
+    if width(&left) + 1 + width(&right) <= room {
+        names.pad_to(g.w - width(&right));
+        names.push(&right, Style::Bold);
+        out.push_str(&names.finish(o.color));
+    } else {
+        out.push_str(&names.finish(o.color));
+        let mut n2 = Line::default();
+        n2.pad_to(g.w - width(&right));
+        n2.push(&right, Style::Bold);
+        out.push_str(&n2.finish(o.color));
+    }
+
+    // Roles over the rails: `┌ requester ... responder ┐`.
+    let mut r = Line::default();
+    r.pad_to(LEFT);
+    r.push(&format!("{} {}", gl.corner_l, roles[0]), Style::Dim);
+    let right_role = format!("{} {}", roles[1], gl.corner_r);
+    r.pad_to(g.w - width(&right_role));
+    r.push(&right_role, Style::Dim);
+    out.push_str(&r.finish(o.color));
+    out
+}
+
+/// One row: a packet's line, a gap's line, or a wait's two lines (its start and its end).
+/// Each line ends in a newline.
+pub fn row(f: &Flow, r: &Row, o: &TextOpts) -> String {
+    let g = Geo::new(o);
+    let gl = glyphs(o.ascii);
+    match r {
+        Row::Packet(p) => packet_line(f, p, &g, gl).finish(o.color),
+        Row::Gap {
+            from,
+            first_psn,
+            count,
+            t_ns,
+        } => {
+            let last = first_psn.wrapping_add(count.saturating_sub(1)) & 0xff_ffff;
+            let psns = if *count <= 1 {
+                format!("PSN {first_psn}")
+            } else {
+                format!("PSN {first_psn}-{last}")
+            };
+            let text = format!("{} {psns} never seen", gl.ellipsis);
+            let mut l = prefix(*t_ns, None, gl);
+            inside(&mut l, &g, gl, *from, &text, Style::Gap, None);
+            l.finish(o.color)
+        }
+        Row::Wait {
+            side,
+            kind,
+            start_ns,
+            end_ns,
+        } => {
+            let first = match kind {
+                WaitKind::Rnr { ms, .. } => format!("RNR wait {}", ms_text(*ms)),
+                WaitKind::AckTimeout => "ACK timeout".to_string(),
+            };
+            let second = format!("waited {}", duration(end_ns - start_ns, gl));
+            let mut a = prefix(*start_ns, None, gl);
+            inside(&mut a, &g, gl, *side, &first, Style::Wait, Some(*side));
+            let mut b = prefix(*end_ns, None, gl);
+            inside(&mut b, &g, gl, *side, &second, Style::Wait, Some(*side));
+            let mut s = a.finish(o.color);
+            s.push_str(&b.finish(o.color));
+            s
+        }
+    }
+}
+
+/// Where things go on a line of `w` columns.
+struct Geo {
+    w: usize,
+    /// The right column's rail (the last column of the line).
+    right: usize,
+}
+
+impl Geo {
+    fn new(o: &TextOpts) -> Geo {
+        let w = o.width.max(MIN_WIDTH);
+        Geo { w, right: w - 1 }
+    }
+    /// Columns strictly between the rails.
+    fn inner(&self) -> usize {
+        self.right - LEFT - 1
+    }
+}
+
+/// The characters a drawing uses.
+struct Glyphs {
+    rail: char,
+    line: char,
+    dash: char,
+    head_r: char,
+    head_l: char,
+    /// The sender's rail, where an arrow leaves.
+    tee_l: char,
+    tee_r: char,
+    drop: char,
+    bar: char,
+    title: char,
+    corner_l: char,
+    corner_r: char,
+    both: &'static str,
+    ellipsis: &'static str,
+    retx: &'static str,
+    /// The mark before a compact note (`↻NAK#12`, `retx:NAK#12`).
+    retx_short: &'static str,
+    micro: &'static str,
+}
+
+const UNICODE: Glyphs = Glyphs {
+    rail: '│',
+    line: '─',
+    dash: '╌',
+    head_r: '>',
+    head_l: '<',
+    tee_l: '├',
+    tee_r: '┤',
+    drop: '✗',
+    bar: '┃',
+    title: '═',
+    corner_l: '┌',
+    corner_r: '┐',
+    both: "⇄",
+    ellipsis: "…",
+    retx: "↻",
+    retx_short: "↻",
+    micro: "µs",
+};
+
+const ASCII: Glyphs = Glyphs {
+    rail: '|',
+    line: '-',
+    dash: '.',
+    head_r: '>',
+    head_l: '<',
+    tee_l: '+',
+    tee_r: '+',
+    drop: 'X',
+    bar: '#',
+    title: '=',
+    corner_l: '+',
+    corner_r: '+',
+    both: "<->",
+    ellipsis: "...",
+    retx: "retx",
+    retx_short: "retx:",
+    micro: "us",
+};
+
+fn glyphs(ascii: bool) -> &'static Glyphs {
+    if ascii {
+        &ASCII
+    } else {
+        &UNICODE
+    }
+}
+
+/// What a piece of a line is, for its colour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    Plain,
+    Dim,
+    Bold,
+    Title,
+    /// A request (requester to responder).
+    Req,
+    /// A response or acknowledgement.
+    Resp,
+    Nak,
+    Rnr,
+    Retx,
+    Drop,
+    Gap,
+    Wait,
+}
+
+impl Style {
+    /// ANSI SGR parameters.
+    fn sgr(self) -> &'static str {
+        match self {
+            Style::Plain => "",
+            Style::Dim => "2",
+            Style::Bold => "1",
+            Style::Title => "1;34",
+            Style::Req => "36",
+            Style::Resp => "32",
+            Style::Nak => "1;31",
+            Style::Rnr | Style::Wait => "33",
+            Style::Retx => "35",
+            Style::Drop | Style::Gap => "31",
+        }
+    }
+}
+
+/// Columns a string takes: one per character (every glyph used here is one column wide).
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+/// One line being built: styled pieces, their width.
+#[derive(Default)]
+struct Line {
+    segs: Vec<(String, Style)>,
+    w: usize,
+}
+
+impl Line {
+    fn push(&mut self, s: &str, st: Style) {
+        if s.is_empty() {
+            return;
+        }
+        self.w += width(s);
+        match self.segs.last_mut() {
+            Some((t, last)) if *last == st => t.push_str(s),
+            _ => self.segs.push((s.to_string(), st)),
+        }
+    }
+    fn push_char(&mut self, c: char, st: Style) {
+        let mut b = [0u8; 4];
+        self.push(c.encode_utf8(&mut b), st);
+    }
+    fn pad_to(&mut self, col: usize) {
+        if col > self.w {
+            let n = col - self.w;
+            self.push(&" ".repeat(n), Style::Plain);
+        }
+    }
+    /// The text with a newline; trailing blanks dropped.
+    fn finish(mut self, color: bool) -> String {
+        while let Some((t, _)) = self.segs.last_mut() {
+            let k = t.trim_end_matches(' ').len();
+            t.truncate(k);
+            if t.is_empty() {
+                self.segs.pop();
+            } else {
+                break;
+            }
+        }
+        let mut out = String::new();
+        for (t, st) in &self.segs {
+            if color && *st != Style::Plain {
+                out.push_str("\x1b[");
+                out.push_str(st.sgr());
+                out.push('m');
+                out.push_str(t);
+                out.push_str("\x1b[0m");
+            } else {
+                out.push_str(t);
+            }
+        }
+        out.push('\n');
+        out
+    }
+}
+
+/// `s` in at most `n` columns: cut, with an ellipsis, when longer.
+fn fit(s: &str, n: usize, gl: &Glyphs) -> String {
+    if width(s) <= n {
+        return s.to_string();
+    }
+    let e = width(gl.ellipsis);
+    if n <= e {
+        return s.chars().take(n).collect();
+    }
+    let mut t: String = s.chars().take(n - e).collect();
+    let k = t.trim_end().len();
+    t.truncate(k);
+    t.push_str(gl.ellipsis);
+    t
+}
+
+/// The column heading of an endpoint: `10.0.0.1 QP 0x11`.
+fn endpoint_name(e: &Endpoint, kind: FlowKind) -> String {
+    match (kind, e.qpn) {
+        (FlowKind::Cm, _) => format!("{} CM (QP1)", e.ip),
+        (_, Some(q)) => format!("{} QP {q:#x}", e.ip),
+        (_, None) => format!("{} QP ?", e.ip),
+    }
+}
+
+/// Seconds since the first packet in exactly [`TIME_W`] columns, microseconds when they
+/// fit (as tshark's time column), fewer decimals for long captures.
+fn time_text(t_ns: i128) -> String {
+    const MAX: i128 = 9_999_999_999;
+    let us = t_ns / 1_000;
+    let neg = us < 0;
+    let us = us.unsigned_abs();
+    let secs = us / 1_000_000;
+    let int = format!("{}{secs}", if neg { "-" } else { "" });
+    let s = if int.len() + 7 <= TIME_W {
+        format!("{int}.{:06}", us % 1_000_000)
+    } else if int.len() + 2 <= TIME_W {
+        let dec = TIME_W - int.len() - 1;
+        let frac = (us % 1_000_000) / 10u128.pow(6 - dec as u32);
+        format!("{int}.{frac:0dec$}")
+    } else if int.len() <= TIME_W {
+        int
+    } else if neg {
+        (-MAX / 10).to_string()
+    } else {
+        MAX.to_string()
+    };
+    format!("{s:>TIME_W$}")
+}
+
+fn frame_text(frame: Option<usize>, gl: &Glyphs) -> String {
+    let Some(n) = frame else {
+        return " ".repeat(FRAME_W);
+    };
+    let s = format!("#{n}");
+    if width(&s) <= FRAME_W {
+        return format!("{s:>FRAME_W$}");
+    }
+    // More than six digits: the last ones, the frame's place within its million.
+    let digits = n.to_string();
+    let lead = if gl.ellipsis == "…" { "…" } else { "~" };
+    let keep = FRAME_W - 1;
+    format!("{lead}{}", &digits[digits.len() - keep..])
+}
+
+/// Time and frame columns.
+fn prefix(t_ns: i128, frame: Option<usize>, gl: &Glyphs) -> Line {
+    let mut l = Line::default();
+    l.push(&time_text(t_ns), Style::Dim);
+    l.push(" ", Style::Plain);
+    l.push(&frame_text(frame, gl), Style::Dim);
+    l.push(" ", Style::Plain);
+    l
+}
+
+/// Between the rails, `text` on `side`'s side (left-aligned after the left rail, or
+/// right-aligned before the right one); `bar` replaces that side's rail with the timer bar.
+fn inside(
+    l: &mut Line,
+    g: &Geo,
+    gl: &Glyphs,
+    side: Side,
+    text: &str,
+    st: Style,
+    bar: Option<Side>,
+) {
+    let text = fit(text, g.inner() - 2, gl);
+    let rail = |s: Side| {
+        if bar == Some(s) {
+            (gl.bar, Style::Wait)
+        } else {
+            (gl.rail, Style::Dim)
+        }
+    };
+    let (lc, ls) = rail(Side::Requester);
+    l.push_char(lc, ls);
+    match side {
+        Side::Requester => {
+            l.push(" ", Style::Plain);
+            l.push(&text, st);
+        }
+        Side::Responder => {
+            l.pad_to(g.right - 1 - width(&text));
+            l.push(&text, st);
+        }
+    }
+    l.pad_to(g.right);
+    let (rc, rs) = rail(Side::Responder);
+    l.push_char(rc, rs);
+}
+
+/// `1.28 ms`, `655.36 ms` (Table 45's values as they are written).
+fn ms_text(ms: f64) -> String {
+    format!("{ms} ms")
+}
+
+/// A measured interval: `850 µs`, `1.302 ms`, `2.500 s`.
+fn duration(ns: i128, gl: &Glyphs) -> String {
+    let ns = ns.max(0);
+    if ns < 1_000_000 {
+        format!("{} {}", ns / 1_000, gl.micro)
+    } else if ns < 1_000_000_000 {
+        format!("{}.{:03} ms", ns / 1_000_000, (ns / 1_000) % 1_000)
+    } else {
+        format!("{}.{:03} s", ns / 1_000_000_000, (ns / 1_000_000) % 1_000)
+    }
+}
+
+/// The AETH as the label says it: `ACK msn=3`, `RNR NAK 1.28ms`, `NAK seq-err`.
+fn aeth_text(a: &Aeth) -> String {
+    match a {
+        Aeth::Ack { msn, .. } => format!("ACK msn={msn}"),
+        Aeth::Rnr { ms, msn, .. } => format!("RNR NAK {ms}ms msn={msn}"),
+        Aeth::Nak { code, msn } => {
+            let what = match code {
+                0 => "seq-err".to_string(),
+                1 => "inv-req".to_string(),
+                2 => "rem-access".to_string(),
+                3 => "rem-op".to_string(),
+                4 => "inv-rd".to_string(),
+                c => format!("code={c}"),
+            };
+            format!("NAK {what} msn={msn}")
+        }
+    }
+}
+
+/// The label when the builder left none: `name psn=N [A] [len=N]`, the RETH's length,
+/// the immediate and the AETH.
+fn composed_label(p: &Packet) -> String {
+    if let Some(cm) = &p.cm {
+        return cm.clone();
+    }
+    let mut s = format!("{} psn={}", p.name, p.psn);
+    if p.ack_req {
+        s.push_str(" A");
+    }
+    if p.payload_len > 0 {
+        s.push_str(&format!(" len={}", p.payload_len));
+    }
+    if let Some((_, rkey, dlen)) = p.reth {
+        s.push_str(&format!(" rkey={rkey:#x} dlen={dlen}"));
+    }
+    if let Some(imm) = p.imm {
+        s.push_str(&format!(" imm={imm:#x}"));
+    }
+    if let Some(a) = &p.aeth {
+        s.push(' ');
+        s.push_str(&aeth_text(a));
+    }
+    s
+}
+
+/// The arrow's label and its notes (retransmission, duplicate, coverage, marks), full
+/// and compact.
+fn label_parts(p: &Packet, gl: &Glyphs) -> (String, Vec<(String, String)>) {
+    let base = if p.label.is_empty() {
+        composed_label(p)
+    } else {
+        let mut s = p.label.clone();
+        // A builder label without the AETH still shows its kind.
+        if let Some(a) = &p.aeth {
+            if !s.contains("msn=") && !s.contains("NAK") {
+                s.push(' ');
+                s.push_str(&aeth_text(a));
+            }
+        }
+        s
+    };
+    let mut notes = Vec::new();
+    if let Some(r) = p.retransmit {
+        let (full, short) = match r {
+            Retransmit::AfterNak { nak_frame } => (
+                format!("{} after NAK #{nak_frame}", gl.retx),
+                format!("{}NAK#{nak_frame}", gl.retx_short),
+            ),
+            Retransmit::AfterRnr { rnr_frame } => (
+                format!("{} after RNR #{rnr_frame}", gl.retx),
+                format!("{}RNR#{rnr_frame}", gl.retx_short),
+            ),
+            Retransmit::AfterTimeout => (
+                format!("{} timeout", gl.retx),
+                format!("{}t/o", gl.retx_short),
+            ),
+        };
+        notes.push((full, short));
+    }
+    if p.duplicate && !base.contains("dup") {
+        notes.push(("dup".into(), "dup".into()));
+    }
+    if let Some(c) = p.covers {
+        if !base.contains("covers") {
+            let range = if c.first_psn == c.last_psn {
+                c.first_psn.to_string()
+            } else {
+                format!("{}-{}", c.first_psn, c.last_psn)
+            };
+            let full = match c.request_frame {
+                Some(f) => format!("covers {range} of #{f}"),
+                None => format!("covers {range}"),
+            };
+            notes.push((full, format!("cov {range}")));
+        }
+    }
+    if p.ecn == 3 && !base.split(' ').any(|w| w == "CE") {
+        notes.push(("CE".into(), "CE".into()));
+    }
+    if p.becn && !base.split(' ').any(|w| w == "BECN") {
+        notes.push(("BECN".into(), "BECN".into()));
+    }
+    if p.icrc_ok == Some(false) {
+        notes.push(("bad ICRC".into(), "!ICRC".into()));
+    }
+    (base, notes)
+}
+
+/// Shorter opcode names, for narrow lines.
+fn abbreviate(s: &str) -> String {
+    const ABBR: &[(&str, &str)] = &[
+        ("RDMA_READ_RESPONSE_", "READ_RESP_"),
+        ("RDMA_READ_REQUEST", "READ_REQ"),
+        ("RDMA_WRITE_", "WRITE_"),
+        ("_WITH_IMMEDIATE", "_IMM"),
+        ("_WITH_INVALIDATE", "_INV"),
+        ("ATOMIC_ACKNOWLEDGE", "ATOMIC_ACK"),
+        ("ACKNOWLEDGE", "ACK"),
+        ("COMPARE_SWAP", "CMP_SWAP"),
+        // The builder's AETH words (IBA Table 44's NAK codes).
+        ("PSN-sequence-error", "seq-err"),
+        ("invalid-request", "inv-req"),
+        ("remote-access-error", "rem-access"),
+        ("remote-operational-error", "rem-op"),
+        ("invalid-RD-request", "inv-RD"),
+        (" credits=", " cr="),
+    ];
+    let mut s = s.to_string();
+    for (long, short) in ABBR {
+        if s.contains(long) {
+            s = s.replace(long, short);
+        }
+    }
+    s
+}
+
+fn join(base: &str, notes: &[&str]) -> String {
+    let mut s = base.to_string();
+    for n in notes {
+        s.push(' ');
+        s.push_str(n);
+    }
+    s
+}
+
+/// The label in at most `n` columns: in full if it fits, else with abbreviated opcode
+/// names, then compact notes, then without the coverage note, then the label's last words
+/// cut (at least the opcode and PSN kept, the notes after them), then all of it cut.
+fn fit_label(p: &Packet, n: usize, gl: &Glyphs) -> String {
+    let (base, notes) = label_parts(p, gl);
+    let full: Vec<&str> = notes.iter().map(|(f, _)| f.as_str()).collect();
+    let short: Vec<&str> = notes.iter().map(|(_, s)| s.as_str()).collect();
+    let few: Vec<&str> = notes
+        .iter()
+        .filter(|(f, _)| !f.starts_with("covers"))
+        .map(|(_, s)| s.as_str())
+        .collect();
+    let abbr = abbreviate(&base);
+    for cand in [
+        join(&base, &full),
+        join(&abbr, &full),
+        join(&abbr, &short),
+        join(&abbr, &few),
+    ] {
+        if width(&cand) <= n {
+            return cand;
+        }
+    }
+    let tail = join("", &few);
+    let words: Vec<&str> = abbr.split(' ').collect();
+    let room = n.saturating_sub(width(&tail) + width(gl.ellipsis));
+    let mut kept = String::new();
+    for (i, w) in words.iter().enumerate() {
+        let next = if i == 0 {
+            w.to_string()
+        } else {
+            format!("{kept} {w}")
+        };
+        if width(&next) > room {
+            break;
+        }
+        kept = next;
+        if i + 1 == words.len() {
+            break;
+        }
+    }
+    if words.len() > 2 && width(&kept) >= width(words[0]) + 1 + width(words[1]) {
+        return format!("{kept}{}{tail}", gl.ellipsis);
+    }
+    fit(&join(&abbr, &few), n, gl)
+}
+
+/// The colour of a packet's arrow.
+fn packet_style(f: &Flow, p: &Packet) -> Style {
+    match p.aeth {
+        Some(Aeth::Nak { .. }) => return Style::Nak,
+        Some(Aeth::Rnr { .. }) => return Style::Rnr,
+        _ => {}
+    }
+    if p.retransmit.is_some() || p.duplicate {
+        return Style::Retx;
+    }
+    match (f.kind, p.from) {
+        (FlowKind::Cm, _) | (_, Side::Requester) => Style::Req,
+        (_, Side::Responder) => Style::Resp,
+    }
+}
+
+/// `time #frame ├─ label ─────>│` (or right to left), dashed for a retransmission, cut
+/// short with a cross for a packet lost on the wire.
+fn packet_line(f: &Flow, p: &Packet, g: &Geo, gl: &Glyphs) -> Line {
+    let mut l = prefix(p.t_ns, Some(p.frame), gl);
+    let st = packet_style(f, p);
+    let n = g.inner();
+    // Interior: line, blank, label, blank, at least one line, the head (or a cross and a
+    // blank): six columns besides the label.
+    let label = fit_label(p, n - 6, gl);
+    let lw = width(&label);
+    let stroke = if p.retransmit.is_some() {
+        gl.dash
+    } else {
+        gl.line
+    };
+    let dropped = p.fate == Fate::Dropped;
+    // A lost packet's arrow ends three quarters of the way, or just after its label.
+    let reach = if dropped {
+        (n * 3 / 4).max(lw + 4).min(n - 1)
+    } else {
+        n
+    };
+    let run = |k: usize| stroke.to_string().repeat(k);
+    match p.from {
+        Side::Requester => {
+            l.push_char(gl.tee_l, st);
+            l.push(&format!("{stroke} "), st);
+            l.push(&label, st);
+            l.push(" ", st);
+            let k = reach - 1 - 2 - lw - 1;
+            l.push(&run(k), st);
+            if dropped {
+                l.push_char(gl.drop, Style::Drop);
+                l.pad_to(g.right);
+                l.push_char(gl.rail, Style::Dim);
+            } else {
+                l.push_char(gl.head_r, st);
+                l.push_char(gl.rail, Style::Dim);
+            }
+        }
+        Side::Responder => {
+            l.push_char(gl.rail, Style::Dim);
+            let k = reach - 1 - 2 - lw - 1;
+            if dropped {
+                l.pad_to(LEFT + 1 + (n - reach));
+                l.push_char(gl.drop, Style::Drop);
+            } else {
+                l.push_char(gl.head_l, st);
+            }
+            l.push(&run(k), st);
+            l.push(" ", st);
+            l.push(&label, st);
+            l.push(&format!(" {stroke}"), st);
+            l.push_char(gl.tee_r, st);
+        }
+    }
+    l
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_column_is_always_ten_wide() {
+        for t in [
+            0,
+            1_234,
+            12_345_678_901,
+            -5_000,
+            999_999_999_999_999,
+            i128::MAX / 2,
+        ] {
+            assert_eq!(
+                time_text(t).chars().count(),
+                TIME_W,
+                "{t}: {:?}",
+                time_text(t)
+            );
+        }
+        assert_eq!(time_text(1_234_567), "  0.001234");
+        assert_eq!(time_text(12_345_678_901_000), "12345.6789");
+    }
+
+    #[test]
+    fn frame_column_is_seven_wide() {
+        for n in [1, 99, 999_999, 1_234_567, usize::MAX] {
+            assert_eq!(frame_text(Some(n), &UNICODE).chars().count(), FRAME_W);
+        }
+    }
+
+    #[test]
+    fn abbreviations() {
+        assert_eq!(
+            abbreviate("RDMA_READ_RESPONSE_FIRST psn=3"),
+            "READ_RESP_FIRST psn=3"
+        );
+        assert_eq!(
+            abbreviate("RDMA_WRITE_ONLY_WITH_IMMEDIATE"),
+            "WRITE_ONLY_IMM"
+        );
+        assert_eq!(abbreviate("ATOMIC_ACKNOWLEDGE"), "ATOMIC_ACK");
+    }
+}
