@@ -156,6 +156,7 @@ fn sample() -> Ladder {
         msn: 1,
     });
     r1.covers = covers(104, 104, Some(9));
+    r1.label = "RDMA_READ_RESPONSE_FIRST psn=104 len=1024 msn=1 credits=31".into();
     rows.push(P(b(r1)));
     let mut r2 = labelled(pkt(
         11,
@@ -518,6 +519,7 @@ fn rows_say_what_happened() {
         "… PSN 16777214-1 never seen",
         "… PSN 111 never seen",
         "covers 112 of #22",
+        "RDMA_READ_RESPONSE_FIRST psn=104 len=1024 msn=1 credits=31 covers 104 of #9",
         "NAK rem-access",
         "imm=0xdeadbeef",
         "bad ICRC",
@@ -553,6 +555,11 @@ fn narrow_lines_shorten_labels() {
     let l12 = s.lines().find(|l| l.contains(" #12 ")).unwrap();
     assert!(l12.contains("READ_RESP_LAST"), "{l12}");
     assert!(l12.contains("↻NAK#123456"), "{l12}");
+    let l10 = s.lines().find(|l| l.contains(" #10 ")).unwrap();
+    assert!(
+        l10.contains("READ_RESP_FIRST psn=104 len=1024 msn=1 cov 104 "),
+        "{l10}"
+    );
     let req = s.lines().find(|l| l.contains(" #24 ")).unwrap();
     assert!(req.contains("CM REQ") && req.contains('…'), "{req}");
 }
@@ -787,6 +794,9 @@ fn tool_on_real_captures() {
                 let out = String::from_utf8_lossy(&o.stdout);
                 assert_eq!(o.status.code(), Some(0), "{cap}: {}", err_of(&o));
                 assert!(err_of(&o).contains(" frames, "), "{}", err_of(&o));
+                if !source_is_stub() {
+                    assert!(!err_of(&o).contains(" 1 flows"), "{}", err_of(&o));
+                }
                 assert!(!out.contains('\x1b'), "piped output has no escapes");
                 let w: usize = width.parse().unwrap();
                 for line in out.lines() {

@@ -346,11 +346,18 @@ pub fn run(args: &Args) -> i32 {
     } else {
         String::new()
     };
+    let plural = |n: usize, one: &str, many: &str| {
+        if n == 1 {
+            format!("1 {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
     eprintln!(
-        "{name}: {} frames, {} RoCEv2 packets in {} flows{shown} ({} not RoCEv2, {} malformed, {} bad ICRC)",
-        summary.frames,
-        stats.packets,
-        flows,
+        "{name}: {}, {} in {}{shown} ({} not RoCEv2, {} malformed, {} bad ICRC)",
+        plural(summary.frames, "frame", "frames"),
+        plural(stats.packets, "RoCEv2 packet", "RoCEv2 packets"),
+        plural(flows, "flow", "flows"),
         summary.not_roce,
         stats.malformed,
         stats.bad_icrc

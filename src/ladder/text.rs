@@ -621,7 +621,6 @@ fn abbreviate(s: &str) -> String {
         ("remote-access-error", "rem-access"),
         ("remote-operational-error", "rem-op"),
         ("invalid-RD-request", "inv-RD"),
-        (" credits=", " cr="),
     ];
     let mut s = s.to_string();
     for (long, short) in ABBR {
@@ -653,13 +652,17 @@ fn fit_label(p: &Packet, n: usize, gl: &Glyphs) -> String {
         .filter(|(f, _)| !f.starts_with("covers"))
         .map(|(_, s)| s.as_str())
         .collect();
-    let abbr = abbreviate(&base);
-    for cand in [
-        join(&base, &full),
-        join(&abbr, &full),
-        join(&abbr, &short),
-        join(&abbr, &few),
-    ] {
+    let full_label = join(&base, &full);
+    if width(&full_label) <= n {
+        return full_label;
+    }
+    // The AETH's credit count goes first: least read, and ACKs of a stream all carry it.
+    let abbr: String = abbreviate(&base)
+        .split(' ')
+        .filter(|w| !w.starts_with("credits="))
+        .collect::<Vec<_>>()
+        .join(" ");
+    for cand in [join(&abbr, &full), join(&abbr, &short), join(&abbr, &few)] {
         if width(&cand) <= n {
             return cand;
         }
@@ -688,7 +691,8 @@ fn fit_label(p: &Packet, n: usize, gl: &Glyphs) -> String {
     fit(&join(&abbr, &few), n, gl)
 }
 
-/// The colour of a packet's arrow.
+/// The colour of a packet's arrow: by what it is (a request, or a response, ACK or CNP,
+/// whichever side sent it: in a SEND ping-pong both sides send both).
 fn packet_style(f: &Flow, p: &Packet) -> Style {
     match p.aeth {
         Some(Aeth::Nak { .. }) => return Style::Nak,
@@ -698,9 +702,15 @@ fn packet_style(f: &Flow, p: &Packet) -> Style {
     if p.retransmit.is_some() || p.duplicate {
         return Style::Retx;
     }
+    let answer = p.aeth.is_some()
+        || p.name.contains("ACKNOWLEDGE")
+        || p.name.contains("RESPONSE")
+        || p.name == "CNP";
     match (f.kind, p.from) {
-        (FlowKind::Cm, _) | (_, Side::Requester) => Style::Req,
-        (_, Side::Responder) => Style::Resp,
+        (FlowKind::Cm, Side::Requester) => Style::Req,
+        (FlowKind::Cm, Side::Responder) => Style::Resp,
+        _ if answer => Style::Resp,
+        _ => Style::Req,
     }
 }
 
