@@ -823,6 +823,53 @@ fn tool_on_real_captures() {
     }
 }
 
+/// The filters and standard input, end to end (the filtering itself is the builder's,
+/// `Ladder::filtered`, tested in tests/ladder_build.rs).
+#[test]
+fn tool_filters_and_stdin() {
+    if source_is_stub() {
+        eprintln!("SKIPPED: src/ladder/source.rs is still the stub (no packets to filter)");
+        return;
+    }
+    let cap = data("rc_pingpong_loss_seqnak.pcap");
+    let cap = cap.as_str();
+    let all = tool(&[cap], &[]);
+    let all_out = String::from_utf8_lossy(&all.stdout).into_owned();
+    assert!(all_out.contains("psn=1142948") && all_out.contains("psn=4796633"));
+    let o = tool(&["--psn", "4796632-4796636", cap], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", err_of(&o));
+    assert!(out.contains("psn=4796633") && !out.contains("psn=1142948"), "{out}");
+    assert!(err_of(&o).contains("drawn after the filters"), "{}", err_of(&o));
+    let o = tool(&["--qp", "0x99", cap], &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(o.stdout.is_empty());
+    assert!(err_of(&o).contains(", 0 drawn after the filters"), "{}", err_of(&o));
+    let o = tool(&["--from", "50ms", "--to", "0.06", cap], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(" #17 ") && !out.contains(" #11 ") && !out.contains(" #21 "), "{out}");
+    // `-`: the same drawing from standard input.
+    let mut child = Command::new(BIN)
+        .args(["ladder", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("NO_COLOR")
+        .env_remove("COLUMNS")
+        .spawn()
+        .unwrap();
+    let bytes = std::fs::read(cap).unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        let _ = stdin.write_all(&bytes);
+    });
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), all_out);
+    assert!(err_of(&o).starts_with("standard input: "), "{}", err_of(&o));
+}
+
 #[test]
 fn tool_color_only_when_asked() {
     let cap = data("rc_pingpong_s64.pcap");
