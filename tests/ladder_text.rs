@@ -650,12 +650,17 @@ fn big(n: usize) -> Ladder {
 fn ten_thousand_packets_draw_well_under_a_second() {
     let l = big(10_000);
     for o in [opts(120, false, true), opts(80, true, false)] {
-        let t0 = Instant::now();
-        let s = text::render(&l, &o);
-        let took = t0.elapsed();
+        // The best of three: the machine is shared (other tests, other builds).
+        let mut took = Duration::MAX;
+        let mut s = String::new();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            s = text::render(&l, &o);
+            took = took.min(t0.elapsed());
+        }
         let lines = s.lines().count();
         println!(
-            "10000 packets at {} columns (ascii {}, colour {}): {lines} lines, {} bytes in {:.1} ms",
+            "10000 packets at {} columns (ascii {}, colour {}): {lines} lines, {} bytes in {:.1} ms (best of 3)",
             o.width,
             o.ascii,
             o.color,
@@ -839,15 +844,29 @@ fn tool_filters_and_stdin() {
     let o = tool(&["--psn", "4796632-4796636", cap], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(0), "{}", err_of(&o));
-    assert!(out.contains("psn=4796633") && !out.contains("psn=1142948"), "{out}");
-    assert!(err_of(&o).contains("drawn after the filters"), "{}", err_of(&o));
+    assert!(
+        out.contains("psn=4796633") && !out.contains("psn=1142948"),
+        "{out}"
+    );
+    assert!(
+        err_of(&o).contains("drawn after the filters"),
+        "{}",
+        err_of(&o)
+    );
     let o = tool(&["--qp", "0x99", cap], &[]);
     assert_eq!(o.status.code(), Some(0));
     assert!(o.stdout.is_empty());
-    assert!(err_of(&o).contains(", 0 drawn after the filters"), "{}", err_of(&o));
+    assert!(
+        err_of(&o).contains(", 0 drawn after the filters"),
+        "{}",
+        err_of(&o)
+    );
     let o = tool(&["--from", "50ms", "--to", "0.06", cap], &[]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains(" #17 ") && !out.contains(" #11 ") && !out.contains(" #21 "), "{out}");
+    assert!(
+        out.contains(" #17 ") && !out.contains(" #11 ") && !out.contains(" #21 "),
+        "{out}"
+    );
     // `-`: the same drawing from standard input.
     let mut child = Command::new(BIN)
         .args(["ladder", "-"])
