@@ -935,3 +935,57 @@ fn tool_writes_the_page() {
         err_of(&o)
     );
 }
+
+/// On a terminal (a pseudo-terminal from util-linux's `script`): colour by default, the
+/// width from COLUMNS, none with NO_COLOR.
+#[test]
+fn tool_on_a_terminal() {
+    let have_script = Command::new("script")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_script {
+        eprintln!("SKIPPED: no `script` (util-linux) to give the tool a terminal");
+        return;
+    }
+    if source_is_stub() {
+        eprintln!("SKIPPED: src/ladder/source.rs is still the stub (nothing to draw)");
+        return;
+    }
+    let cap = data("rc_pingpong_loss_seqnak.pcap");
+    let run = |no_color: bool| {
+        let mut cmd = Command::new("script");
+        cmd.args(["-qec", &format!("{BIN} ladder {cap}"), "/dev/null"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("COLUMNS", "90")
+            .env_remove("NO_COLOR");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let o = cmd.output().expect("script");
+        assert!(o.status.success(), "{}", err_of(&o));
+        String::from_utf8_lossy(&o.stdout).replace("\r\n", "\n")
+    };
+    let colour = run(false);
+    assert!(colour.contains("\x1b["), "{colour}");
+    let drawing: Vec<String> = strip_ansi(&colour)
+        .lines()
+        .filter(|l| !l.starts_with(&cap))
+        .map(str::to_string)
+        .collect();
+    assert!(drawing.len() > 40, "{colour}");
+    assert!(
+        drawing.iter().any(|l| l.chars().count() == 90),
+        "{drawing:#?}"
+    );
+    assert!(
+        drawing.iter().all(|l| l.chars().count() <= 90),
+        "{drawing:#?}"
+    );
+    let plain = run(true);
+    assert!(!plain.contains("\x1b["), "NO_COLOR: {plain}");
+}
