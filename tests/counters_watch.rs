@@ -124,7 +124,11 @@ fn watch_shows_rates_while_traffic_runs_and_zero_after() {
 
     // The port moves between any two readings: rates from the second block on.
     let blocks = watch(&d, "0.2", 3);
-    assert_eq!(port_row(&blocks[0]).rates, [None; 4], "no rate from one reading");
+    assert_eq!(
+        port_row(&blocks[0]).rates,
+        [None; 4],
+        "no rate from one reading"
+    );
     for b in &blocks[1..] {
         let p = port_row(b);
         assert!(p.rates[0] > Some(0.0), "packets/s: {b:#?}");
@@ -145,7 +149,8 @@ fn watch_shows_rates_while_traffic_runs_and_zero_after() {
             .collect();
         assert_eq!(rows.len(), blocks.len(), "pid {who} listed: {blocks:#?}");
         assert!(
-            rows.iter().any(|q| q.rates[0] > Some(0.0) && q.rates[1] > Some(0.0)),
+            rows.iter()
+                .any(|q| q.rates[0] > Some(0.0) && q.rates[1] > Some(0.0)),
             "pid {who}'s QP: no rate in {blocks:#?}"
         );
         assert!(rows.iter().all(|q| q.totals[0] > 0.0), "{blocks:#?}");
@@ -193,7 +198,10 @@ fn ctrl_c_ends_a_watch_after_a_whole_block_and_count_needs_watch() {
     assert!(stamps >= 2, "{out}");
     // The last block is whole: it ends with its port row and the blank line after.
     assert!(out.ends_with("\n\n"), "{out:?}");
-    assert_eq!(out.lines().filter(|l| l.starts_with("port ")).count(), stamps);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("port ")).count(),
+        stamps
+    );
 
     let o = Command::new(BIN)
         .args(["counters", "--daemon"])

@@ -127,7 +127,9 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     // printing. `wire` for `pcap`, which decodes captures; `conform` for the runner.
     (
         "cli",
-        &["cli", "verbs", "wire", "daemon", "conform", "ladder", "learn"],
+        &[
+            "cli", "verbs", "wire", "daemon", "conform", "ladder", "learn",
+        ],
         &[
             "Engine::new",
             "Driver::new",

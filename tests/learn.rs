@@ -153,7 +153,11 @@ fn gobackn_drops_one_naks_once_and_resends_exactly_the_psns_after_the_drop() {
     let before: Vec<u32> = psns(p[..at].iter().filter(|p| p.from == 0));
     let after: Vec<u32> = psns(p[at..].iter().filter(|p| p.from == 0));
     assert_eq!(before, [100, 101, 102, 103, 104]);
-    assert_eq!(after, [101, 102, 103, 104], "go back to N, from the drop on");
+    assert_eq!(
+        after,
+        [101, 102, 103, 104],
+        "go back to N, from the drop on"
+    );
     let last = p.last().unwrap();
     assert_eq!((last.from, last.psn()), (1, 104));
     assert!(matches!(last.syndrome(), Some(Syndrome::Ack { .. })));
@@ -179,7 +183,10 @@ fn rnr_retransmits_only_after_the_timer() {
     assert_eq!((again.op(), again.psn()), (op::RC_SEND_ONLY, 100));
     let wait = again.at_ns - nak.at_ns;
     let timer = rnr_timer(14).as_nanos() as u64;
-    assert!(wait >= timer, "resent {wait} ns after the NAK, timer {timer}");
+    assert!(
+        wait >= timer,
+        "resent {wait} ns after the NAK, timer {timer}"
+    );
     // Not much later either: the RNR timer, not the ACK timeout (about 1.05 ms too).
     assert!(wait < timer + 100_000, "resent {wait} ns after the NAK");
     let last = p.last().unwrap();

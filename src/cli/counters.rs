@@ -10,8 +10,8 @@ mod watch;
 use crate::daemon::lease;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::io::{IsTerminal, Write as _};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -252,8 +252,9 @@ pub fn counters(args: &CountersArgs) -> i32 {
     // API: its handler only stores to an atomic.
     let stop = Arc::new(AtomicBool::new(false));
     let sigint = signal_hook::consts::SIGINT;
-    let registered = signal_hook::flag::register_conditional_shutdown(sigint, 130, Arc::clone(&stop))
-        .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&stop)));
+    let registered =
+        signal_hook::flag::register_conditional_shutdown(sigint, 130, Arc::clone(&stop))
+            .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&stop)));
     if let Err(e) = registered {
         tracing::warn!("cannot catch SIGINT ({e}): Ctrl-C will end the watch mid-block");
     }
@@ -295,7 +296,11 @@ fn watch_loop(socket: &PathBuf, every: Duration, args: &CountersArgs, stop: &Ato
             }
         };
         // A reader gone (a closed pipe) ends the watch quietly.
-        if out.write_all(block.as_bytes()).and_then(|_| out.flush()).is_err() {
+        if out
+            .write_all(block.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
             return 0;
         }
         readings += 1;

@@ -62,7 +62,10 @@ pub fn run(args: &Args) -> i32 {
         let o = match l.run() {
             Ok(o) => o,
             Err(e) => {
-                eprintln!("roce-emu learn {}: the lesson did not go as scripted: {e}", l.name);
+                eprintln!(
+                    "roce-emu learn {}: the lesson did not go as scripted: {e}",
+                    l.name
+                );
                 return 1;
             }
         };

@@ -222,7 +222,9 @@ fn gobackn() -> Result<Outcome, LessonError> {
     let naks = p.counter(B, Counter::NaksSent);
     let results = vec![
         "A's WRITE completed with IBV_WC_SUCCESS; B's 5120 bytes equal A's.".into(),
-        format!("B dropped {oos} packets out of sequence (out_of_seq_request) and sent {naks} NAK."),
+        format!(
+            "B dropped {oos} packets out of sequence (out_of_seq_request) and sent {naks} NAK."
+        ),
     ];
     Ok(outcome(
         p,

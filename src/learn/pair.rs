@@ -190,7 +190,8 @@ impl Pair {
 
     pub fn write_mem(&self, node: usize, off: u64, data: &[u8]) -> Result<(), LessonError> {
         let s = self.end(node);
-        s.mr.write(s.iova() + off, data).map_err(|e| err("write", e))
+        s.mr.write(s.iova() + off, data)
+            .map_err(|e| err("write", e))
     }
 
     pub fn read_mem(&self, node: usize, off: u64, len: usize) -> Result<Vec<u8>, LessonError> {

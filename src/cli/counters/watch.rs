@@ -222,10 +222,7 @@ impl Rates {
                     let x = r.figures.get(i);
                     let key = (r.key.clone(), i);
                     seen.push(key.clone());
-                    let t = self
-                        .tracks
-                        .entry(key)
-                        .or_insert_with(|| Track::new(x, now));
+                    let t = self.tracks.entry(key).or_insert_with(|| Track::new(x, now));
                     // The port's packets and bytes are counted as packets pass.
                     if r.key == Key::Port && i < 2 {
                         t.passing(x, now);
@@ -343,7 +340,11 @@ mod tests {
         let (k, _) = read(200, 500, false, 500);
         assert_eq!(k[1][0], None);
         let (k, _) = read(300, 1500, false, 1000);
-        assert_eq!(k[1][0], Some(4000.0), "2000 packets between two reports 0.5 s apart");
+        assert_eq!(
+            k[1][0],
+            Some(4000.0),
+            "2000 packets between two reports 0.5 s apart"
+        );
         assert_eq!(k[1][1], Some(1.0e6 / 0.5));
         let (k, _) = read(300, 1500, false, 1200);
         assert_eq!(k[1][0], Some(4000.0), "held until the next report");
