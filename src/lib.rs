@@ -1,10 +1,11 @@
 //! roce-emu: a user-space RoCEv2 software NIC.
 //!
-//! The 14 modules, in layers (a module imports only modules on its row or below, and only
+//! The 16 modules, in layers (a module imports only modules on its row or below, and only
 //! those `tests/layering.rs` allows it):
 //!
 //! ```text
 //!   cli                        the tools
+//!   learn                      lessons: simulated exchanges drawn as ladders
 //!   conform  ladder            scripts played against a target NIC; ladder diagrams
 //!   verbs                      owning a NIC
 //!   daemon   ring   driver     the port service, its rings, the I/O loop
@@ -37,8 +38,11 @@
 //!   target NIC through an agent, and the result matrix.
 //! - [`ladder`]: ladder diagrams of RoCE exchanges: packets (a capture's, the
 //!   simulator's) in, per-QP-pair rows and their drawings (terminal text, an HTML page) out.
+//! - [`learn`]: `roce-emu learn`: scripted exchanges in the simulator (a lost packet, an
+//!   RNR NAK, a lost ACK, ...) drawn as ladders and explained, the same on every run.
 //! - [`cli`]: the `roce-emu` tools (demo, pingpong, perf, pcap, daemon, counters, fault,
-//!   conform, run/env/devinfo); of ours only `verbs`, `wire`, `daemon`, `conform`, `ladder`.
+//!   conform, learn, run/env/devinfo); of ours only `verbs`, `wire`, `daemon`, `conform`,
+//!   `ladder`, `learn`.
 //!
 //! `README.md` and `docs/` (tools, drop-in, daemon, internals, interop, tests) say more.
 // No unsafe code, except three fenced modules where each block carries a SAFETY comment:
@@ -56,6 +60,7 @@ pub mod driver;
 pub mod engine;
 pub mod iface;
 pub mod ladder;
+pub mod learn;
 pub mod mem;
 pub mod ring;
 pub mod rng;

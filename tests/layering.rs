@@ -127,7 +127,9 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     // printing. `wire` for `pcap`, which decodes captures; `conform` for the runner.
     (
         "cli",
-        &["cli", "verbs", "wire", "daemon", "conform", "ladder"],
+        &[
+            "cli", "verbs", "wire", "daemon", "conform", "ladder", "learn",
+        ],
         &[
             "Engine::new",
             "Driver::new",
@@ -193,6 +195,23 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     (
         "ladder",
         &["ladder", "wire", "sim", "engine"],
+        &[
+            "std::fs",
+            "std::thread",
+            "std::net::UdpSocket",
+            "std::net::TcpStream",
+            "std::time::Instant",
+            "SystemTime",
+            "println!",
+            "eprintln!",
+        ],
+    ),
+    // Lessons: scripted exchanges in the simulator drawn as ladders; like `ladder`, no
+    // files, sockets, threads or clock (the tool prints and writes the page), and
+    // deterministic: the simulator's virtual time, the seeded `rng`.
+    (
+        "learn",
+        &["learn", "ladder", "sim", "engine", "mem", "wire", "rng"],
         &[
             "std::fs",
             "std::thread",
@@ -588,7 +607,7 @@ fn reexports(code: &str) -> BTreeMap<String, String> {
 /// children's (that is how a `mod.rs` re-exports); between siblings, the imports must
 /// form no cycle, so one can be understood (and tested) before the other.
 const ACYCLIC: &[&str] = &[
-    "wire", "mem", "engine", "sim", "iface", "daemon", "driver", "cm", "ladder",
+    "wire", "mem", "engine", "sim", "iface", "daemon", "driver", "cm", "ladder", "learn",
 ];
 
 /// The other crates of the workspace whose modules must form no cycle either, each as a

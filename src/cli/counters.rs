@@ -1,13 +1,19 @@
 //! `roce-emu counters`: what a daemon has moved, per port and per process. The text shows
 //! every group `--json` has (port counters, port_stats, l2, leases, faults, capture, each
 //! process with its engine counters and per-QP counters), zeros folded into "(all others
-//! 0)"; `--watch` stamps each refresh with the time and the main counters' rates since the
-//! last.
+//! 0)". `--watch SECS` reads them again every SECS and shows rates per QP and for the port
+//! beside the totals ([`watch`]): redrawn in place on a terminal, one block per reading
+//! (stamped with the time) when piped; Ctrl-C or `--count N` readings end it.
+
+mod watch;
 
 use crate::daemon::lease;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args, Debug)]
@@ -19,30 +25,19 @@ pub struct CountersArgs {
     /// One JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Print again every SECS seconds until interrupted, each time stamped.
+    /// Read them again every SECS seconds and show rates (packets/s, MB/s, retries/s,
+    /// NAKs/s) per QP and for the port beside the totals, until Ctrl-C (or --count).
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub watch: Option<Duration>,
-}
-
-/// The counters whose rates `--watch` shows: the port's and each process's.
-const RATED: &[&str] = &[
-    "rcvd_pkts",
-    "sent_pkts",
-    "hairpin_pkts",
-    "rcvd_bytes",
-    "sent_bytes",
-];
-
-/// The previous refresh, for rates.
-pub struct Before<'a> {
-    pub v: &'a Value,
-    pub elapsed: Duration,
+    /// With --watch: stop after N readings.
+    #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: Option<u64>,
 }
 
 /// `k v` for every field of `o` but `skip`: numbers that are not 0, other scalars that are
 /// not null, and `(all others 0)` when some were 0. Objects and arrays are left to the
 /// caller.
-fn fields(o: &Map<String, Value>, skip: &[&str], rate: &dyn Fn(&str, u64) -> String) -> String {
+fn fields(o: &Map<String, Value>, skip: &[&str]) -> String {
     let mut shown = Vec::new();
     let mut zeros = 0;
     for (k, v) in o {
@@ -51,7 +46,7 @@ fn fields(o: &Map<String, Value>, skip: &[&str], rate: &dyn Fn(&str, u64) -> Str
         }
         match v {
             Value::Number(n) if n.as_u64() == Some(0) => zeros += 1,
-            Value::Number(n) => shown.push(format!("{k} {n}{}", rate(k, n.as_u64().unwrap_or(0)))),
+            Value::Number(n) => shown.push(format!("{k} {n}")),
             Value::String(s) => shown.push(format!("{k} {s:?}")),
             Value::Bool(b) => shown.push(format!("{k} {b}")),
             Value::Null | Value::Object(_) | Value::Array(_) => {}
@@ -65,26 +60,10 @@ fn fields(o: &Map<String, Value>, skip: &[&str], rate: &dyn Fn(&str, u64) -> Str
     }
 }
 
-/// " (+N/s)" for a rated counter that moved since `before`.
-fn rate_of(before: Option<&Value>, elapsed: Duration, k: &str, now: u64) -> String {
-    let Some(b) = before.and_then(|b| b[k].as_u64()) else {
-        return String::new();
-    };
-    if !RATED.contains(&k) || elapsed.is_zero() {
-        return String::new();
-    }
-    let per_s = now.saturating_sub(b) as f64 / elapsed.as_secs_f64();
-    format!(" ({per_s:+.0}/s)")
-}
-
-fn no_rate(_: &str, _: u64) -> String {
-    String::new()
-}
-
 /// One group: `  NAME  fields`, or what a null group means.
 fn group(out: &mut String, name: &str, v: &Value, null: &str) {
     let text = match v {
-        Value::Object(o) => fields(o, &[], &no_rate),
+        Value::Object(o) => fields(o, &[]),
         Value::Null => null.to_string(),
         other => other.to_string(),
     };
@@ -119,16 +98,8 @@ fn flatten(v: &Value) -> Value {
     }
 }
 
-/// The process of `before` with the same pid and block as `p`.
-fn same_process<'a>(before: Option<&'a Value>, p: &Value) -> Option<&'a Value> {
-    before?["processes"]
-        .as_array()?
-        .iter()
-        .find(|q| q["pid"] == p["pid"] && q["block"] == p["block"])
-}
-
-/// The counters as text; with `before`, rates of the main counters since then.
-pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
+/// The counters as text.
+pub fn render(v: &Value) -> String {
     let mut out = String::new();
     let port = &v["port"];
     let addrs: Vec<String> = port["addrs"]
@@ -145,11 +116,8 @@ pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
         addrs.join(", "),
         port["mtu"]
     );
-    let elapsed = before.map_or(Duration::ZERO, |b| b.elapsed);
-    let bv = before.map(|b| b.v);
-    let port_rate = |k: &str, n: u64| rate_of(bv.map(|b| &b["counters"]), elapsed, k, n);
     let counters = match &v["counters"] {
-        Value::Object(o) => fields(o, &[], &port_rate),
+        Value::Object(o) => fields(o, &[]),
         _ => "(none)".into(),
     };
     let _ = writeln!(out, "  {:<12} {counters}", "counters");
@@ -190,12 +158,12 @@ pub fn render(v: &Value, before: Option<&Before<'_>>) -> String {
     let procs = v["processes"].as_array().cloned().unwrap_or_default();
     let _ = writeln!(out, "processes: {}", procs.len());
     for p in &procs {
-        render_process(&mut out, p, same_process(bv, p), elapsed);
+        render_process(&mut out, p);
     }
     out
 }
 
-fn render_process(out: &mut String, p: &Value, before: Option<&Value>, elapsed: Duration) {
+fn render_process(out: &mut String, p: &Value) {
     let qpns = p["block"]
         .as_u64()
         .and_then(|b| u8::try_from(b).ok())
@@ -214,20 +182,19 @@ fn render_process(out: &mut String, p: &Value, before: Option<&Value>, elapsed: 
         p["pid"], p["uid"], p["block"]
     );
     let o = p.as_object().cloned().unwrap_or_default();
-    let rate = |k: &str, n: u64| rate_of(before, elapsed, k, n);
     let skip = ["pid", "uid", "block", "left", "report_error"];
-    let _ = writeln!(out, "    ring:  {}", fields(&o, &skip, &rate));
+    let _ = writeln!(out, "    ring:  {}", fields(&o, &skip));
     if let Some(e) = p["report_error"].as_str() {
         let _ = writeln!(out, "    last bad counter report: {e}");
     }
     let nic = match &p["nic"] {
-        Value::Object(n) => fields(n, &[], &no_rate),
+        Value::Object(n) => fields(n, &[]),
         _ => "(no report yet)".into(),
     };
     let _ = writeln!(out, "    nic:   {nic}");
     for q in p["qps"].as_array().into_iter().flatten() {
         let c = match &q["counters"] {
-            Value::Object(c) => fields(c, &[], &no_rate),
+            Value::Object(c) => fields(c, &[]),
             _ => "(none)".into(),
         };
         let _ = writeln!(out, "    qp {:#08x}: {c}", q["qpn"].as_u64().unwrap_or(0));
@@ -264,9 +231,49 @@ pub fn counters(args: &CountersArgs) -> i32 {
             return 2;
         }
     };
-    let mut prev: Option<(Value, Instant)> = None;
-    loop {
-        let v = match super::daemon::fetch(&socket) {
+    let Some(every) = args.watch else {
+        return match super::daemon::fetch(&socket) {
+            Ok(v) if args.json => {
+                println!("{v}");
+                0
+            }
+            Ok(v) => {
+                print!("{}", render(&v));
+                0
+            }
+            Err(e) => {
+                eprintln!("roce-emu counters: {e}");
+                1
+            }
+        };
+    };
+    // Ctrl-C sets `stop`, which the wait between readings checks, so the watch ends
+    // after a whole block (exit 0); a second Ctrl-C ends it at once. signal-hook's flag
+    // API: its handler only stores to an atomic.
+    let stop = Arc::new(AtomicBool::new(false));
+    let sigint = signal_hook::consts::SIGINT;
+    let registered =
+        signal_hook::flag::register_conditional_shutdown(sigint, 130, Arc::clone(&stop))
+            .and_then(|_| signal_hook::flag::register(sigint, Arc::clone(&stop)));
+    if let Err(e) = registered {
+        tracing::warn!("cannot catch SIGINT ({e}): Ctrl-C will end the watch mid-block");
+    }
+    watch_loop(&socket, every, args, &stop)
+}
+
+/// Step of the wait between readings: how soon Ctrl-C is seen.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+fn watch_loop(socket: &PathBuf, every: Duration, args: &CountersArgs, stop: &AtomicBool) -> i32 {
+    let mut out = std::io::stdout();
+    // On a terminal each reading replaces the last (cursor home, clear below); piped, one
+    // block per reading, stamped, so a log reads in order.
+    let redraw = out.is_terminal() && !args.json;
+    let mut rates = watch::Rates::default();
+    let mut readings = 0u64;
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let v = match super::daemon::fetch(socket) {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("roce-emu counters: {e}");
@@ -274,26 +281,47 @@ pub fn counters(args: &CountersArgs) -> i32 {
             }
         };
         let now = Instant::now();
-        if args.json {
-            println!("{v}");
+        let stamp = utc_stamp(SystemTime::now());
+        let block = if args.json {
+            format!("{v}\n")
         } else {
-            if args.watch.is_some() {
-                println!("--- {} ---", utc_stamp(SystemTime::now()));
+            let rows = watch::rows(&v);
+            let k = rates.update(&rows, now);
+            let table = watch::table(&rows, &k);
+            let title = watch::title(&v, every, &stamp);
+            if redraw {
+                format!("\x1b[H\x1b[J{title} (Ctrl-C ends)\n{table}")
+            } else {
+                format!("--- {stamp} ---\n{title}\n{table}\n")
             }
-            let before = prev.as_ref().map(|(b, t)| Before {
-                v: b,
-                elapsed: now.duration_since(*t),
-            });
-            print!("{}", render(&v, before.as_ref()));
+        };
+        // A reader gone (a closed pipe) ends the watch quietly.
+        if out
+            .write_all(block.as_bytes())
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            return 0;
         }
-        match args.watch {
-            Some(d) => {
-                prev = Some((v, now));
-                std::thread::sleep(d);
+        readings += 1;
+        if args.count.is_some_and(|c| readings >= c) {
+            break;
+        }
+        next += every;
+        // Late (a slow daemon, a suspended terminal): the next reading now, not a burst.
+        let now = Instant::now();
+        if next < now {
+            next = now;
+        }
+        while !stop.load(Ordering::Relaxed) {
+            let left = next.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
             }
-            None => return 0,
+            std::thread::sleep(left.min(STOP_POLL));
         }
     }
+    0
 }
 
 #[cfg(test)]
@@ -310,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn zeros_fold_and_rates_show() {
+    fn zeros_fold() {
         let v: Value = serde_json::json!({
             "port": {"kind": "udp", "name": "127.0.0.9", "addrs": ["127.0.0.9"], "mtu": 1500},
             "counters": {"rcvd_pkts": 10, "sent_pkts": 0, "refused": 0},
@@ -322,7 +350,7 @@ mod tests {
                 "sent_pkts": 0, "report_error": null,
                 "nic": {"acks_sent": 2}, "qps": [{"qpn": 65536, "counters": {"sent_pkts": 4}}]}]
         });
-        let t = render(&v, None);
+        let t = render(&v);
         assert!(
             t.contains("counters     rcvd_pkts 10, (all others 0)"),
             "{t}"
@@ -334,15 +362,5 @@ mod tests {
         assert!(t.contains("qp 0x010000: sent_pkts 4"), "{t}");
         assert!(t.contains("nic:   acks_sent 2"), "{t}");
         assert!(t.contains("capture      off"), "{t}");
-        let mut b = v.clone();
-        b["counters"]["rcvd_pkts"] = 4.into();
-        b["processes"][0]["rcvd_pkts"] = 1.into();
-        let before = Before {
-            v: &b,
-            elapsed: Duration::from_secs(2),
-        };
-        let t = render(&v, Some(&before));
-        assert!(t.contains("rcvd_pkts 10 (+3/s)"), "{t}");
-        assert!(t.contains("rcvd_pkts 5 (+2/s)"), "{t}");
     }
 }

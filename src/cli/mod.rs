@@ -8,6 +8,7 @@ pub mod dropin;
 pub mod find_daemon;
 pub mod install;
 pub mod ladder;
+pub mod learn;
 pub mod oob;
 pub mod pcap;
 pub mod perf;
@@ -59,6 +60,9 @@ enum Command {
     /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault [--daemon
     /// SOCKET] drop 5% in`.
     Fault(daemon::FaultArgs),
+    /// Lessons: a scripted exchange between two simulated NICs (a lost packet, an RNR
+    /// NAK, a lost ACK, ...) drawn as a ladder and explained; `--list` names them.
+    Learn(learn::Args),
     /// Play the conformance scripts of spec/ against roce-emu and other NICs' agents
     /// (real rxe in the lab), packet by packet; print the matrix.
     Conform(conform::Args),
@@ -185,6 +189,7 @@ pub fn main() -> i32 {
         Command::Counters(args) => counters::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
         Command::Conform(args) => conform::run(&args),
+        Command::Learn(args) => learn::run(&args),
         Command::GenDocs(args) => install::run(&args),
     }
 }

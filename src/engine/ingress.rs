@@ -62,6 +62,7 @@ impl Engine {
             return;
         }
         stats.inc(Counter::RcvdPkts);
+        stats.add(Counter::RcvdBytes, d.data.len() as u64);
         let payload = pkt.payload();
         let mut ctx = ctx!(self, now, stats);
         ctx.solicited = repr.bth.solicited;
@@ -125,6 +126,7 @@ impl Engine {
             return;
         }
         stats.inc(Counter::RcvdPkts);
+        stats.add(Counter::RcvdBytes, d.data.len() as u64);
         let mut ctx = ctx!(self, now, stats);
         qp.on_unsupported_request(&mut ctx, bth.psn);
         self.touch(qpn);

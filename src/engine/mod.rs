@@ -565,6 +565,7 @@ impl Engine {
         let ph = PseudoHeaders::new(src, dst, self.cfg.tx_ipv4_id, len);
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);
+        s.stats.add(Counter::SentBytes, len as u64);
         Some(Transmit { src, dst, len })
     }
 

@@ -28,6 +28,11 @@ counters! {
     SentPkts => "sent_pkts",
     /// RoCE packets accepted into the QP pipeline.
     RcvdPkts => "rcvd_pkts",
+    /// Bytes of the packets of `sent_pkts`: each RoCE packet whole, BTH through ICRC (the
+    /// UDP payload), for rates (`roce-emu counters --watch`).
+    SentBytes => "sent_bytes",
+    /// Bytes of the packets of `rcvd_pkts`, counted as `sent_bytes`.
+    RcvdBytes => "rcvd_bytes",
     /// Requests whose PSN was already seen (C9-105): re-acknowledged or replayed.
     DuplicateRequest => "duplicate_request",
     /// Requests ahead of the expected PSN: sequence NAK (once per gap) and drop.
