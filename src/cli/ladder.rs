@@ -56,6 +56,25 @@ pub struct Args {
     /// every packet's fields under Wireshark's names.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Draw as the capture grows, each row as soon as it is complete: FILE is being
+    /// written (a daemon's or a tool's `--pcap FILE`, `tcpdump -U -w FILE`), `-` is a
+    /// stream (`tcpdump -U -w - | roce-emu ladder --live -`). Ends at the end of
+    /// standard input, after --idle-exit, or at Ctrl-C.
+    #[arg(long)]
+    pub live: bool,
+    /// With --live on a file: stop once it has not grown for this long (seconds).
+    #[arg(long, value_name = "SECS", requires = "live", value_parser = parse_secs)]
+    pub idle_exit: Option<std::time::Duration>,
+}
+
+/// `--idle-exit`: seconds, more than 0.
+pub fn parse_secs(s: &str) -> Result<std::time::Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(std::time::Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "{s:?} is not a time in seconds: a number above 0, e.g. 2 or 0.5"
+        )),
+    }
 }
 
 /// `--color`.
@@ -89,6 +108,11 @@ pub enum ArgError {
     Width(String),
     #[error("--from {from} is after --to {to}: nothing to draw")]
     Window { from: String, to: String },
+    #[error(
+        "--live draws rows as they come: --from, --to, --psn and --html need the whole \
+         capture (draw the file once it is written); with --live, --qp selects flows"
+    )]
+    Live,
 }
 
 const PSN_SPACE: u64 = 1 << 24;
@@ -283,6 +307,22 @@ pub fn run(args: &Args) -> i32 {
             return 2;
         }
     };
+    let stdout = std::io::stdout();
+    let tty = stdout.is_terminal();
+    let opts = TextOpts {
+        width: args.width.unwrap_or_else(|| {
+            default_width(tty, std::env::var("COLUMNS").ok().as_deref(), stty_columns)
+        }),
+        color: use_color(args.color, tty, std::env::var_os("NO_COLOR").as_deref()),
+        ascii: args.ascii,
+    };
+    if args.live {
+        if let Err(e) = super::ladder_live::check(args) {
+            eprintln!("roce-emu ladder: {e}");
+            return 2;
+        }
+        return super::ladder_live::run(args, &opts, args.idle_exit);
+    }
     let name = display_name(&args.file);
     let bytes = match read_input(&args.file) {
         Ok(b) => b,
@@ -316,15 +356,6 @@ pub fn run(args: &Args) -> i32 {
             return 2;
         }
     }
-    let stdout = std::io::stdout();
-    let tty = stdout.is_terminal();
-    let opts = TextOpts {
-        width: args.width.unwrap_or_else(|| {
-            default_width(tty, std::env::var("COLUMNS").ok().as_deref(), stty_columns)
-        }),
-        color: use_color(args.color, tty, std::env::var_os("NO_COLOR").as_deref()),
-        ascii: args.ascii,
-    };
     let drawing = text::render(&ladder, &opts);
     {
         let mut out = std::io::BufWriter::new(stdout.lock());

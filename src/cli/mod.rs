@@ -8,6 +8,7 @@ pub mod dropin;
 pub mod find_daemon;
 pub mod install;
 pub mod ladder;
+pub mod ladder_live;
 pub mod learn;
 pub mod oob;
 pub mod pcap;
