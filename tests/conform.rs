@@ -123,6 +123,48 @@ fn a_wrong_expectation_fails_with_the_packet_that_came() {
     }
 }
 
+/// `roce-emu conform` draws the exchange of a failing script as a ladder on stderr (the
+/// scripted peer's SEND and the ACK that came instead of the one expected), and `--html`
+/// writes the whole run as one page, a part per script and target.
+#[test]
+fn a_failing_script_is_drawn_as_a_ladder_and_the_run_as_a_page() {
+    let dir = std::env::temp_dir().join(format!("roce-emu-conform-ladder-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("wrong_psn.rc");
+    std::fs::write(
+        &script,
+        format!(
+            "{HEAD}mr buf len=4096 access=local_write\nqp peer_psn=10\npost recv wr=1 sge=buf:0:64\n\
+             send SEND_ONLY psn=10 ackreq len=8\nexpect ACKNOWLEDGE psn=11 syndrome=ack\n"
+        ),
+    )
+    .unwrap();
+    let page = dir.join("run.html");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_roce-emu"))
+        .args(["conform", "--emu-ips", "127.0.78.60,127.0.78.61", "--html"])
+        .arg(&page)
+        .arg(&script)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = common::proc::text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("the exchange with roce-emu"), "{stderr}");
+    let ladder = &stderr[stderr.find("the exchange with").unwrap()..];
+    assert!(ladder.contains("SEND_ONLY psn=10 A len=8"), "{ladder}");
+    assert!(ladder.contains("ACK psn=10"), "{ladder}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("<h2 class=\"part\">wrong_psn on roce-emu: FAIL</h2>"),
+        "{html}"
+    );
+    assert_eq!(
+        html.matches("class=\"pkt").count(),
+        2,
+        "one arrow per packet"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn silence_and_missing_completions_are_checked() {
     // No receive posted: the SEND is answered (RNR NAK), so silence fails; with the

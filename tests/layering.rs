@@ -151,10 +151,13 @@ const RULES: &[(&str, &[&str], &[&str])] = &[
     // (`wire`, a UDP port from `backend`) and drives the target through the verbs layer
     // (its in-process agent); no engine of its own, nothing of the tools. Its roce-emu
     // agent's connection manager for `cm_passive` scripts is the sans-IO `cm` (in-process)
-    // or the daemon's, reached over the daemon's control protocol.
+    // or the daemon's, reached over the daemon's control protocol. `ladder` draws a
+    // script's exchange (the peer's trace).
     (
         "conform",
-        &["conform", "wire", "backend", "verbs", "cm", "daemon"],
+        &[
+            "conform", "wire", "backend", "verbs", "cm", "daemon", "ladder",
+        ],
         &["crate::engine", "crate::driver", "println!", "clap"],
     ),
     // The daemon's shared-memory rings: a leaf (the daemon and the verbs layer both use

@@ -33,6 +33,13 @@ pub struct Args {
     /// Also write the matrix as JSON here.
     #[arg(long = "json", value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Also write the whole run as one page: each script's exchange with each target as
+    /// a ladder (`roce-emu ladder`'s page), under the script's name and result.
+    #[arg(long = "html", value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Columns of the ladder drawn under a failing script (on stderr).
+    #[arg(long = "ladder-width", value_name = "N", default_value_t = 100)]
+    ladder_width: usize,
     /// Serve the roce-emu agent on this TCP address instead (with --agent-ip), for a
     /// runner elsewhere.
     #[arg(long = "serve-agent", value_name = "ADDR:PORT")]
@@ -83,14 +90,18 @@ fn go(a: &Args) -> Result<i32, String> {
     }
     let labels: Vec<String> = targets.iter().map(|t| t.label.clone()).collect();
     let mut rows = Vec::new();
+    // Each script's exchange with each target, for the failing ones' drawing and --html.
+    let mut ladders: Vec<(String, crate::ladder::model::Ladder)> = Vec::new();
     for (n, s) in scripts.iter().enumerate() {
         let mut times = Vec::with_capacity(targets.len());
+        let mut exchanges = Vec::with_capacity(targets.len());
         let results = targets
             .iter_mut()
             .map(|t| {
                 let start = std::time::Instant::now();
                 let o = t.play(s, n, a.time_scale);
                 times.push(start.elapsed());
+                exchanges.push(t.ladder());
                 (t.label.clone(), o)
             })
             .collect();
@@ -98,10 +109,38 @@ fn go(a: &Args) -> Result<i32, String> {
         // Progress on stderr as each script finishes (the matrix, on stdout, comes at the
         // end): a run of many scripts against a slow target is not silent.
         eprintln!("{}", report::progress_line(n, scripts.len(), &row, &times));
+        for (cell, ladder) in row.results.iter().zip(exchanges) {
+            if cell.mark() == "FAIL" {
+                // What came, as a ladder: the expectation and the first differing field are
+                // in the matrix; this is the exchange around it.
+                eprintln!(
+                    "  the exchange with {} (the scripted peer's view):",
+                    cell.target
+                );
+                let o = crate::ladder::text::TextOpts {
+                    width: a.ladder_width.max(crate::ladder::text::MIN_WIDTH),
+                    color: false,
+                    ascii: false,
+                };
+                eprint!("{}", crate::ladder::text::render(&ladder, &o));
+            }
+            if a.html.is_some() {
+                ladders.push((
+                    format!("{} on {}: {}", s.name, cell.target, cell.mark()),
+                    ladder,
+                ));
+            }
+        }
         tracing::info!(script = %s.name, marks = ?row.results.iter().map(|c| c.mark()).collect::<Vec<_>>());
         rows.push(row);
     }
     print!("{}", report::text(&rows, &labels));
+    if let Some(path) = &a.html {
+        let parts: Vec<(&str, &crate::ladder::model::Ladder)> =
+            ladders.iter().map(|(n, l)| (n.as_str(), l)).collect();
+        let page = crate::ladder::html::page_parts(&parts, "roce-emu conform: the run's exchanges");
+        std::fs::write(path, page).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     if let Some(j) = &a.json {
         let body = serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?;
         std::fs::write(j, body).map_err(|e| format!("{}: {e}", j.display()))?;

@@ -88,6 +88,12 @@ impl Target {
         })
     }
 
+    /// The ladder of the last script played: every packet the peer sent and received,
+    /// the target's side left as requester when it sent first.
+    pub fn ladder(&self) -> crate::ladder::model::Ladder {
+        ladder_of(self.peer.trace())
+    }
+
     /// Plays `script` as the run's `n`th.
     pub fn play(&mut self, script: &Script, n: usize, scale: f64) -> Outcome {
         run::Run {
@@ -157,4 +163,22 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<Script>, Vec<String>> {
     } else {
         Err(errors)
     }
+}
+
+/// A peer's trace as a ladder (`ladder::build`): times from its first packet.
+pub fn ladder_of(seen: &[peer::Seen]) -> crate::ladder::model::Ladder {
+    use crate::ladder::model::{Fate, Observed};
+    let t0 = seen.first().map(|s| s.at);
+    crate::ladder::build::build(seen.iter().enumerate().map(|(i, s)| Observed {
+        frame: i + 1,
+        t_ns: t0.map_or(0, |t0| {
+            s.at.saturating_duration_since(t0).as_nanos() as i128
+        }),
+        src: s.src,
+        dst: s.dst,
+        ecn: 0,
+        roce: &s.bytes,
+        fate: Fate::Delivered,
+        icrc_ok: Some(s.icrc_ok),
+    }))
 }

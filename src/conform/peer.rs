@@ -15,7 +15,24 @@ pub struct Peer {
     pool: Vec<u8>,
     queue: VecDeque<Got>,
     solver: Ipv4IdSolver,
+    /// Every packet sent and received since the last `drain`, for the run's ladder.
+    trace: Vec<Seen>,
 }
+
+/// One packet of the exchange as the peer saw it (sent or received).
+#[derive(Debug, Clone)]
+pub struct Seen {
+    pub at: Instant,
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// BTH through ICRC.
+    pub bytes: Vec<u8>,
+    pub icrc_ok: bool,
+}
+
+/// A bound on one script's trace (a script is tens of packets; a target flooding the peer
+/// must not grow it without end).
+const MAX_TRACE: usize = 4096;
 
 /// How long the peer waits for a daemon holding its address to leave: an on-demand
 /// daemon (a tool or program run just before, `daemon::demand`) exits after its idle
@@ -64,6 +81,7 @@ impl Peer {
             pool: vec![0; RX_SLOT * 8],
             queue: VecDeque::new(),
             solver: Ipv4IdSolver::new(),
+            trace: Vec::new(),
         })
     }
 
@@ -90,6 +108,7 @@ impl Peer {
         if len > RX_SLOT {
             return Err(format!("a {len}-byte packet is larger than a datagram"));
         }
+        self.record(src, dst, &roce, !bad_icrc);
         self.pool[..len].copy_from_slice(&roce);
         let out = [Outgoing { src, dst, len }];
         self.udp
@@ -112,10 +131,28 @@ impl Peer {
         }
     }
 
-    /// Forgets what has arrived (between scripts).
+    /// Forgets what has arrived (between scripts), and the trace.
     pub fn drain(&mut self) {
         self.pump();
         self.queue.clear();
+        self.trace.clear();
+    }
+
+    /// The packets sent and received since the last `drain`, in order.
+    pub fn trace(&self) -> &[Seen] {
+        &self.trace
+    }
+
+    fn record(&mut self, src: SocketAddr, dst: SocketAddr, bytes: &[u8], icrc_ok: bool) {
+        if self.trace.len() < MAX_TRACE {
+            self.trace.push(Seen {
+                at: Instant::now(),
+                src,
+                dst,
+                bytes: bytes.to_vec(),
+                icrc_ok,
+            });
+        }
     }
 
     fn pump(&mut self) {
@@ -147,6 +184,15 @@ impl Peer {
                         IpAddr::V4(_) => self.solver.solve(ph.ip(), ph.udp(), d).is_ok(),
                         IpAddr::V6(_) => icrc::verify(ph.ip(), ph.udp(), d).is_ok(),
                     };
+                    if self.trace.len() < MAX_TRACE {
+                        self.trace.push(Seen {
+                            at: Instant::now(),
+                            src: r.src,
+                            dst: r.dst,
+                            bytes: d.to_vec(),
+                            icrc_ok,
+                        });
+                    }
                     self.queue.push_back(Got {
                         bytes: d.to_vec(),
                         icrc_ok,

@@ -54,7 +54,26 @@ const MAX_TICKS: u32 = 64;
 /// The whole page: a header (title, counts), one section per flow, and a side panel with
 /// the legend and the packet details.
 pub fn page(l: &Ladder, title: &str) -> String {
-    let rows: usize = l.flows.iter().map(|f| f.rows.len()).sum();
+    page_parts(&[("", l)], title)
+}
+
+/// One page of several ladders, each under its name (a conformance run: a part per
+/// script and target); the flows are numbered through the page. An empty name adds no
+/// heading.
+pub fn page_parts(parts: &[(&str, &Ladder)], title: &str) -> String {
+    let mut stats = crate::ladder::model::Stats::default();
+    let mut nflows = 0;
+    for (_, l) in parts {
+        stats.packets += l.stats.packets;
+        stats.malformed += l.stats.malformed;
+        stats.bad_icrc += l.stats.bad_icrc;
+        nflows += l.flows.len();
+    }
+    let rows: usize = parts
+        .iter()
+        .flat_map(|(_, l)| l.flows.iter())
+        .map(|f| f.rows.len())
+        .sum();
     let mut out = String::with_capacity(4096 + rows * 900);
     out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n");
     out.push_str(
@@ -68,12 +87,12 @@ pub fn page(l: &Ladder, title: &str) -> String {
     out.push_str("</style>\n</head>\n<body>\n<main>\n<h1>");
     esc(&mut out, title);
     out.push_str("</h1>\n<p class=\"summary\">");
-    let s = &l.stats;
+    let s = &stats;
     let _ = write!(
         out,
         "{} flow{}, {} packet{} read ({} not RoCE or malformed, {} with a bad ICRC).",
-        l.flows.len(),
-        plural(l.flows.len()),
+        nflows,
+        plural(nflows),
         s.packets,
         plural(s.packets),
         s.malformed,
@@ -84,11 +103,23 @@ pub fn page(l: &Ladder, title: &str) -> String {
          <span class=\"jsonly\">Hover, click (to pin) or tab to an arrow: its fields are \
          shown on the right.</span></p>\n",
     );
-    if l.flows.is_empty() {
+    if nflows == 0 && parts.iter().all(|(name, _)| name.is_empty()) {
         out.push_str("<p class=\"empty\">No RoCE packets.</p>\n");
     }
-    for (i, f) in l.flows.iter().enumerate() {
-        flow(&mut out, i, f);
+    let mut i = 0;
+    for (name, l) in parts {
+        if !name.is_empty() {
+            out.push_str("<h2 class=\"part\">");
+            esc(&mut out, name);
+            out.push_str("</h2>\n");
+            if l.flows.is_empty() {
+                out.push_str("<p class=\"empty\">No RoCE packets.</p>\n");
+            }
+        }
+        for f in &l.flows {
+            flow(&mut out, i, f);
+            i += 1;
+        }
     }
     out.push_str("</main>\n<aside>\n");
     out.push_str(LEGEND);
