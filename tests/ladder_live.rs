@@ -157,3 +157,59 @@ fn live_refuses_the_whole_capture_options() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Attached to a daemon: its `--pcap` file followed while a ping-pong crosses it. The
+/// daemon writes its capture out as it goes idle, so every packet is drawn while the
+/// daemon still runs (before, the last ones waited in its buffer for the next burst).
+/// Address 127.0.79.1, TCP port 18992.
+#[test]
+fn a_daemons_capture_is_drawn_while_it_runs() {
+    use common::daemon::Daemon;
+    use common::proc::{finish, spawn, strings};
+    let dir = std::env::temp_dir().join(format!("roce-emu-ladder-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("port.pcapng");
+    let d = Daemon::start(
+        None,
+        "udp:127.0.79.1",
+        "ladder-live",
+        &["--pcap", pcap.to_str().unwrap()],
+    );
+    let ladder = Command::new(BIN)
+        .args(["ladder", "--live", "--idle-exit", "2", "--width", "100"])
+        .arg(&pcap)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pp = |server: bool| {
+        let mut a = strings(&["-p", "18992", "--bind", "127.0.79.1", "-n", "3", "-s", "64"]);
+        a.extend(["--daemon".to_string(), d.socket.display().to_string()]);
+        if !server {
+            a.push("127.0.79.1".to_string());
+        }
+        spawn("pingpong", &a)
+    };
+    let s = pp(true);
+    std::thread::sleep(Duration::from_millis(500));
+    let c = pp(false);
+    assert!(finish(c, Duration::from_secs(20), "pingpong client")
+        .status
+        .success());
+    assert!(finish(s, Duration::from_secs(20), "pingpong server")
+        .status
+        .success());
+    // The daemon still runs: the ladder must have had every packet from the file.
+    let out = finish(ladder, Duration::from_secs(30), "ladder --live");
+    let (stdout, stderr) = common::proc::text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let sends = stdout.matches("SEND_ONLY").count();
+    let acks = stdout.matches("ACK psn=").count();
+    assert_eq!(
+        (sends, acks),
+        (6, 6),
+        "three round trips, each SEND acknowledged:\n{stdout}"
+    );
+    drop(d);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -218,6 +218,16 @@ impl<B: Backend> Backend for Capture<B> {
         self.inner.rx_fd()
     }
     fn prepare_sleep(&mut self) -> bool {
+        // Going idle: the frames buffered so far reach the file (a live reader follows it).
+        match &mut self.out {
+            Sink::Pcap(Some(w)) => {
+                if !w.buffer().is_empty() && w.flush().is_err() {
+                    self.errors += 1;
+                }
+            }
+            Sink::Pcap(None) => {}
+            Sink::Pcapng(f) => f.flush_if_dirty(),
+        }
         self.inner.prepare_sleep()
     }
     fn stats(&self) -> PortStats {

@@ -181,6 +181,11 @@ impl<L: FrameLink> Backend for L2Backend<L> {
         self.local
     }
 
+    fn prepare_sleep(&mut self) -> bool {
+        self.link.prepare_sleep();
+        false
+    }
+
     fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
         // The frame the port would have carried had it looped back (IPv4 ID 0, which the
         // receiver is handed with it; synthesised MACs, as a UDP port's capture has).

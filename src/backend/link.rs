@@ -44,6 +44,8 @@ pub trait FrameLink: Send {
     /// A frame that did not cross the link (the daemon's hairpin between two of its
     /// processes): a link that records what it carries (a capture) records it, as sent.
     fn observe(&mut self, _frame: &[u8]) {}
+    /// The port is about to sleep: a link that buffers (a capture's file) writes out now.
+    fn prepare_sleep(&mut self) {}
 }
 
 impl<L: FrameLink + ?Sized> FrameLink for Box<L> {
@@ -72,6 +74,9 @@ impl<L: FrameLink + ?Sized> FrameLink for Box<L> {
     }
     fn observe(&mut self, frame: &[u8]) {
         (**self).observe(frame)
+    }
+    fn prepare_sleep(&mut self) {
+        (**self).prepare_sleep()
     }
 }
 

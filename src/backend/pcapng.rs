@@ -54,6 +54,8 @@ pub struct PcapngFile {
     out: Option<PcapNgWriter<BufWriter<File>>>,
     stats: Arc<CaptureStats>,
     flushed: Instant,
+    /// Frames written since the last flush.
+    dirty: bool,
 }
 
 impl PcapngFile {
@@ -90,6 +92,7 @@ impl PcapngFile {
             out: Some(w),
             stats: Arc::new(CaptureStats::default()),
             flushed: Instant::now(),
+            dirty: false,
         })
     }
 
@@ -116,9 +119,11 @@ impl PcapngFile {
             })],
         };
         let mut ok = out.write_pcapng_block(epb).is_ok();
+        self.dirty = true;
         if ok && self.flushed.elapsed() >= FLUSH_EVERY {
             ok = out.get_mut().flush().is_ok();
             self.flushed = Instant::now();
+            self.dirty = false;
         }
         if ok {
             self.stats.frames.fetch_add(1, Ordering::Relaxed);
@@ -131,8 +136,19 @@ impl PcapngFile {
 }
 
 impl PcapngFile {
+    /// The port is going idle: what is buffered goes to the file, so a reader following
+    /// it (`roce-emu ladder --live`) sees the last frames of a burst now, not with the next
+    /// burst. One write when there is something; nothing otherwise.
+    pub fn flush_if_dirty(&mut self) {
+        if self.dirty {
+            self.flush();
+        }
+    }
+
     /// Writes what is buffered to the file now (the program may be exiting).
     pub fn flush(&mut self) {
+        self.dirty = false;
+        self.flushed = Instant::now();
         if let Some(w) = &mut self.out {
             if w.get_mut().flush().is_err() {
                 self.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -195,6 +211,10 @@ impl<L: FrameLink> FrameLink for CaptureLink<L> {
     }
     fn stats(&self) -> LinkStats {
         self.inner.stats()
+    }
+    fn prepare_sleep(&mut self) {
+        self.file.flush_if_dirty();
+        self.inner.prepare_sleep();
     }
     fn observe(&mut self, frame: &[u8]) {
         self.file.write(Way::Out, frame);

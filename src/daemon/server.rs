@@ -427,7 +427,9 @@ impl Daemon {
     /// Sleeps until the port, a control socket or a process's ring has something (at most
     /// `MAX_SLEEP`); not at all if a ring already has.
     fn sleep(&mut self) {
-        let mut work = false;
+        // The port's own preparation (its capture's buffered frames reach the file, for a
+        // reader following it: `roce-emu ladder --live`).
+        let mut work = self.port.prepare_sleep();
         for c in &mut self.clients {
             if let Some(l) = &mut c.link {
                 // Packets already queued: no sleep. Otherwise ask to be rung.
