@@ -750,57 +750,9 @@ fn a_simulated_rnr_nak_shows_its_wait() {
 // ---------------------------------------------------------------------------------------
 // Never a panic.
 
-/// Splits `data` into packets (each: a 16-bit little-endian length, a selector byte for
-/// the addresses, fate, ECN and ICRC verdict, the bytes) and builds their ladder,
-/// checking what must hold whatever the bytes (the format of
-/// fuzz/fuzz_targets/ladder_build.rs).
-fn build_any(data: &[u8]) {
-    let addrs = [ip("198.18.0.1"), ip("198.18.0.2"), ip("2001:db8::1")];
-    let mut b = Builder::new();
-    let mut rest = data;
-    let mut n = 0;
-    let mut returned = 0;
-    while rest.len() >= 3 {
-        let len = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
-        let sel = rest[2];
-        let body = &rest[3..];
-        let (pkt, r) = body.split_at(len.min(body.len()));
-        rest = r;
-        n += 1;
-        let o = Observed {
-            frame: n,
-            t_ns: (n as i128) * 1000 - i128::from(sel & 3) * 700,
-            src: SocketAddr::new(addrs[usize::from(sel) % 3], 4791),
-            dst: SocketAddr::new(addrs[usize::from(sel / 3) % 3], 4791),
-            ecn: sel >> 6,
-            roce: pkt,
-            fate: if sel & 0x20 != 0 {
-                Fate::Dropped
-            } else {
-                Fate::Delivered
-            },
-            icrc_ok: (sel & 0x10 != 0).then_some(sel & 8 != 0),
-        };
-        returned += b.push(&o).len();
-    }
-    let rows: usize = b.flows().iter().map(|f| f.rows.len()).sum();
-    assert_eq!(rows, returned);
-    let l = b.finish();
-    assert_eq!(l.stats.packets, n);
-    let drawn: usize = l.flows.iter().map(|f| packets(f).len()).sum();
-    assert_eq!(drawn + l.stats.malformed, n);
-    for f in &l.flows {
-        for p in packets(f) {
-            assert_eq!(p.fields[0].name, "infiniband.bth.opcode");
-        }
-    }
-    let _ = l.filtered(&Filter {
-        qp: Some(0x11),
-        from_ns: Some(0),
-        to_ns: Some(5000),
-        psn: Some((0xfffff0, 5)),
-    });
-}
+#[path = "common/ladder_any.rs"]
+mod ladder_any;
+use ladder_any::build_any;
 
 /// The packets of a real capture, one per record (the RoCE bytes).
 fn roce_packets(name: &str) -> Vec<Vec<u8>> {

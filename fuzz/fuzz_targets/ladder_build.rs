@@ -1,68 +1,14 @@
 //! Arbitrary bytes as a stream of packets through the ladder builder
-//! (`roce_emu::ladder::build::Builder`, issue 24). Each packet: its length (16 bits,
-//! little-endian), a selector byte (bits: source address = sel % 3, destination =
-//! sel / 3 % 3 of 198.18.0.1, 198.18.0.2, 2001:db8::1; 0x20 dropped; 0x10 ICRC checked,
-//! 0x08 and good; the top two bits the ECN), then its RoCE bytes (BTH..ICRC). The seeds
-//! (tools/fuzz-seed.sh) are the real captures' packets in order.
-//!
-//! Properties: no panic on any input; every row `push` returned is in `flows()`, and
-//! nothing else is; every packet is either drawn once or counted malformed; filtering
-//! never panics.
+//! (`roce_emu::ladder::build::Builder`, issue 24): the harness and its properties are
+//! tests/common/ladder_any.rs, shared with the proptests of tests/ladder_build.rs. The
+//! seeds (tools/fuzz-seed.sh) are the real captures' packets in order.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use roce_emu::ladder::build::Builder;
-use roce_emu::ladder::model::{Fate, Filter, Observed, Row};
-use std::net::{IpAddr, SocketAddr};
+
+#[path = "../../tests/common/ladder_any.rs"]
+mod ladder_any;
 
 fuzz_target!(|data: &[u8]| {
-    let addrs: [IpAddr; 3] = [
-        "198.18.0.1".parse().unwrap(),
-        "198.18.0.2".parse().unwrap(),
-        "2001:db8::1".parse().unwrap(),
-    ];
-    let mut b = Builder::new();
-    let mut rest = data;
-    let mut n = 0usize;
-    let mut returned = 0usize;
-    while rest.len() >= 3 {
-        let len = usize::from(u16::from_le_bytes([rest[0], rest[1]]));
-        let sel = rest[2];
-        let body = &rest[3..];
-        let (pkt, r) = body.split_at(len.min(body.len()));
-        rest = r;
-        n += 1;
-        let o = Observed {
-            frame: n,
-            t_ns: (n as i128) * 1000 - i128::from(sel & 3) * 700,
-            src: SocketAddr::new(addrs[usize::from(sel) % 3], 4791),
-            dst: SocketAddr::new(addrs[usize::from(sel / 3) % 3], 4791),
-            ecn: sel >> 6,
-            roce: pkt,
-            fate: if sel & 0x20 != 0 {
-                Fate::Dropped
-            } else {
-                Fate::Delivered
-            },
-            icrc_ok: (sel & 0x10 != 0).then_some(sel & 8 != 0),
-        };
-        returned += b.push(&o).len();
-    }
-    let rows: usize = b.flows().iter().map(|f| f.rows.len()).sum();
-    assert_eq!(rows, returned);
-    let l = b.finish();
-    assert_eq!(l.stats.packets, n);
-    let drawn: usize = l
-        .flows
-        .iter()
-        .flat_map(|f| &f.rows)
-        .filter(|r| matches!(r, Row::Packet(_)))
-        .count();
-    assert_eq!(drawn + l.stats.malformed, n);
-    let _ = l.filtered(&Filter {
-        qp: Some(0x11),
-        from_ns: Some(0),
-        to_ns: Some(5000),
-        psn: Some((0xff_fff0, 5)),
-    });
+    ladder_any::build_any(data);
 });
