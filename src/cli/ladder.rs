@@ -14,8 +14,8 @@
 use crate::ladder::build::Builder;
 use crate::ladder::model::{Filter, Ladder};
 use crate::ladder::text::{self, TextOpts, MIN_WIDTH};
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 
 /// The widest drawing `--width` accepts (a sanity bound: lines are built whole).
 pub const MAX_WIDTH: usize = 1000;
@@ -280,24 +280,6 @@ pub fn ladder_of(bytes: &[u8]) -> Result<(Ladder, ReadSummary), super::pcap::Pca
     Ok((b.finish(), s))
 }
 
-fn display_name(file: &Path) -> String {
-    if file == Path::new("-") {
-        "standard input".to_string()
-    } else {
-        file.display().to_string()
-    }
-}
-
-fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
-    if file == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin().lock().read_to_end(&mut bytes)?;
-        Ok(bytes)
-    } else {
-        std::fs::read(file)
-    }
-}
-
 /// `roce-emu ladder`.
 pub fn run(args: &Args) -> i32 {
     let filter = match filter_of(args) {
@@ -323,8 +305,8 @@ pub fn run(args: &Args) -> i32 {
         }
         return super::ladder_live::run(args, &opts, args.idle_exit);
     }
-    let name = display_name(&args.file);
-    let bytes = match read_input(&args.file) {
+    let name = super::pcap::display_name(&args.file);
+    let bytes = match super::pcap::read_input(&args.file) {
         Ok(b) => b,
         Err(source) => {
             let e = super::pcap::PcapError::Io { path: name, source };

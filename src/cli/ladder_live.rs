@@ -76,11 +76,7 @@ struct Drawn {
 
 /// Runs the live drawing; the exit status.
 pub fn run(args: &Args, opts: &TextOpts, idle_exit: Option<Duration>) -> i32 {
-    let name = if args.file == Path::new("-") {
-        "standard input".to_string()
-    } else {
-        args.file.display().to_string()
-    };
+    let name = super::pcap::display_name(&args.file);
     let mut input = if args.file == Path::new("-") {
         Input::Stdin(std::io::stdin())
     } else {

@@ -293,7 +293,7 @@ pub fn text_line(d: &FrameDecode<'_>) -> String {
 }
 
 /// What `args.file` names, for messages: `-` is standard input.
-fn display_name(file: &Path) -> String {
+pub(crate) fn display_name(file: &Path) -> String {
     if file == Path::new("-") {
         "standard input".to_string()
     } else {
@@ -302,7 +302,7 @@ fn display_name(file: &Path) -> String {
 }
 
 /// The whole capture: the file, or standard input for `-`.
-fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_input(file: &Path) -> std::io::Result<Vec<u8>> {
     if file == Path::new("-") {
         let mut bytes = Vec::new();
         std::io::stdin().lock().read_to_end(&mut bytes)?;
