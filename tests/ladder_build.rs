@@ -26,23 +26,11 @@ fn data(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The ladder of a capture, as `roce-emu ladder` reads it: every record through
-/// `from_frame`, times from the first frame.
+/// The ladder of a capture, exactly as `roce-emu ladder` reads it
+/// (`cli::ladder::ladder_of`: every record through `from_frame`, times from the first frame).
 fn ladder_of(path: &Path) -> Ladder {
     let bytes = std::fs::read(path).unwrap();
-    let mut frames: Vec<(usize, i128, roce_emu::wire::pretty::Link, Vec<u8>)> = Vec::new();
-    for_each_record(&bytes, |r| {
-        if let Some(link) = r.link {
-            frames.push((r.n, r.time_ns, link, r.data.to_vec()));
-        }
-    })
-    .unwrap();
-    let t0 = frames.first().map_or(0, |f| f.1);
-    let obs: Vec<Observed<'_>> = frames
-        .iter()
-        .filter_map(|(n, t, link, d)| from_frame(*n, t - t0, *link, d))
-        .collect();
-    build(obs)
+    roce_emu::cli::ladder::ladder_of(&bytes).unwrap().0
 }
 
 fn packets(f: &Flow) -> Vec<&Packet> {

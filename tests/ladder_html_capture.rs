@@ -10,11 +10,8 @@
 //!   `target/tmp/ladder_html_capture/NAME.png`, and the DOM after the script ran holding
 //!   one arrow per packet with the right labels.
 
-use roce_emu::cli::pcap::for_each_record;
-use roce_emu::ladder::build::build;
 use roce_emu::ladder::html::page;
-use roce_emu::ladder::model::{Ladder, Observed, Packet, Row};
-use roce_emu::ladder::source::from_frame;
+use roce_emu::ladder::model::{Ladder, Packet, Row};
 use std::path::{Path, PathBuf};
 
 #[path = "common/browser.rs"]
@@ -30,19 +27,7 @@ const CAPTURES: &[&str] = &[
 
 fn ladder_of(path: &Path) -> Ladder {
     let bytes = std::fs::read(path).unwrap();
-    let mut frames = Vec::new();
-    for_each_record(&bytes, |r| {
-        if let Some(link) = r.link {
-            frames.push((r.n, r.time_ns, link, r.data.to_vec()));
-        }
-    })
-    .unwrap();
-    let t0 = frames.first().map_or(0, |f| f.1);
-    let obs: Vec<Observed<'_>> = frames
-        .iter()
-        .filter_map(|(n, t, link, d)| from_frame(*n, t - t0, *link, d))
-        .collect();
-    build(obs)
+    roce_emu::cli::ladder::ladder_of(&bytes).unwrap().0
 }
 
 fn packets(l: &Ladder) -> Vec<&Packet> {
