@@ -94,3 +94,14 @@ fn the_gid_table_through_the_c_api_and_sysfs() {
     };
     assert_eq!(text.matches("PASS ").count(), 6, "{text}");
 }
+
+/// tests/abi/signals.c (address 127.0.21.7): a signal handler without SA_RESTART ends a
+/// blocking ibv_get_cq_event or ibv_get_async_event with EINTR, one with SA_RESTART does
+/// not, as the kernel's read(2) of the fd (qperf's SIGALRM ends its latency loop so).
+#[test]
+fn signals_interrupt_blocking_event_waits_as_the_kernels() {
+    let Some(text) = run_c("signals", "127.0.21.7") else {
+        return;
+    };
+    assert_eq!(text.matches("PASS ").count(), 3, "{text}");
+}

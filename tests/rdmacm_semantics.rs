@@ -5,7 +5,8 @@
 //! each waiting for the ack of an event handed out, events following a migrated id to its
 //! new channel, the route, and the synchronous mode of a NULL channel (a connect to a
 //! port nobody listens on fails with ECONNREFUSED, the REJ's meaning), rdma_getaddrinfo
-//! (RAI_PASSIVE, RAI_NUMERICHOST, port services, the wildcard).
+//! (RAI_PASSIVE, RAI_NUMERICHOST, port services, the wildcard), and a signal in a blocking
+//! rdma_get_cm_event (EINTR without SA_RESTART; with it the wait goes on).
 
 mod common;
 
@@ -67,6 +68,7 @@ fn the_c_api_behaves_as_librdmacm() {
         dropin::show(&out)
     );
     for line in [
+        "signals: EINTR without SA_RESTART, restarted with it",
         "nonblocking empty channel: EAGAIN",
         "RDMA_CM_EVENT_ADDR_RESOLVED: verbs rxe0",
         "RDMA_CM_EVENT_ROUTE_RESOLVED: num_paths 1",

@@ -4,7 +4,7 @@
 //! MW, XRC, flows, DM, ...) stays NULL, and rdma-core's inline wrappers then fail with
 //! EOPNOTSUPP/ENOSYS as they do for a provider without it.
 
-use crate::ctx::{fd_nonblocking, watch_forks, Ctx};
+use crate::ctx::{watch_forks, Ctx};
 use crate::dev::Dev;
 use crate::errno::set_errno;
 use crate::ffi;
@@ -188,20 +188,14 @@ pub unsafe extern "C" fn ibv_get_async_event(
                 return -1;
             }
         };
-        let nonblocking = fd_nonblocking(ctx.v.context.async_fd);
         loop {
-            let ev = if nonblocking {
-                match nic.poll_async_event() {
-                    Some(ev) => ev,
-                    None => {
-                        set_errno(libc::EAGAIN);
-                        return -1;
-                    }
-                }
-            } else {
-                match nic.get_async_event(Duration::from_secs(3600)) {
-                    Some(ev) => ev,
-                    None => continue,
+            // A read of `async_fd`, as rdma-core's: EAGAIN when the program made it
+            // O_NONBLOCK, EINTR when a signal handler without SA_RESTART ran.
+            let ev = match nic.wait_async_event() {
+                Ok(ev) => ev,
+                Err(e) => {
+                    set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                    return -1;
                 }
             };
             if let Some(out) = to_ibv(ctx, &ev) {

@@ -4,7 +4,7 @@
 //! filled in. A completion channel is the verbs layer's: a real fd, readable while an
 //! event waits, honouring O_NONBLOCK set by the program.
 
-use crate::ctx::{fd_nonblocking, Ctx};
+use crate::ctx::Ctx;
 use crate::errno::{refused, set_errno};
 use crate::ffi;
 use libc::{c_int, c_uint, c_void};
@@ -337,9 +337,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
     crate::guard::minus_one("ibv_get_cq_event", move || {
         // SAFETY: a channel we created; `cq` and `cq_context` are the program's out-parameters.
         let obj = unsafe { &*(ch as *const Chan) };
-        // SAFETY: `fd` and `context` are written once, at creation.
-        let (fd, context) = unsafe { ((*obj.c()).fd, (*obj.c()).context) };
-        let nonblocking = fd_nonblocking(fd);
+        // SAFETY: `context` is written once, at creation.
+        let context = unsafe { (*obj.c()).context };
         // SAFETY: the channel's context outlives it.
         let ctx = unsafe { Ctx::of(context) };
         let nic = match ctx.nic() {
@@ -352,18 +351,18 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         loop {
             let id = match obj.q.try_get_event() {
                 Some(id) => id,
-                // The program sleeps now (here, or in poll(2) on the fd after EAGAIN): the
-                // progress thread takes the NIC at once.
-                None if nonblocking => {
-                    let _ = nic.release();
-                    set_errno(libc::EAGAIN);
-                    return -1;
-                }
                 None => {
+                    // The program sleeps now (here, or in poll(2) on the fd after EAGAIN):
+                    // the progress thread takes the NIC at once.
                     let _ = nic.release();
-                    match obj.q.get_event(Duration::from_secs(3600)) {
-                        Some(id) => id,
-                        None => continue,
+                    // A read of the fd, as rdma-core's: EAGAIN when the program made it
+                    // O_NONBLOCK, EINTR when a signal handler without SA_RESTART ran.
+                    match obj.q.wait_event() {
+                        Ok(id) => id,
+                        Err(e) => {
+                            set_errno(e.raw_os_error().unwrap_or(libc::EIO));
+                            return -1;
+                        }
                     }
                 }
             };

@@ -4,7 +4,6 @@
 
 use crate::dev::Dev;
 use crate::ffi;
-use libc::c_int;
 use roce_emu::verbs;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -103,12 +102,4 @@ impl Ctx {
     pub fn ibv(&self) -> *mut ffi::ibv_context {
         &self.v.context as *const _ as *mut _
     }
-}
-
-/// Whether the program made `fd` non-blocking (O_NONBLOCK): our event reads then return
-/// EAGAIN instead of waiting, as a read(2) of the kernel's fd would.
-pub fn fd_nonblocking(fd: c_int) -> bool {
-    // SAFETY: F_GETFL on an fd reads its flags; a bad fd gives -1.
-    let fl = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    fl >= 0 && fl & libc::O_NONBLOCK != 0
 }

@@ -53,9 +53,25 @@ impl<T> EventQueue<T> {
         let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
         let ev = q.pop_front()?;
         self.len.store(q.len(), Ordering::Release);
-        // One count per event: the fd stays readable exactly while events remain.
-        let _ = self.fd.read();
+        // Outside the lock: a `wait_pop` may hold this event's count and need the lock to
+        // hand it back.
+        drop(q);
+        self.take_count();
         Some(ev)
+    }
+
+    /// Reads the count of an event just taken, so the fd stays readable exactly while
+    /// events remain. It comes at once, or in a moment: `push` writes it right after
+    /// queueing, and a `wait_pop` that read it hands it back. Bounded by those two steps;
+    /// EAGAIN (a program's `O_NONBLOCK`) and EINTR cannot leave a stray count behind.
+    fn take_count(&self) {
+        loop {
+            match self.fd.read() {
+                Err(nix::errno::Errno::EAGAIN) => std::thread::yield_now(),
+                Err(nix::errno::Errno::EINTR) => {}
+                _ => return,
+            }
+        }
     }
 
     /// The oldest event, waiting at most `timeout` for one.
@@ -75,6 +91,32 @@ impl<T> EventQueue<T> {
                 &mut fds,
                 PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
             );
+        }
+    }
+
+    /// The oldest event, waiting for one as the kernel's `read(2)` of the program's fd
+    /// waits, because the wait is that read: a signal whose handler was installed without
+    /// `SA_RESTART` ends it with `Interrupted` (EINTR; qperf's SIGALRM ends its test loop
+    /// this way, blocked in `ibv_get_cq_event`), one with `SA_RESTART` does not, and a fd the
+    /// program made `O_NONBLOCK` gives `WouldBlock` (EAGAIN).
+    pub(crate) fn wait_pop(&self) -> std::io::Result<T> {
+        // Bounded by the events other readers take from under us: each round hands back
+        // one count that belonged to such an event.
+        loop {
+            if let Some(ev) = self.try_pop() {
+                return Ok(ev);
+            }
+            // Takes one count: `push` queues its event before writing its count, so the
+            // event is queued, or another reader took it and is about to read this count.
+            self.fd.read().map_err(std::io::Error::from)?;
+            let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(ev) = q.pop_front() {
+                self.len.store(q.len(), Ordering::Release);
+                return Ok(ev);
+            }
+            drop(q);
+            // That reader waits in its read for the count we took: give it back.
+            let _ = self.fd.write(1);
         }
     }
 
@@ -111,5 +153,12 @@ impl CompChannel {
     /// `ibv_get_cq_event`: waits at most `timeout` for the next event.
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {
         self.q.pop(timeout)
+    }
+
+    /// `ibv_get_cq_event` as the kernel's: waits for the next event in a `read(2)` of
+    /// [`CompChannel::fd`], so signals and `O_NONBLOCK` act on it as on rdma-core's
+    /// (`EINTR` unless the handler has `SA_RESTART`, `EAGAIN`).
+    pub fn wait_event(&self) -> std::io::Result<u32> {
+        self.q.wait_pop()
     }
 }

@@ -566,6 +566,13 @@ impl Context {
         self.shared.events.pop(timeout)
     }
 
+    /// `ibv_get_async_event` as the kernel's: waits for the next event in a `read(2)` of
+    /// [`Context::async_fd`], so signals and `O_NONBLOCK` act on it as on rdma-core's
+    /// (`EINTR` unless the handler has `SA_RESTART`, `EAGAIN`).
+    pub fn wait_async_event(&self) -> std::io::Result<Event> {
+        self.shared.events.wait_pop()
+    }
+
     /// Readable while an asynchronous event waits (`ibv_context::async_fd`).
     pub fn async_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.shared.events.fd()

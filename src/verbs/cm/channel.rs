@@ -138,7 +138,9 @@ impl EventChannel {
     }
 
     /// Takes the next event: reads a token first, so this blocks, or fails with
-    /// `WouldBlock`, as the fd's `O_NONBLOCK` says.
+    /// `WouldBlock`, as the fd's `O_NONBLOCK` says. A signal acts on the wait as on the
+    /// kernel's (`ucma_get_event` sleeps interruptibly): a handler without `SA_RESTART`
+    /// ends it with `Interrupted` (EINTR), one with it restarts the read.
     pub fn get(&self) -> io::Result<Delivered> {
         use std::sync::atomic::Ordering::SeqCst;
         self.inner.readers.fetch_add(1, SeqCst);
@@ -163,7 +165,6 @@ impl EventChannel {
             match recv(self.fd(), &mut b, MsgFlags::empty()) {
                 Ok(0) => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
                 Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(io::Error::from(e)),
             }
             let mut q = self.lock();

@@ -3,15 +3,18 @@
  * poll on the channel fd, the device an id gets on ADDR_RESOLVED, rdma_migrate_id and
  * rdma_destroy_id waiting for the ack of an event handed out, the route, the synchronous
  * mode of a NULL channel (rdma_connect to a port nobody listens on: ECONNREFUSED),
- * rdma_getaddrinfo's answers. */
+ * rdma_getaddrinfo's answers, a signal in a blocking rdma_get_cm_event (EINTR without
+ * SA_RESTART, the wait going on with it). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <rdma/rdma_cma.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +38,36 @@ static void *ack_later(void *arg)
 	return NULL;
 }
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+	alarms++;
+}
+
+/* SIGALRM once, after 100 ms, its handler installed with `flags`. */
+static int alarm_soon(int flags)
+{
+	struct sigaction act;
+	memset(&act, 0, sizeof act);
+	act.sa_handler = on_alarm;
+	act.sa_flags = flags;
+	struct itimerval it = { .it_value = { .tv_usec = 100000 } };
+	return sigaction(SIGALRM, &act, NULL) || setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static struct rdma_cm_id *late_id;
+static struct sockaddr_in late_sa;
+
+static void *resolve_later(void *arg)
+{
+	(void)arg;
+	usleep(300000);
+	rdma_resolve_addr(late_id, NULL, (struct sockaddr *)&late_sa, 2000);
+	return NULL;
+}
+
 static double ms_since(struct timespec *a)
 {
 	struct timespec b;
@@ -55,6 +88,28 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		return 2;
 	inet_pton(AF_INET, argv[1], &sa.sin_addr);
+
+	/* A signal in a blocking wait: EINTR without SA_RESTART, as the kernel's
+	 * interruptible GET_EVENT; with it, the wait goes on to the event. */
+	ch = rdma_create_event_channel();
+	CHECK(ch, "rdma_create_event_channel");
+	CHECK(!alarm_soon(0), "alarm");
+	errno = 0;
+	CHECK(rdma_get_cm_event(ch, &ev) == -1 && errno == EINTR && alarms == 1,
+	      "interrupted without SA_RESTART: EINTR (%d alarms)", alarms);
+	CHECK(rdma_create_id(ch, &late_id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+	late_sa = sa;
+	CHECK(!alarm_soon(SA_RESTART), "alarm");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pthread_create(&t, NULL, resolve_later, NULL);
+	CHECK(rdma_get_cm_event(ch, &ev) == 0 && ev->event == RDMA_CM_EVENT_ADDR_RESOLVED,
+	      "with SA_RESTART the wait goes on");
+	pthread_join(t, NULL);
+	CHECK(alarms == 2 && ms_since(&t0) >= 250, "%d alarms, %.0f ms", alarms, ms_since(&t0));
+	rdma_ack_cm_event(ev);
+	CHECK(rdma_destroy_id(late_id) == 0, "destroy");
+	rdma_destroy_event_channel(ch);
+	printf("signals: EINTR without SA_RESTART, restarted with it\n");
 
 	ch = rdma_create_event_channel();
 	CHECK(ch, "rdma_create_event_channel");
