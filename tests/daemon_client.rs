@@ -435,6 +435,7 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
         len: 0,
         segment: None,
         ipv4_id: None,
+        ecn: roce_emu::wire::Ecn::NotEct,
     }; 32];
     assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 0);
     assert!(!b.prepare_sleep(), "nothing waits: B may sleep");
@@ -448,7 +449,12 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
     let sent = tx[..300].to_vec();
     let src = SocketAddr::new(ip, SRC_PORT);
     let dst = SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT);
-    let out = [Outgoing { src, dst, len: 300 }];
+    let out = [Outgoing {
+        src,
+        dst,
+        len: 300,
+        ecn: roce_emu::wire::Ecn::NotEct,
+    }];
     a.send_batch(&mut tx, SLOT, &out).unwrap();
     assert!(readable(b.rx_fd(), WAIT), "B's doorbell never rang");
     assert_eq!(b.recv_batch(&mut pool, &mut got).unwrap(), 1);
@@ -503,6 +509,7 @@ fn a_full_ring_drops_and_counts() {
         src: SocketAddr::new(ip, SRC_PORT),
         dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
         len: 2000,
+        ecn: roce_emu::wire::Ecn::NotEct,
     };
     // A 4 KiB ring holds one 2000-byte packet (each takes 2056 bytes with its header).
     let t = Instant::now();

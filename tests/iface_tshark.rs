@@ -56,7 +56,9 @@ fn frames(vlan: Option<u16>) -> Vec<(Vec<u8>, &'static str)> {
     for (s, d) in [v4, v6] {
         for len in [0, 8, 1000] {
             let p = roce_packet(s, d, len);
-            if let Some(n) = a.send(now, s, d, &p, &mut out).unwrap() {
+            // Every ECN codepoint in turn: tshark must accept each header.
+            let ecn = roce_emu::wire::Ecn::from_tos(len as u8 % 4 + 1);
+            if let Some(n) = a.send(now, s, d, ecn, &p, &mut out).unwrap() {
                 wire.push(out[..n].to_vec());
             }
         }

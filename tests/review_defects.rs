@@ -230,6 +230,7 @@ fn an_ack_owed_before_a_local_error_still_goes_out() {
             src: t.src,
             dst: t.dst,
             ipv4_id: Some(0),
+            ecn: roce_emu::wire::Ecn::NotEct,
             data: &buf[..t.len],
         },
     );

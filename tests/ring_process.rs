@@ -25,6 +25,7 @@ fn meta(i: u64) -> Meta {
         ipv4_id: Some(i as u16),
         segment: None,
         flags: (i >> 16) as u16,
+        ecn: 0,
     }
 }
 

@@ -625,6 +625,7 @@ fn a_lone_ack_goes_out_behind_the_qps_request() {
             src: t.src,
             dst: t.dst,
             ipv4_id: Some(0),
+            ecn: roce_emu::wire::Ecn::NotEct,
             data: &ping,
         },
     );
@@ -654,6 +655,7 @@ fn a_lone_ack_goes_out_behind_the_qps_request() {
             src: t.src,
             dst: t.dst,
             ipv4_id: Some(0),
+            ecn: roce_emu::wire::Ecn::NotEct,
             data: &ping,
         },
     );

@@ -167,6 +167,7 @@ fuzz_target!(|data: &[u8]| {
                     src: from_a,
                     dst: to_b,
                     ipv4_id: Some(0),
+                    ecn: roce_emu::wire::Ecn::NotEct,
                     data: pkt,
                 },
             );
@@ -177,6 +178,7 @@ fuzz_target!(|data: &[u8]| {
                     src: from_b,
                     dst: to_a,
                     ipv4_id: Some(0),
+                    ecn: roce_emu::wire::Ecn::NotEct,
                     data: pkt,
                 },
             );

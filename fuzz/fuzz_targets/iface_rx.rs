@@ -76,7 +76,14 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     out.len()
                 };
-                if let Ok(Some(n)) = iface.send(now, src, dst, body, &mut out[..buf_len]) {
+                if let Ok(Some(n)) = iface.send(
+                    now,
+                    src,
+                    dst,
+                    roce_emu::wire::Ecn::from_tos(pick),
+                    body,
+                    &mut out[..buf_len],
+                ) {
                     assert!(n <= buf_len && n <= cap, "send wrote {n} of {buf_len}");
                 }
             }

@@ -10,6 +10,7 @@
 use super::pcapng::{PcapngFile, Way};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::icrc::{Ipv4IdSolver, PseudoHeaders};
+use crate::wire::Ecn;
 use pcap_file::pcap::PcapHeader;
 use pcap_file::DataLink;
 use std::fs::File;
@@ -96,7 +97,14 @@ impl<B: Backend> Capture<B> {
     }
 
     /// Writes one packet (BTH through ICRC) with headers for `src` -> `dst`.
-    fn record(&mut self, way: Way, src: SocketAddr, dst: SocketAddr, id: Option<u16>, roce: &[u8]) {
+    fn record(
+        &mut self,
+        way: Way,
+        (src, dst): (SocketAddr, SocketAddr),
+        id: Option<u16>,
+        ecn: Ecn,
+        roce: &[u8],
+    ) {
         if matches!(self.out, Sink::Pcap(None)) {
             return;
         }
@@ -110,7 +118,7 @@ impl<B: Backend> Capture<B> {
             _ => 0,
         };
         self.frame.clear();
-        frame(&mut self.frame, src, dst, id, roce);
+        frame(&mut self.frame, src, dst, id, ecn, roce);
         let out = match &mut self.out {
             Sink::Pcap(Some(out)) => out,
             Sink::Pcap(None) => return,
@@ -156,8 +164,16 @@ fn mac(ip: IpAddr) -> [u8; 6] {
     [0x02, 0x00, o[0], o[1], o[2], o[3]]
 }
 
-/// Ethernet, IP and UDP headers for a RoCE packet, then the packet.
-pub(crate) fn frame(buf: &mut Vec<u8>, src: SocketAddr, dst: SocketAddr, id: u16, roce: &[u8]) {
+/// Ethernet, IP and UDP headers for a RoCE packet, then the packet. The IP header carries
+/// `ecn` (the ICRC masks those bits: IBA A17.4.1).
+pub(crate) fn frame(
+    buf: &mut Vec<u8>,
+    src: SocketAddr,
+    dst: SocketAddr,
+    id: u16,
+    ecn: Ecn,
+    roce: &[u8],
+) {
     let ph = PseudoHeaders::new(src, dst, id, roce.len());
     buf.extend_from_slice(&mac(dst.ip()));
     buf.extend_from_slice(&mac(src.ip()));
@@ -167,12 +183,15 @@ pub(crate) fn frame(buf: &mut Vec<u8>, src: SocketAddr, dst: SocketAddr, id: u16
     buf.extend_from_slice(ph.ip());
     let ip = &mut buf[ip_at..];
     if v4 {
+        ip[1] = ecn.in_tos(ip[1]);
         ip[8] = HOP_LIMIT;
         let sum = etherparse::checksum::Sum16BitWords::new()
             .add_slice(&ip[..etherparse::Ipv4Header::MIN_LEN])
             .ones_complement();
         ip[10..12].copy_from_slice(&sum.to_be_bytes());
     } else {
+        // The traffic class straddles bytes 0 and 1; its ECN bits are byte 1's 0x30.
+        ip[1] = (ip[1] & !0x30) | ecn.bits() << 4;
         ip[7] = HOP_LIMIT;
     }
     buf.extend_from_slice(ph.udp());
@@ -190,7 +209,7 @@ impl<B: Backend> Backend for Capture<B> {
             // A GRO datagram is several packets: one frame each, as the engine sees them.
             let seg = r.segment.unwrap_or(r.len).max(1);
             for data in pool[r.offset..r.offset + r.len].chunks(seg) {
-                self.record(Way::In, r.src, r.dst, r.ipv4_id, data);
+                self.record(Way::In, (r.src, r.dst), r.ipv4_id, r.ecn, data);
             }
         }
         Ok(n)
@@ -206,9 +225,9 @@ impl<B: Backend> Backend for Capture<B> {
         for (i, o) in out.iter().enumerate() {
             self.record(
                 Way::Out,
-                o.src,
-                o.dst,
+                (o.src, o.dst),
                 None,
+                o.ecn,
                 &pool[i * slot..i * slot + o.len],
             );
         }
@@ -243,11 +262,11 @@ impl<B: Backend> Backend for Capture<B> {
     fn mark_used(&mut self) {
         self.inner.mark_used()
     }
-    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
         // On a UDP port a hairpin is a datagram the kernel would have carried on the
         // loopback: recorded as sent, with IPv4 ID 0 (what the receiver is handed).
-        self.record(Way::Out, src, dst, Some(0), packet);
-        self.inner.observe_hairpin(src, dst, packet);
+        self.record(Way::Out, (src, dst), Some(0), ecn, packet);
+        self.inner.observe_hairpin(src, dst, ecn, packet);
     }
     fn flush_held(&mut self) {
         self.inner.flush_held();
@@ -329,6 +348,7 @@ mod tests {
             len: 0,
             segment: None,
             ipv4_id: None,
+            ecn: Ecn::NotEct,
         }; 512];
         let n = c.recv_batch(&mut pool, &mut got).unwrap();
         assert_eq!(n, pkts.len());
@@ -342,6 +362,7 @@ mod tests {
                 src: *s,
                 dst: *d,
                 len: b.len(),
+                ecn: Ecn::NotEct,
             });
         }
         c.send_batch(&mut tx, SLOT, &out).unwrap();

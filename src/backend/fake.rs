@@ -37,6 +37,7 @@ impl Backend for Fake {
                 len: d.len(),
                 segment: None,
                 ipv4_id: self.ipv4_id,
+                ecn: Default::default(),
             };
             off += d.len();
             n += 1;

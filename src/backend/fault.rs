@@ -12,6 +12,7 @@ pub use rule::{Action, Dir, Faults, Rule, RuleReport};
 
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::rng::Rng;
+use crate::wire::Ecn;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 
@@ -101,8 +102,8 @@ impl<B: Backend> Backend for Lossy<B> {
     fn mark_used(&mut self) {
         self.inner.mark_used()
     }
-    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
-        self.inner.observe_hairpin(src, dst, packet)
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
+        self.inner.observe_hairpin(src, dst, ecn, packet)
     }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()
@@ -130,6 +131,7 @@ mod tests {
                     src: a,
                     dst: a,
                     len,
+                    ecn: Ecn::NotEct,
                 });
             }
             l.send_batch(&mut pool, SLOT, &out).unwrap();

@@ -17,7 +17,7 @@
 use super::link::{FrameLink, FrameRx, LinkStats};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::iface::{Iface, IfaceConfig, IfaceStats, Rx, TxError};
-use crate::wire::ROCE_UDP_PORT;
+use crate::wire::{Ecn, ROCE_UDP_PORT};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
@@ -186,11 +186,11 @@ impl<L: FrameLink> Backend for L2Backend<L> {
         false
     }
 
-    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
         // The frame the port would have carried had it looped back (IPv4 ID 0, which the
         // receiver is handed with it; synthesised MACs, as a UDP port's capture has).
         let mut f = Vec::with_capacity(packet.len() + 64);
-        super::capture::frame(&mut f, src, dst, 0, packet);
+        super::capture::frame(&mut f, src, dst, 0, ecn, packet);
         self.link.observe(&f);
     }
 
@@ -212,6 +212,7 @@ impl<L: FrameLink> Backend for L2Backend<L> {
                 src,
                 dst,
                 ipv4_id,
+                ecn,
                 payload,
             } = self.iface.receive(now, frame)
             {
@@ -222,6 +223,7 @@ impl<L: FrameLink> Backend for L2Backend<L> {
                     len: payload.len(),
                     segment: None,
                     ipv4_id,
+                    ecn,
                 };
                 n += 1;
             }
@@ -253,6 +255,7 @@ impl<L: FrameLink> Backend for L2Backend<L> {
                 now,
                 o.src,
                 o.dst,
+                o.ecn,
                 payload,
                 &mut self.tx[at..at + self.frame],
             ) {

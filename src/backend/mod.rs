@@ -32,6 +32,7 @@ pub use afpacket::PacketLink;
 pub use link::{FrameLink, FrameRx, LinkStats};
 pub use tap::TapLink;
 
+use crate::wire::Ecn;
 use std::net::SocketAddr;
 use std::os::fd::BorrowedFd;
 
@@ -41,6 +42,9 @@ pub struct Outgoing {
     pub src: SocketAddr,
     pub dst: SocketAddr,
     pub len: usize,
+    /// The ECN codepoint of the IP header (ECT(0) from a QP with congestion control on,
+    /// CE once a congestion point marked it).
+    pub ecn: Ecn,
 }
 
 /// Counters of what a backend (and its wrappers) dropped or chose. Each backend fills the
@@ -152,7 +156,7 @@ pub trait Backend: Send {
     /// A packet the port's owner handed from one of its NICs to another without the wire
     /// (the daemon's hairpin between two of its processes): a port that records what it
     /// carries (a capture) records it too, once, as sent. Nothing is sent.
-    fn observe_hairpin(&mut self, _src: SocketAddr, _dst: SocketAddr, _packet: &[u8]) {}
+    fn observe_hairpin(&mut self, _src: SocketAddr, _dst: SocketAddr, _ecn: Ecn, _packet: &[u8]) {}
     /// The counters of the L2 in front of a port that owns its frames (ARP, ND, echo,
     /// drops by reason: `iface::IfaceStats`); None for a port without one (UDP).
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
@@ -191,8 +195,8 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         (**self).l2_stats()
     }
-    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
-        (**self).observe_hairpin(src, dst, packet)
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
+        (**self).observe_hairpin(src, dst, ecn, packet)
     }
     fn mark_used(&mut self) {
         (**self).mark_used()
@@ -247,4 +251,7 @@ pub struct Received {
     pub segment: Option<usize>,
     /// The IPv4 identification, when the backend saw the IP header.
     pub ipv4_id: Option<u16>,
+    /// The ECN codepoint of the IP header (from the header, or the UDP socket's
+    /// IP_RECVTOS / IPV6_RECVTCLASS control message).
+    pub ecn: Ecn,
 }

@@ -46,6 +46,17 @@ pub fn set_ipv4_dont_fragment(fd: BorrowedFd<'_>) -> io::Result<()> {
     )
 }
 
+/// `IP_RECVTOS` (IPv4) or `IPV6_RECVTCLASS` (IPv6): each received datagram comes with
+/// its TOS byte or traffic class as a control message, whose ECN bits are a congestion
+/// notification (IBA A17.9). A UDP socket sees no other part of the IP header.
+pub fn set_recv_tos(fd: BorrowedFd<'_>, v6: bool) -> io::Result<()> {
+    if v6 {
+        set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)
+    } else {
+        set_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)
+    }
+}
+
 /// `IPV6_MTU_DISCOVER = IPV6_PMTUDISC_DO`: no fragmentation of RoCE packets.
 pub fn set_ipv6_dont_fragment(fd: BorrowedFd<'_>) -> io::Result<()> {
     set_int(
@@ -71,6 +82,10 @@ pub struct RecvMeta {
     pub truncated: bool,
     /// Several datagrams of this length coalesced by GRO (`UDP_GRO` control message).
     pub gro_segment: Option<usize>,
+    /// The TOS byte or traffic class (`IP_TOS` / `IPV6_TCLASS` control message), when
+    /// the socket asked for it (`set_recv_tos`). GRO never merges datagrams whose TOS
+    /// differs (`inet_gro_receive`), so one value holds for every segment.
+    pub tos: Option<u8>,
 }
 
 /// `recvmmsg` with the `UDP_GRO` control message. nix's `recvmmsg` leaves each header's
@@ -95,8 +110,10 @@ unsafe impl Send for MmsgBuffers {}
 // dereferenced outside a call that is handed that pool.
 unsafe impl Send for RecvMmsg {}
 
-/// Room for one `int` control message (CMSG_SPACE(4) is 24 on 64-bit Linux), in u64s.
-const CMSG_WORDS: usize = 4;
+/// Room for two `int` control messages (CMSG_SPACE(4) is 24 on 64-bit Linux), in u64s:
+/// `UDP_GRO` and the TOS on receive, `UDP_SEGMENT` and the TOS on send.
+const CMSG_WORDS: usize = 6;
+const CMSG_BYTES: usize = CMSG_WORDS * 8;
 
 /// The C structures of an `mmsg` call, allocated once and zeroed: headers, I/O vectors,
 /// socket addresses and control buffers (one per header, in u64s for alignment). Boxed, so
@@ -176,7 +193,7 @@ impl RecvMmsg {
         for h in &mut self.b.hdrs[..self.dirty.min(cap)] {
             h.msg_len = 0;
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
-            h.msg_hdr.msg_controllen = std::mem::size_of::<[u64; CMSG_WORDS]>() as _;
+            h.msg_hdr.msg_controllen = CMSG_BYTES as _;
             h.msg_hdr.msg_flags = 0;
         }
         // SAFETY: every header points at live buffers owned by `self` (boxed, so they do
@@ -210,6 +227,7 @@ impl RecvMmsg {
                 src: sockaddr(&self.b.addrs[i], h.msg_hdr.msg_namelen),
                 truncated: h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
                 gro_segment: gro_segment(&h.msg_hdr),
+                tos: tos(&h.msg_hdr),
             };
         }
         Ok(got)
@@ -227,6 +245,28 @@ fn gro_segment(m: &libc::msghdr) -> Option<usize> {
             if (*c).cmsg_level == libc::SOL_UDP && (*c).cmsg_type == libc::UDP_GRO {
                 let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
                 return usize::try_from(v).ok().filter(|&s| s > 0);
+            }
+            c = libc::CMSG_NXTHDR(m, c);
+        }
+    }
+    None
+}
+
+/// The TOS byte (`IP_TOS`, one byte) or traffic class (`IPV6_TCLASS`, an int) among a
+/// received header's control messages.
+fn tos(m: &libc::msghdr) -> Option<u8> {
+    // SAFETY: as in `gro_segment`: the CMSG macros walk control messages the kernel wrote
+    // inside our buffer; IP_TOS carries one byte (`ip_cmsg_recv_tos`), IPV6_TCLASS an int.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(m);
+        while !c.is_null() {
+            match ((*c).cmsg_level, (*c).cmsg_type) {
+                (libc::SOL_IP, libc::IP_TOS) => return Some(*libc::CMSG_DATA(c)),
+                (libc::SOL_IPV6, libc::IPV6_TCLASS) => {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                    return Some(v as u8);
+                }
+                _ => {}
             }
             c = libc::CMSG_NXTHDR(m, c);
         }
@@ -298,20 +338,22 @@ impl SendMmsg {
 
 impl<'p> SendBatch<'_, 'p> {
     /// Stages one message to `dst`: the datagram `parts` (a GSO train when `segment` is
-    /// set: the kernel cuts it into datagrams of that size). False, and nothing staged, when
-    /// the batch is full.
+    /// set: the kernel cuts it into datagrams of that size), sent with TOS byte (IPv4) or
+    /// traffic class (IPv6) `tos` when it is not 0, the socket's own. False, and nothing
+    /// staged, when the batch is full.
     pub fn push(
         &mut self,
         dst: SocketAddr,
         parts: impl ExactSizeIterator<Item = &'p [u8]>,
         segment: Option<u16>,
+        tos: u8,
     ) -> bool {
-        self.push_to(Some(dst), parts, segment)
+        self.push_to(Some(dst), parts, segment, tos)
     }
 
     /// Stages one message on a connected socket (no address): an AF_PACKET frame.
     pub fn push_connected(&mut self, parts: impl ExactSizeIterator<Item = &'p [u8]>) -> bool {
-        self.push_to(None, parts, None)
+        self.push_to(None, parts, None, 0)
     }
 
     fn push_to(
@@ -319,6 +361,7 @@ impl<'p> SendBatch<'_, 'p> {
         dst: Option<SocketAddr>,
         parts: impl ExactSizeIterator<Item = &'p [u8]>,
         segment: Option<u16>,
+        tos: u8,
     ) -> bool {
         let (i, first) = (self.msgs, self.iovs);
         if i == self.m.b.hdrs.len() || first + parts.len() > self.m.b.iovs.len() {
@@ -333,21 +376,41 @@ impl<'p> SendBatch<'_, 'p> {
             self.iovs += 1;
         }
         let namelen = dst.map_or(0, |dst| write_sockaddr(&mut self.m.b.addrs[i], dst));
-        let controllen = match segment {
-            Some(seg) => {
-                // SAFETY: the buffer is CMSG_WORDS u64s (32 bytes), aligned for cmsghdr,
-                // and CMSG_SPACE(2) (24) fits in it; the macros compute offsets inside it.
-                unsafe {
-                    let c = self.m.b.cmsgs[i].as_mut_ptr().cast::<libc::cmsghdr>();
-                    (*c).cmsg_level = libc::SOL_UDP;
-                    (*c).cmsg_type = libc::UDP_SEGMENT;
-                    (*c).cmsg_len = libc::CMSG_LEN(2) as _;
-                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
-                    libc::CMSG_SPACE(2) as usize
-                }
+        let mut controllen = 0;
+        let buf = self.m.b.cmsgs[i].as_mut_ptr().cast::<u8>();
+        if let Some(seg) = segment {
+            // SAFETY: the buffer is CMSG_BYTES (48), aligned for cmsghdr; CMSG_SPACE(2)
+            // (24) fits at its start; the macros compute offsets inside it.
+            unsafe {
+                let c = buf.cast::<libc::cmsghdr>();
+                (*c).cmsg_level = libc::SOL_UDP;
+                (*c).cmsg_type = libc::UDP_SEGMENT;
+                (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
             }
-            None => 0,
-        };
+            controllen += cmsg_space(2);
+        }
+        if tos != 0 {
+            let (level, name) = match dst {
+                Some(SocketAddr::V6(_)) => (libc::SOL_IPV6, libc::IPV6_TCLASS),
+                _ => (libc::SOL_IP, libc::IP_TOS),
+            };
+            debug_assert!(controllen + cmsg_space(4) <= CMSG_BYTES);
+            // SAFETY: CMSG_SPACE(4) (24) more bytes fit after what was written (at most
+            // 24 of 48), at an offset aligned for cmsghdr (a multiple of 8); IP_TOS and
+            // IPV6_TCLASS take an int (`ip_cmsg_send`, `ip6_datagram_send_ctl`).
+            unsafe {
+                let c = buf.add(controllen).cast::<libc::cmsghdr>();
+                (*c).cmsg_level = level;
+                (*c).cmsg_type = name;
+                (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+                std::ptr::write_unaligned(
+                    libc::CMSG_DATA(c).cast::<libc::c_int>(),
+                    libc::c_int::from(tos),
+                );
+            }
+            controllen += cmsg_space(4);
+        }
         let h = &mut self.m.b.hdrs[i];
         h.msg_len = 0;
         h.msg_hdr.msg_name = if dst.is_some() {
@@ -395,6 +458,12 @@ impl<'p> SendBatch<'_, 'p> {
             Ok(rc as usize)
         }
     }
+}
+
+/// `CMSG_SPACE(len)`: a control message's room, header and padding included.
+fn cmsg_space(len: u32) -> usize {
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    unsafe { libc::CMSG_SPACE(len) as usize }
 }
 
 /// Writes `a` as a C socket address; returns its length.

@@ -17,10 +17,10 @@
 //! UDP checksum 0 (`UDP_NO_CHECK6_RX`), which rxe sends. Our UDP checksums are computed by
 //! the kernel (rxe sends 0; receivers accept both).
 
-use super::sys::{RecvMeta, RecvMmsg, SendMmsg};
+use super::sys::{set_recv_tos, RecvMeta, RecvMmsg, SendMmsg};
 use super::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::icrc::Ipv4IdRebase;
-use crate::wire::ROCE_UDP_PORT;
+use crate::wire::{Ecn, ROCE_UDP_PORT};
 use nix::errno::Errno;
 use nix::sys::socket::{setsockopt, sockopt};
 use rustc_hash::FxHashMap;
@@ -162,6 +162,12 @@ impl UdpBackend {
         // size (loopback does this for a GSO sender). Without it (before Linux 5.0) every
         // datagram comes alone.
         let _ = setsockopt(&rx, sockopt::UdpGroSegment, &true);
+        // Each datagram's ECN bits (congestion notification), from its TOS byte.
+        set_recv_tos(rx.as_fd(), local.is_ipv6()).map_err(|source| BackendError::Bind {
+            addr: local,
+            source,
+            hint: "",
+        })?;
         Ok(UdpBackend {
             local,
             rx,
@@ -243,6 +249,7 @@ impl UdpBackend {
                 // Equal lengths, the last may be shorter (UDP_SEGMENT's rule); one
                 // destination; within the kernel's limits.
                 let joins = it.dst == first.dst
+                    && it.ecn == first.ecn
                     && last.len == first.len
                     && it.len <= first.len
                     && t.segments() < GSO_MAX_SEGMENTS
@@ -311,7 +318,8 @@ impl UdpBackend {
                     &pool[at..at + run[k].len]
                 });
                 let seg = (t.segments() > 1).then_some(run[t.start].len as u16);
-                let staged = batch.push(run[t.start].dst, parts, seg);
+                let first = &run[t.start];
+                let staged = batch.push(first.dst, parts, seg, first.ecn.bits());
                 debug_assert!(staged, "a run fits one batch");
             }
             let mut done = 0; // trains sent
@@ -440,6 +448,7 @@ impl UdpBackend {
                 len: m.len,
                 segment,
                 ipv4_id: None,
+                ecn: Ecn::from_tos(m.tos.unwrap_or(0)),
             };
             k += 1;
         }

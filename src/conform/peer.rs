@@ -5,7 +5,7 @@ use super::packet::Got;
 use crate::backend::udp::{wait_readable, RX_SLOT};
 use crate::backend::{Backend, Outgoing, Received};
 use crate::wire::icrc::{self, Ipv4IdSolver, PseudoHeaders};
-use crate::wire::ROCE_UDP_PORT;
+use crate::wire::{Ecn, ROCE_UDP_PORT};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -110,7 +110,12 @@ impl Peer {
         }
         self.record(src, dst, &roce, !bad_icrc);
         self.pool[..len].copy_from_slice(&roce);
-        let out = [Outgoing { src, dst, len }];
+        let out = [Outgoing {
+            src,
+            dst,
+            len,
+            ecn: Ecn::NotEct,
+        }];
         self.udp
             .send_batch(&mut self.pool, RX_SLOT, &out)
             .map_err(|e| e.to_string())
@@ -163,6 +168,7 @@ impl Peer {
             len: 0,
             segment: None,
             ipv4_id: None,
+            ecn: Ecn::NotEct,
         }; 8];
         loop {
             let n = match self.udp.recv_batch(&mut self.pool, &mut rx) {

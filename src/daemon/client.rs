@@ -26,6 +26,7 @@ use crate::backend::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::ring::{
     Consumer, ConsumerStats, Link, LinkFds, Meta, Popped, Producer, ProducerStats, PushError,
 };
+use crate::wire::Ecn;
 use socket2::{Domain, SockAddr, Socket, Type};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -414,6 +415,7 @@ impl DaemonBackend {
                 len: p.len,
                 segment: p.meta.segment.map(usize::from),
                 ipv4_id: p.meta.ipv4_id,
+                ecn: Ecn::from_tos(p.meta.ecn),
             };
         }
         Ok(n)
@@ -486,7 +488,10 @@ impl Backend for DaemonBackend {
             return Err(send_err(first, self.down_error(&why)));
         }
         for (i, o) in out.iter().enumerate() {
-            let meta = Meta::new(o.src, o.dst);
+            let meta = Meta {
+                ecn: o.ecn.bits(),
+                ..Meta::new(o.src, o.dst)
+            };
             match self.tx.try_push(&meta, &pool[i * slot..i * slot + o.len]) {
                 // Too large is counted by the ring; the engine never makes one.
                 Ok(()) | Err(PushError::TooLarge) => {}

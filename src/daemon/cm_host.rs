@@ -18,6 +18,7 @@ use crate::cm::ucma::{self, Reply, Request, ToLibrary};
 use crate::cm::{Cm, CmConfig, MadPeer, Owner};
 use crate::engine::Instant;
 use crate::wire::icrc::Ipv4IdSolver;
+use crate::wire::Ecn;
 use resolve::Resolver;
 use serde::Serialize;
 use std::net::{IpAddr, SocketAddr};
@@ -290,7 +291,7 @@ impl CmHost {
             if addrs.contains(&peer.remote) {
                 self.qp1.hairpin_pkts += 1;
                 if capture {
-                    port.observe_hairpin(src, dst, &self.buf[..n]);
+                    port.observe_hairpin(src, dst, Ecn::NotEct, &self.buf[..n]);
                 }
                 let back = MadPeer {
                     remote: local,
@@ -299,7 +300,12 @@ impl CmHost {
                 self.cm.handle_mad(now, back, &mad);
                 continue;
             }
-            let out = [Outgoing { src, dst, len: n }];
+            let out = [Outgoing {
+                src,
+                dst,
+                len: n,
+                ecn: Ecn::NotEct,
+            }];
             port.send_batch(&mut self.buf, PACKET_LEN, &out)?;
             self.qp1.sent_pkts += 1;
             sent += 1;

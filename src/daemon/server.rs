@@ -30,6 +30,7 @@ use crate::backend::udp::{RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
 use crate::ring::{DaemonEnd, Link, Meta};
+use crate::wire::Ecn;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 pub use open::default_socket;
 use open::{listen, open_port};
@@ -282,6 +283,7 @@ impl Daemon {
                     len: 0,
                     segment: None,
                     ipv4_id: None,
+                    ecn: Ecn::NotEct,
                 };
                 RX_BATCH
             ],
@@ -499,6 +501,7 @@ impl Daemon {
                         ipv4_id: r.ipv4_id,
                         segment: None,
                         flags: 0,
+                        ecn: r.ecn.bits(),
                     };
                     let pkt = &self.rx_pool[start..start + len];
                     if super::qp1::is_for_qp1(pkt) {
@@ -600,7 +603,12 @@ impl Daemon {
                         .as_ref()
                         .is_some_and(|l| l.tx.read(&e, 0, &mut buf))
                     {
-                        self.port.observe_hairpin(meta.src, meta.dst, &buf);
+                        self.port.observe_hairpin(
+                            meta.src,
+                            meta.dst,
+                            Ecn::from_tos(meta.ecn),
+                            &buf,
+                        );
                     }
                     self.scratch = buf;
                 }
@@ -625,6 +633,7 @@ impl Daemon {
                     src: meta.src,
                     dst: meta.dst,
                     len: e.len(),
+                    ecn: Ecn::from_tos(meta.ecn),
                 });
             }
         }

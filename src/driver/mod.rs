@@ -8,6 +8,7 @@ pub use spin::{Spin, DEFAULT_SPIN_US};
 use crate::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::engine::{Datagram, Engine, Instant};
+use crate::wire::Ecn;
 use std::time::Duration;
 
 /// Engine time from the real clock: nanoseconds since the clock was made.
@@ -81,6 +82,7 @@ impl<B: Backend> Driver<B> {
                     len: 0,
                     segment: None,
                     ipv4_id: None,
+                    ecn: Ecn::NotEct,
                 }; RX_BATCH],
             ),
             out: Box::new(
@@ -88,6 +90,7 @@ impl<B: Backend> Driver<B> {
                     src: local,
                     dst: local,
                     len: 0,
+                    ecn: Ecn::NotEct,
                 }; TX_BATCH],
             ),
             idle_receives: 0,
@@ -139,6 +142,7 @@ impl<B: Backend> Driver<B> {
                             src: r.src,
                             dst: r.dst,
                             ipv4_id: r.ipv4_id,
+                            ecn: r.ecn,
                             data,
                         },
                     );
@@ -197,6 +201,7 @@ impl<B: Backend> Driver<B> {
                     src: t.src,
                     dst: t.dst,
                     len: t.len,
+                    ecn: t.ecn,
                 };
                 n += 1;
             }

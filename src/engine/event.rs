@@ -1,6 +1,7 @@
 //! What crosses the engine boundary besides work requests: datagrams in, transmits and
 //! asynchronous events out.
 
+use crate::wire::Ecn;
 use std::net::SocketAddr;
 
 /// A received RoCEv2 datagram: the UDP payload (BTH through ICRC) and what the receive
@@ -14,6 +15,8 @@ pub struct Datagram<'a> {
     /// The IPv4 identification, when the receive path saw the IP header (TAP, AF_PACKET,
     /// simulation). Without it an IPv4 ICRC cannot be checked (it covers the ID).
     pub ipv4_id: Option<u16>,
+    /// The ECN codepoint it arrived with: CE is a congestion notification (IBA A17.9).
+    pub ecn: Ecn,
     /// BTH through ICRC.
     pub data: &'a [u8],
 }
@@ -28,6 +31,8 @@ pub struct Transmit {
     pub dst: SocketAddr,
     /// Bytes written at the start of the buffer (BTH through ICRC).
     pub len: usize,
+    /// The ECN codepoint to send it with: ECT(0) from a QP with congestion control on.
+    pub ecn: Ecn,
 }
 
 /// Asynchronous events (IBA 11.6.3; ibv_event_type).

@@ -566,7 +566,12 @@ impl Engine {
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);
         s.stats.add(Counter::SentBytes, len as u64);
-        Some(Transmit { src, dst, len })
+        Some(Transmit {
+            src,
+            dst,
+            len,
+            ecn: crate::wire::Ecn::NotEct,
+        })
     }
 
     /// When `handle_timeout` should next be called.

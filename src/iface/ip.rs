@@ -8,6 +8,7 @@
 //! UDP, and rxe sends with DF) and ND/echo do not need them.
 
 use super::DropReason;
+use crate::wire::Ecn;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const PROTO_ICMP: u8 = 1;
@@ -69,6 +70,8 @@ pub struct Ipv4 {
     pub dst: Ipv4Addr,
     pub proto: u8,
     pub id: u16,
+    /// The TOS byte: DSCP and ECN.
+    pub tos: u8,
     pub header_len: usize,
     /// Header and payload, at most the bytes the frame had.
     pub total_len: usize,
@@ -98,6 +101,7 @@ pub fn parse_v4(b: &[u8]) -> Result<Ipv4, DropReason> {
         dst: Ipv4Addr::new(b[16], b[17], b[18], b[19]),
         proto: b[9],
         id: u16::from_be_bytes([b[4], b[5]]),
+        tos: b[1],
         header_len,
         total_len,
         fragment,
@@ -105,11 +109,20 @@ pub fn parse_v4(b: &[u8]) -> Result<Ipv4, DropReason> {
 }
 
 /// Writes a 20-byte IPv4 header with DF set and TTL 64 (RFC 6864 §4.1: with DF the ID
-/// only has to be unique enough for the ICRC and captures, so a counter does).
-pub fn emit_v4(out: &mut [u8], src: Ipv4Addr, dst: Ipv4Addr, proto: u8, id: u16, payload: usize) {
+/// only has to be unique enough for the ICRC and captures, so a counter does), DSCP 0
+/// (best effort) and the ECN codepoint `ecn`.
+pub fn emit_v4(
+    out: &mut [u8],
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    proto: u8,
+    id: u16,
+    ecn: Ecn,
+    payload: usize,
+) {
     let total = (IPV4_LEN + payload) as u16;
     out[0] = 0x45;
-    out[1] = 0; // DSCP/ECN: best effort, not ECN-capable.
+    out[1] = ecn.bits();
     out[2..4].copy_from_slice(&total.to_be_bytes());
     out[4..6].copy_from_slice(&id.to_be_bytes());
     out[6..8].copy_from_slice(&[0x40, 0x00]);
@@ -129,6 +142,8 @@ pub struct Ipv6 {
     pub dst: Ipv6Addr,
     pub next: u8,
     pub hop_limit: u8,
+    /// The traffic class: DSCP and ECN.
+    pub tclass: u8,
     /// Header and payload, at most the bytes the frame had.
     pub total_len: usize,
 }
@@ -156,13 +171,24 @@ pub fn parse_v6(b: &[u8]) -> Result<Ipv6, DropReason> {
         dst: dst.into(),
         next,
         hop_limit: b[7],
+        tclass: (b[0] << 4) | (b[1] >> 4),
         total_len,
     })
 }
 
-/// Writes a 40-byte IPv6 header: traffic class and flow label 0.
-pub fn emit_v6(out: &mut [u8], src: &Ipv6Addr, dst: &Ipv6Addr, next: u8, hop: u8, payload: usize) {
-    out[0..4].copy_from_slice(&[0x60, 0, 0, 0]);
+/// Writes a 40-byte IPv6 header: traffic class 0 but for the ECN codepoint `ecn`, flow
+/// label 0.
+pub fn emit_v6(
+    out: &mut [u8],
+    src: &Ipv6Addr,
+    dst: &Ipv6Addr,
+    next: u8,
+    hop: u8,
+    ecn: Ecn,
+    payload: usize,
+) {
+    // Version 6, then the traffic class across the nibble boundary (RFC 8200 §3).
+    out[0..4].copy_from_slice(&[0x60, ecn.bits() << 4, 0, 0]);
     out[4..6].copy_from_slice(&(payload as u16).to_be_bytes());
     out[6] = next;
     out[7] = hop;

@@ -53,6 +53,7 @@ pub use neighbor::{NeighborState, DELAY_FIRST_PROBE, PROBES, RETRY, TRIES};
 pub use stats::{DropReason, IfaceStats, TxError};
 
 use crate::wire::icrc::Ipv4IdRebase;
+use crate::wire::Ecn;
 use neighbor::{Held, HoldError, Lookup};
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -109,6 +110,8 @@ pub enum Rx {
         src: SocketAddr,
         dst: SocketAddr,
         ipv4_id: Option<u16>,
+        /// The IP header's ECN codepoint.
+        ecn: Ecn,
         payload: Range<usize>,
     },
     /// Handled here (ARP, ND, echo); replies, if any, wait in `poll_transmit`.
@@ -203,10 +206,11 @@ impl Iface {
         now: Duration,
         src: SocketAddr,
         dst: SocketAddr,
+        ecn: Ecn,
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<Option<usize>, TxError> {
-        let r = self.send_inner(now, unmap(src), unmap(dst), payload, out);
+        let r = self.send_inner(now, unmap(src), unmap(dst), ecn, payload, out);
         if let Err(e) = r {
             self.stats.count_tx_error(e);
         }
@@ -218,6 +222,7 @@ impl Iface {
         now: Duration,
         src: SocketAddr,
         dst: SocketAddr,
+        ecn: Ecn,
         payload: &[u8],
         out: &mut [u8],
     ) -> Result<Option<usize>, TxError> {
@@ -245,6 +250,7 @@ impl Iface {
         let held = || Held {
             src,
             dst,
+            ecn,
             payload: payload.to_vec(),
         };
         match found {
@@ -263,7 +269,7 @@ impl Iface {
                     self.released.push_back((mac, held()));
                     return Ok(None);
                 }
-                Ok(Some(self.frame_roce(mac, src, dst, payload, out)))
+                Ok(Some(self.frame_roce(mac, src, dst, ecn, payload, out)))
             }
             Lookup::Pending => match self.neighbors.hold(dst.ip(), held()) {
                 Ok(()) => Ok(None),
@@ -302,7 +308,7 @@ impl Iface {
                 self.stats.buffer_too_small += 1;
                 continue;
             }
-            return Some(self.frame_roce(mac, h.src, h.dst, &h.payload, out));
+            return Some(self.frame_roce(mac, h.src, h.dst, h.ecn, &h.payload, out));
         }
         None
     }
@@ -346,6 +352,7 @@ impl Iface {
         mac: Mac,
         src: SocketAddr,
         dst: SocketAddr,
+        ecn: Ecn,
         payload: &[u8],
         out: &mut [u8],
     ) -> usize {
@@ -357,7 +364,7 @@ impl Iface {
             (IpAddr::V4(s), IpAddr::V4(d)) => {
                 off = eth::emit(out, mac, self.cfg.mac, self.cfg.vlan, eth::ETHERTYPE_IPV4);
                 let id = self.take_ipv4_id();
-                ip::emit_v4(&mut out[off..], s, d, ip::PROTO_UDP, id, udp_len);
+                ip::emit_v4(&mut out[off..], s, d, ip::PROTO_UDP, id, ecn, udp_len);
                 ipv4_id = Some(id);
                 off += ip::IPV4_LEN;
             }
@@ -370,6 +377,7 @@ impl Iface {
                     &d,
                     ip::PROTO_UDP,
                     ip::DEFAULT_TTL,
+                    ecn,
                     udp_len,
                 );
                 off += ip::IPV6_LEN;
@@ -447,7 +455,7 @@ impl Iface {
         }
         let id = self.take_ipv4_id();
         let f = self.control_frame(dst_mac, eth::ETHERTYPE_IPV4, ip::IPV4_LEN + body_len, |b| {
-            ip::emit_v4(b, src, dst, proto, id, body_len);
+            ip::emit_v4(b, src, dst, proto, id, Ecn::NotEct, body_len);
             body(&mut b[ip::IPV4_LEN..]);
         });
         self.queue_control(f);
@@ -469,7 +477,7 @@ impl Iface {
             return;
         }
         let f = self.control_frame(dst_mac, eth::ETHERTYPE_IPV6, ip::IPV6_LEN + body_len, |b| {
-            ip::emit_v6(b, &src, &dst, ip::PROTO_ICMPV6, hop, body_len);
+            ip::emit_v6(b, &src, &dst, ip::PROTO_ICMPV6, hop, Ecn::NotEct, body_len);
             let m = &mut b[ip::IPV6_LEN..];
             body(m);
             m[2..4].fill(0);

@@ -45,6 +45,7 @@ pub const DELAY_FIRST_PROBE: Duration = Duration::from_secs(5);
 pub struct Held {
     pub src: SocketAddr,
     pub dst: SocketAddr,
+    pub ecn: crate::wire::Ecn,
     pub payload: Vec<u8>,
 }
 

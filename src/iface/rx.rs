@@ -3,7 +3,7 @@
 use super::eth::{self, L2Error, L2};
 use super::ip::{self, Ipv4, Ipv6};
 use super::{DropReason, Iface, Rx};
-use crate::wire::{bth, ICRC_LEN, ROCE_UDP_PORT};
+use crate::wire::{bth, Ecn, ICRC_LEN, ROCE_UDP_PORT};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -106,6 +106,7 @@ impl Iface {
             SocketAddr::new(IpAddr::V4(h.src), u.src_port),
             SocketAddr::new(IpAddr::V4(h.dst), u.dst_port),
             Some(h.id),
+            Ecn::from_tos(h.tos),
             l4_off,
             u.len,
         )
@@ -160,6 +161,7 @@ impl Iface {
             SocketAddr::new(IpAddr::V6(h.src), u.src_port),
             SocketAddr::new(IpAddr::V6(h.dst), u.dst_port),
             None,
+            Ecn::from_tos(h.tclass),
             l4_off,
             u.len,
         )
@@ -171,6 +173,7 @@ fn roce(
     src: SocketAddr,
     dst: SocketAddr,
     ipv4_id: Option<u16>,
+    ecn: Ecn,
     l4_off: usize,
     udp_len: usize,
 ) -> Rx {
@@ -182,6 +185,7 @@ fn roce(
         src,
         dst,
         ipv4_id,
+        ecn,
         payload: start..l4_off + udp_len,
     }
 }

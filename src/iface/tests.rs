@@ -82,6 +82,7 @@ pub(super) fn pump(
                     dst,
                     ipv4_id,
                     payload,
+                    ..
                 } = to.receive(now, &f)
                 {
                     got.push((f, src, dst, ipv4_id, payload));
@@ -110,7 +111,7 @@ fn arp_request_and_reply_are_byte_exact() {
     let (s, d) = (sa(IP_A, 49152), sa(IP_B, 4791));
     let mut out = [0u8; 1600];
     let p = roce_packet(s, d, 32, 1);
-    assert_eq!(a.send(t(0.0), s, d, &p, &mut out), Ok(None));
+    assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out), Ok(None));
     let req = drain(&mut a, t(0.0));
     assert_eq!(req.len(), 1);
     let mut want = Vec::new();
@@ -156,7 +157,14 @@ fn ns_and_na_are_byte_exact() {
     let (s, d) = (sa(lla, 49152), sa(llb, 4791));
     let mut out = [0u8; 1600];
     assert_eq!(
-        a.send(t(0.0), s, d, &roce_packet(s, d, 40, 2), &mut out),
+        a.send(
+            t(0.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 40, 2),
+            &mut out
+        ),
         Ok(None)
     );
     let ns = drain(&mut a, t(0.0)).remove(0);
@@ -279,7 +287,10 @@ fn back_to_back_ipv4() {
     let (s, d) = (sa(IP_A, 49152), sa(IP_B, 4791));
     let mut out = vec![0u8; a.frame_capacity()];
     let first = roce_packet(s, d, 64, 0);
-    assert_eq!(a.send(t(0.0), s, d, &first, &mut out), Ok(None));
+    assert_eq!(
+        a.send(t(0.0), s, d, Ecn::NotEct, &first, &mut out),
+        Ok(None)
+    );
     assert_eq!(a.pending(), 1);
     let (_, at_b) = pump(&mut a, &mut b, t(0.0));
     assert_eq!(at_b.len(), 1);
@@ -290,7 +301,10 @@ fn back_to_back_ipv4() {
 
     for (k, len) in [(1u16, 20usize), (2, 1000), (3, 1472)] {
         let p = roce_packet(s, d, len, k as u8);
-        let n = a.send(t(0.1), s, d, &p, &mut out).unwrap().unwrap();
+        let n = a
+            .send(t(0.1), s, d, Ecn::NotEct, &p, &mut out)
+            .unwrap()
+            .unwrap();
         assert_eq!(n, (42 + len).max(60));
         match b.receive(t(0.1), &out[..n]) {
             Rx::Roce {
@@ -298,6 +312,7 @@ fn back_to_back_ipv4() {
                 dst,
                 ipv4_id,
                 payload,
+                ..
             } => {
                 assert_eq!(ipv4_id, Some(k));
                 check_delivered(&(out[..n].to_vec(), src, dst, ipv4_id, payload), &p);
@@ -306,13 +321,23 @@ fn back_to_back_ipv4() {
         }
     }
     assert_eq!(
-        a.send(t(0.1), s, d, &roce_packet(s, d, 1473, 0), &mut out),
+        a.send(
+            t(0.1),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 1473, 0),
+            &mut out
+        ),
         Err(TxError::TooBig)
     );
     // B -> A without resolution.
     let (bs, bd) = (sa(IP_B, 50001), sa(IP_A, 4791));
     let back = roce_packet(bs, bd, 24, 9);
-    let n = b.send(t(0.2), bs, bd, &back, &mut out).unwrap().unwrap();
+    let n = b
+        .send(t(0.2), bs, bd, Ecn::NotEct, &back, &mut out)
+        .unwrap()
+        .unwrap();
     assert!(matches!(a.receive(t(0.2), &out[..n]), Rx::Roce { .. }));
     assert_eq!(b.stats().arp_requests_tx, 0);
     assert_eq!(a.stats().tx_roce, 4);
@@ -328,14 +353,14 @@ fn released_datagrams_are_not_overtaken() {
     let mut out = vec![0u8; 1600];
     let p1 = roce_packet(s, d, 20, 1);
     let p2 = roce_packet(s, d, 24, 2);
-    assert_eq!(a.send(t(0.0), s, d, &p1, &mut out), Ok(None));
+    assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p1, &mut out), Ok(None));
     for f in drain(&mut a, t(0.0)) {
         b.receive(t(0.0), &f);
     }
     for f in drain(&mut b, t(0.0)) {
         a.receive(t(0.0), &f);
     }
-    assert_eq!(a.send(t(0.0), s, d, &p2, &mut out), Ok(None));
+    assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p2, &mut out), Ok(None));
     assert_eq!(a.pending(), 2);
     let frames = drain(&mut a, t(0.0));
     assert_eq!(frames.len(), 2);
@@ -346,6 +371,7 @@ fn released_datagrams_are_not_overtaken() {
                 dst,
                 ipv4_id,
                 payload,
+                ..
             } => {
                 assert_eq!(ipv4_id, Some(k as u16));
                 check_delivered(&(f.clone(), src, dst, ipv4_id, payload), p);
@@ -354,7 +380,50 @@ fn released_datagrams_are_not_overtaken() {
         }
     }
     assert_eq!(a.pending(), 0);
-    assert!(a.send(t(0.0), s, d, &p2, &mut out).unwrap().is_some());
+    assert!(a
+        .send(t(0.0), s, d, Ecn::NotEct, &p2, &mut out)
+        .unwrap()
+        .is_some());
+}
+
+/// The ECN codepoint travels in the IP header both ways, IPv4 (TOS) and IPv6 (traffic
+/// class): written by `send`, read back by `receive`, the ICRC unaffected (it masks those
+/// bits), the IPv4 header checksum right.
+#[test]
+fn ecn_codepoints_cross_in_the_ip_header() {
+    let (mut a, mut b) = pair();
+    let mut out = vec![0u8; 1600];
+    for (s, d) in [
+        (sa(IP_A, 49152), sa(IP_B, 4791)),
+        (sa(G_A, 49152), sa(G_B, 4791)),
+    ] {
+        // Resolve the neighbour first.
+        let p = roce_packet(s, d, 40, 1);
+        assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out), Ok(None));
+        pump(&mut a, &mut b, t(0.0));
+        for ecn in [Ecn::NotEct, Ecn::Ect1, Ecn::Ect0, Ecn::Ce] {
+            let n = a.send(t(0.0), s, d, ecn, &p, &mut out).unwrap().unwrap();
+            let tos = if s.is_ipv4() {
+                out[15]
+            } else {
+                (out[14] << 4) | (out[15] >> 4)
+            };
+            assert_eq!(Ecn::from_tos(tos), ecn, "{s}: the header's bits");
+            match b.receive(t(0.0), &out[..n]) {
+                Rx::Roce {
+                    src,
+                    dst,
+                    ipv4_id,
+                    ecn: got,
+                    payload,
+                } => {
+                    assert_eq!(got, ecn);
+                    check_delivered(&(out[..n].to_vec(), src, dst, ipv4_id, payload), &p);
+                }
+                other => panic!("{ecn:?} over {s}: {other:?}"),
+            }
+        }
+    }
 }
 
 /// IPv6 both ways, global addresses; then link-local.
@@ -367,7 +436,7 @@ fn back_to_back_ipv6() {
         (sa(a.link_local(), 50000), sa(b.link_local(), 4791)),
     ] {
         let p = roce_packet(s, d, 100, 3);
-        assert_eq!(a.send(t(0.0), s, d, &p, &mut out), Ok(None));
+        assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out), Ok(None));
         let (_, at_b) = pump(&mut a, &mut b, t(0.0));
         assert_eq!(at_b.len(), 1);
         check_delivered(&at_b[0], &p);
@@ -375,13 +444,17 @@ fn back_to_back_ipv6() {
         // And back: B learned A from the NS's source link-layer option.
         let (bs, bd) = (sa(d.ip(), 50001), sa(s.ip(), 4791));
         let q = roce_packet(bs, bd, 28, 4);
-        let n = b.send(t(0.0), bs, bd, &q, &mut out).unwrap().unwrap();
+        let n = b
+            .send(t(0.0), bs, bd, Ecn::NotEct, &q, &mut out)
+            .unwrap()
+            .unwrap();
         match a.receive(t(0.0), &out[..n]) {
             Rx::Roce {
                 src,
                 dst,
                 ipv4_id,
                 payload,
+                ..
             } => check_delivered(&(out[..n].to_vec(), src, dst, ipv4_id, payload), &q),
             other => panic!("{other:?}"),
         }
@@ -400,7 +473,14 @@ fn unanswered_resolution_gives_up() {
     let mut out = vec![0u8; 1600];
     for k in 0..3 {
         assert_eq!(
-            a.send(t(0.0), s, d, &roce_packet(s, d, 20, k), &mut out),
+            a.send(
+                t(0.0),
+                s,
+                d,
+                Ecn::NotEct,
+                &roce_packet(s, d, 20, k),
+                &mut out
+            ),
             Ok(None)
         );
     }
@@ -422,7 +502,14 @@ fn unanswered_resolution_gives_up() {
         (3, 1, 3, 0)
     );
     assert_eq!(
-        a.send(t(4.0), s, d, &roce_packet(s, d, 20, 0), &mut out),
+        a.send(
+            t(4.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 0),
+            &mut out
+        ),
         Ok(None)
     );
     assert_eq!(a.stats().arp_requests_tx, 4);
@@ -440,14 +527,17 @@ fn pending_queue_is_bounded() {
     let d2 = sa(Ipv4Addr::new(10, 0, 0, 8), 4791);
     let p = roce_packet(s, d1, 20, 0);
     for _ in 0..4 {
-        assert_eq!(a.send(t(0.0), s, d1, &p, &mut out), Ok(None));
-    }
-    assert_eq!(a.send(t(0.0), s, d1, &p, &mut out), Err(TxError::QueueFull));
-    for _ in 0..2 {
-        assert_eq!(a.send(t(0.0), s, d2, &p, &mut out), Ok(None));
+        assert_eq!(a.send(t(0.0), s, d1, Ecn::NotEct, &p, &mut out), Ok(None));
     }
     assert_eq!(
-        a.send(t(0.0), s, d2, &p, &mut out),
+        a.send(t(0.0), s, d1, Ecn::NotEct, &p, &mut out),
+        Err(TxError::QueueFull)
+    );
+    for _ in 0..2 {
+        assert_eq!(a.send(t(0.0), s, d2, Ecn::NotEct, &p, &mut out), Ok(None));
+    }
+    assert_eq!(
+        a.send(t(0.0), s, d2, Ecn::NotEct, &p, &mut out),
         Err(TxError::QueueFull),
         "total bound"
     );
@@ -464,7 +554,7 @@ fn vlan_tagged_both_ways_and_mismatches_counted() {
     let mut out = vec![0u8; a.frame_capacity()];
     assert_eq!(a.frame_capacity(), 1518);
     let p = roce_packet(s, d, 1472, 0);
-    assert_eq!(a.send(t(0.0), s, d, &p, &mut out), Ok(None));
+    assert_eq!(a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out), Ok(None));
     let req = drain(&mut a, t(0.0));
     assert_eq!(req[0][12..18], [0x81, 0x00, 0x00, 0x64, 0x08, 0x06]);
     for f in &req {
@@ -506,11 +596,25 @@ pub(super) fn roce_frame_v4() -> Vec<u8> {
     let (mut a, mut b) = pair();
     let (s, d) = (sa(IP_A, 49152), sa(IP_B, 4791));
     let mut out = vec![0u8; 1600];
-    a.send(t(0.0), s, d, &roce_packet(s, d, 32, 0), &mut out)
-        .unwrap();
+    a.send(
+        t(0.0),
+        s,
+        d,
+        Ecn::NotEct,
+        &roce_packet(s, d, 32, 0),
+        &mut out,
+    )
+    .unwrap();
     pump(&mut a, &mut b, t(0.0));
     let n = a
-        .send(t(0.0), s, d, &roce_packet(s, d, 32, 0), &mut out)
+        .send(
+            t(0.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 32, 0),
+            &mut out,
+        )
         .unwrap()
         .unwrap();
     out.truncate(n);
@@ -583,8 +687,15 @@ fn drops_are_counted_by_reason() {
     );
     let (mut a, _) = pair();
     let (s, d) = (sa(G_A, 1), sa(G_B, 4791));
-    a.send(t(0.0), s, d, &roce_packet(s, d, 20, 0), &mut [0u8; 1600])
-        .unwrap();
+    a.send(
+        t(0.0),
+        s,
+        d,
+        Ecn::NotEct,
+        &roce_packet(s, d, 20, 0),
+        &mut [0u8; 1600],
+    )
+    .unwrap();
     let mut ns = drain(&mut a, t(0.0)).remove(0);
     ns[21] = 64;
     assert_eq!(b.receive(t(0.0), &ns), Rx::Dropped(DropReason::BadHopLimit));
@@ -606,20 +717,27 @@ fn sends_without_a_route_are_refused() {
             TxError::NoRoute,
         ),
     ] {
-        assert_eq!(a.send(t(0.0), s, d, &p, &mut out), Err(want), "{d}");
+        assert_eq!(
+            a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out),
+            Err(want),
+            "{d}"
+        );
     }
     let d = sa(IP_B, 4791);
     assert_eq!(
-        a.send(t(0.0), sa(IP_B, 1), d, &p, &mut out),
+        a.send(t(0.0), sa(IP_B, 1), d, Ecn::NotEct, &p, &mut out),
         Err(TxError::BadSource)
     );
     assert_eq!(
-        a.send(t(0.0), s, d, &p, &mut out[..50]),
+        a.send(t(0.0), s, d, Ecn::NotEct, &p, &mut out[..50]),
         Err(TxError::BufferTooSmall)
     );
     // An IPv4-mapped destination is IPv4.
     let mapped = sa(IP_B.to_ipv6_mapped(), 4791);
-    assert_eq!(a.send(t(0.0), s, mapped, &p, &mut out), Ok(None));
+    assert_eq!(
+        a.send(t(0.0), s, mapped, Ecn::NotEct, &p, &mut out),
+        Ok(None)
+    );
     assert_eq!((a.stats().no_route, a.stats().tx_bad_source), (5, 1));
 }
 
@@ -645,6 +763,7 @@ fn dad_probe_and_arp_merge_rules() {
         &group,
         ip::PROTO_ICMPV6,
         255,
+        Ecn::NotEct,
         24,
     );
     ns[54] = 135;
@@ -702,8 +821,15 @@ fn control_queue_is_bounded() {
     let (mut a, mut b) = pair();
     let mut out = vec![0u8; 1600];
     let (s, d) = (sa(IP_A, 1), sa(IP_B, 4791));
-    a.send(t(0.0), s, d, &roce_packet(s, d, 20, 0), &mut out)
-        .unwrap();
+    a.send(
+        t(0.0),
+        s,
+        d,
+        Ecn::NotEct,
+        &roce_packet(s, d, 20, 0),
+        &mut out,
+    )
+    .unwrap();
     let req = drain(&mut a, t(0.0)).remove(0);
     for _ in 0..100 {
         b.receive(t(0.0), &req);

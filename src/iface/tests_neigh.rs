@@ -29,7 +29,14 @@ fn resolved_pair(dst: IpAddr, at: f64) -> (Iface, Iface, SocketAddr, SocketAddr)
     let (s, d) = (sa(src, 49152), sa(dst, 4791));
     let mut out = vec![0u8; 1600];
     assert_eq!(
-        a.send(t(at), s, d, &roce_packet(s, d, 20, 0), &mut out),
+        a.send(
+            t(at),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 0),
+            &mut out
+        ),
         Ok(None)
     );
     let (_, at_b) = pump(&mut a, &mut b, t(at));
@@ -77,7 +84,7 @@ fn stale_entry_is_used_at_once_then_probed_and_confirmed() {
     for k in 0..64u8 {
         let p = roce_packet(s, d, 1000, k);
         let n = a
-            .send(t(200.0), s, d, &p, &mut out)
+            .send(t(200.0), s, d, Ecn::NotEct, &p, &mut out)
             .unwrap()
             .expect("sent now");
         assert_eq!(out[..6], MAC_B);
@@ -87,6 +94,7 @@ fn stale_entry_is_used_at_once_then_probed_and_confirmed() {
                 dst,
                 ipv4_id,
                 payload,
+                ..
             } => check_delivered(&(out[..n].to_vec(), src, dst, ipv4_id, payload), &p),
             other => panic!("{other:?}"),
         }
@@ -129,7 +137,10 @@ fn stale_entry_is_used_at_once_then_probed_and_confirmed() {
 
     // Expiry found by `send` itself, before handle_timeout ran: used at once all the same.
     let p = roce_packet(s, d, 20, 9);
-    assert!(a.send(t(500.0), s, d, &p, &mut out).unwrap().is_some());
+    assert!(a
+        .send(t(500.0), s, d, Ecn::NotEct, &p, &mut out)
+        .unwrap()
+        .is_some());
     let st = a.stats();
     assert_eq!((st.neighbor_expired, st.neighbor_stale_used), (2, 2));
     let probe_at = t(505.0);
@@ -151,7 +162,14 @@ fn stale_ipv6_entry_is_probed_with_a_unicast_ns() {
     let mut out = vec![0u8; 1600];
     a.handle_timeout(t(60.0));
     assert!(a
-        .send(t(61.0), s, d, &roce_packet(s, d, 20, 1), &mut out)
+        .send(
+            t(61.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 1),
+            &mut out
+        )
         .unwrap()
         .is_some());
     assert_eq!(a.poll_timeout(), Some(t(66.0)));
@@ -178,8 +196,16 @@ fn stale_ipv6_entry_is_probed_with_a_unicast_ns() {
 fn vanished_neighbour_is_given_up_after_its_probes() {
     let (mut a, _gone, s, d) = resolved_pair(IP_B.into(), 0.0);
     let mut out = vec![0u8; 1600];
-    let mut send =
-        |a: &mut Iface, at: f64| a.send(t(at), s, d, &roce_packet(s, d, 20, 2), &mut out);
+    let mut send = |a: &mut Iface, at: f64| {
+        a.send(
+            t(at),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 2),
+            &mut out,
+        )
+    };
     assert!(
         send(&mut a, 100.0).unwrap().is_some(),
         "STALE: sent at once"
@@ -230,7 +256,14 @@ fn silent_mac_change_is_found_by_the_probes() {
     let mut b = Iface::new(cfg(MAC_C, IP_B, G_B));
     let mut out = vec![0u8; 1600];
     let n = a
-        .send(t(100.0), s, d, &roce_packet(s, d, 20, 3), &mut out)
+        .send(
+            t(100.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 3),
+            &mut out,
+        )
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -246,7 +279,7 @@ fn silent_mac_change_is_found_by_the_probes() {
     a.handle_timeout(t(108.0));
     assert_eq!(a.stats().neighbor_probe_failed, 1);
     let p = roce_packet(s, d, 20, 4);
-    assert_eq!(a.send(t(108.5), s, d, &p, &mut out), Ok(None));
+    assert_eq!(a.send(t(108.5), s, d, Ecn::NotEct, &p, &mut out), Ok(None));
     let (_, at_b) = pump(&mut a, &mut b, t(108.5));
     assert_eq!(at_b.len(), 1);
     assert_eq!(at_b[0].0[..6], MAC_C);
@@ -268,7 +301,14 @@ fn announced_mac_change_is_taken_and_confirmed() {
     // B's first datagram to A: B resolves A with a multicast NS carrying MAC_C.
     let (bs, bd) = (sa(G_B, 49152), sa(G_A, 4791));
     assert_eq!(
-        b.send(t(10.0), bs, bd, &roce_packet(bs, bd, 20, 5), &mut out),
+        b.send(
+            t(10.0),
+            bs,
+            bd,
+            Ecn::NotEct,
+            &roce_packet(bs, bd, 20, 5),
+            &mut out
+        ),
         Ok(None)
     );
     for f in drain(&mut b, t(10.0)) {
@@ -285,7 +325,10 @@ fn announced_mac_change_is_taken_and_confirmed() {
     assert_eq!(at_a.len(), 1);
     // A's next datagram goes to the new MAC at once; the probe after DELAY confirms it.
     let p = roce_packet(s, d, 20, 6);
-    let n = a.send(t(11.0), s, d, &p, &mut out).unwrap().unwrap();
+    let n = a
+        .send(t(11.0), s, d, Ecn::NotEct, &p, &mut out)
+        .unwrap()
+        .unwrap();
     assert_eq!(out[..6], MAC_C);
     assert!(matches!(b.receive(t(11.0), &out[..n]), Rx::Roce { .. }));
     a.handle_timeout(t(16.0));
@@ -315,13 +358,27 @@ fn incomplete_entry_resolved_by_a_request_goes_to_delay() {
     let mut out = vec![0u8; 1600];
     let (s, d) = (sa(IP_A, 49152), sa(IP_B, 4791));
     assert_eq!(
-        a.send(t(0.0), s, d, &roce_packet(s, d, 20, 7), &mut out),
+        a.send(
+            t(0.0),
+            s,
+            d,
+            Ecn::NotEct,
+            &roce_packet(s, d, 20, 7),
+            &mut out
+        ),
         Ok(None)
     );
     let a_request = drain(&mut a, t(0.0));
     let (bs, bd) = (sa(IP_B, 49152), sa(IP_A, 4791));
     assert_eq!(
-        b.send(t(0.0), bs, bd, &roce_packet(bs, bd, 20, 8), &mut out),
+        b.send(
+            t(0.0),
+            bs,
+            bd,
+            Ecn::NotEct,
+            &roce_packet(bs, bd, 20, 8),
+            &mut out
+        ),
         Ok(None)
     );
     for f in drain(&mut b, t(0.0)) {
@@ -373,6 +430,7 @@ fn eviction_prefers_stale_entries() {
     let held = || Held {
         src: sa(IP_A, 1),
         dst: sa(ip(4), 4791),
+        ecn: Ecn::NotEct,
         payload: vec![0; 20],
     };
     // Full: 1 REACHABLE, 2 STALE, 3 DELAY. 2 goes.

@@ -30,7 +30,7 @@
 //!
 //! ```text
 //!  0 u32 packet length     4 u16 kind (PACKET | PAD)     6 u16 caller's flags
-//!  8 u8  address bits: 1 src is IPv6, 2 dst is IPv6, 4 has an IPv4 ID   9 u8 spare
+//!  8 u8  address bits: 1 src is IPv6, 2 dst is IPv6, 4 has an IPv4 ID   9 u8 ECN (0..=3)
 //! 10 u16 IPv4 ID          12 u32 GSO/GRO segment size (0: none)
 //! 16 u16 src port         18 u16 dst port                20 u32 spare
 //! 24 [16] src IP (IPv4 in the first 4 bytes)             40 [16] dst IP
@@ -132,6 +132,8 @@ pub struct Meta {
     pub segment: Option<u16>,
     /// The caller's own bits; the ring carries them unread.
     pub flags: u16,
+    /// The IP header's ECN codepoint, its two bits as in the TOS byte (0 to 3).
+    pub ecn: u8,
 }
 
 impl Meta {
@@ -143,6 +145,7 @@ impl Meta {
             ipv4_id: None,
             segment: None,
             flags: 0,
+            ecn: 0,
         }
     }
 }
@@ -184,6 +187,7 @@ pub fn encode_entry(meta: &Meta, len: usize) -> [u8; ENTRY_HEADER] {
         h[10..12].copy_from_slice(&id.to_le_bytes());
     }
     h[8] = bits;
+    h[9] = meta.ecn & 3;
     h[12..16].copy_from_slice(&u32::from(meta.segment.unwrap_or(0)).to_le_bytes());
     h[16..18].copy_from_slice(&meta.src.port().to_le_bytes());
     h[18..20].copy_from_slice(&meta.dst.port().to_le_bytes());
@@ -194,7 +198,7 @@ pub fn encode_entry(meta: &Meta, len: usize) -> [u8; ENTRY_HEADER] {
 /// `None` if it says something no producer of ours writes (the entry is dropped).
 pub fn decode_meta(h: &[u8; ENTRY_HEADER], len: usize) -> Option<Meta> {
     let bits = h[8];
-    if bits & !(ADDR_SRC6 | ADDR_DST6 | ADDR_HAS_ID) != 0 {
+    if bits & !(ADDR_SRC6 | ADDR_DST6 | ADDR_HAS_ID) != 0 || h[9] > 3 {
         return None;
     }
     let u16_at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
@@ -210,6 +214,7 @@ pub fn decode_meta(h: &[u8; ENTRY_HEADER], len: usize) -> Option<Meta> {
         ipv4_id: (bits & ADDR_HAS_ID != 0).then(|| u16_at(10)),
         segment,
         flags: u16_at(6),
+        ecn: h[9],
     })
 }
 

@@ -31,6 +31,7 @@ fn meta(i: u16) -> Meta {
         ipv4_id: (i % 2 == 0).then_some(i),
         segment: (i % 3 == 0).then_some(1),
         flags: i,
+        ecn: (i % 4) as u8,
     }
 }
 

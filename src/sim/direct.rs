@@ -259,6 +259,7 @@ impl Direct {
                     src: t.src,
                     dst,
                     ipv4_id: Some(id),
+                    ecn: t.ecn,
                     data: &buf[..t.len],
                 },
             );

@@ -35,6 +35,7 @@ struct InFlight {
     to: usize,
     src: SocketAddr,
     dst: SocketAddr,
+    ecn: crate::wire::Ecn,
     data: Vec<u8>,
 }
 
@@ -168,24 +169,32 @@ impl Net {
                 let at = now.saturating_add(self.latency);
                 match verdict {
                     Verdict::Drop => continue,
-                    Verdict::Pass => self.enqueue(at, to, t.src, t.dst, data),
+                    Verdict::Pass => self.enqueue(at, to, (t.src, t.dst, t.ecn), data),
                     Verdict::Duplicate => {
-                        self.enqueue(at, to, t.src, t.dst, data.clone());
-                        self.enqueue(at, to, t.src, t.dst, data);
+                        self.enqueue(at, to, (t.src, t.dst, t.ecn), data.clone());
+                        self.enqueue(at, to, (t.src, t.dst, t.ecn), data);
                     }
-                    Verdict::Delay(d) => self.enqueue(at.saturating_add(d), to, t.src, t.dst, data),
+                    Verdict::Delay(d) => {
+                        self.enqueue(at.saturating_add(d), to, (t.src, t.dst, t.ecn), data)
+                    }
                     Verdict::Corrupt { at: i, xor } => {
                         if let Some(b) = data.get_mut(i) {
                             *b ^= xor;
                         }
-                        self.enqueue(at, to, t.src, t.dst, data)
+                        self.enqueue(at, to, (t.src, t.dst, t.ecn), data)
                     }
                 }
             }
         }
     }
 
-    fn enqueue(&mut self, at: Instant, to: usize, src: SocketAddr, dst: SocketAddr, data: Vec<u8>) {
+    fn enqueue(
+        &mut self,
+        at: Instant,
+        to: usize,
+        (src, dst, ecn): (SocketAddr, SocketAddr, crate::wire::Ecn),
+        data: Vec<u8>,
+    ) {
         self.seq += 1;
         self.queue.push(Reverse(InFlight {
             at,
@@ -193,6 +202,7 @@ impl Net {
             to,
             src,
             dst,
+            ecn,
             data,
         }));
     }
@@ -227,6 +237,7 @@ impl Net {
                     src: p.src,
                     dst: p.dst,
                     ipv4_id: id,
+                    ecn: p.ecn,
                     data: &p.data,
                 },
             );

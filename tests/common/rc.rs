@@ -220,6 +220,7 @@ impl Pair {
             src,
             dst,
             ipv4_id: Some(0),
+            ecn: roce_emu::wire::Ecn::NotEct,
             data: &buf,
         };
         self.engine(1).handle_datagram(now, d);

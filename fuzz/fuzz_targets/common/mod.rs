@@ -61,6 +61,7 @@ pub fn deliver(to: &mut Engine, from: IpAddr, now: Instant, pkt: &[u8]) {
             src: SocketAddr::new(from, 49441),
             dst,
             ipv4_id: Some(0),
+            ecn: roce_emu::wire::Ecn::NotEct,
             data: pkt,
         },
     );

@@ -15,6 +15,7 @@
 use super::rule::{Dir, Faults, REORDER_MAX_HOLD};
 use crate::backend::udp::TX_BATCH;
 use crate::backend::{Backend, BackendError, Outgoing, PortStats, Received};
+use crate::wire::Ecn;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
@@ -33,6 +34,7 @@ struct Pkt {
     src: SocketAddr,
     dst: SocketAddr,
     ipv4_id: Option<u16>,
+    ecn: Ecn,
     bytes: Vec<u8>,
 }
 
@@ -128,6 +130,7 @@ impl<B: Backend> Faulty<B> {
                     len: 0,
                     segment: None,
                     ipv4_id: None,
+                    ecn: Ecn::NotEct,
                 };
                 crate::backend::udp::RX_BATCH
             ],
@@ -224,6 +227,7 @@ impl<B: Backend> Faulty<B> {
                     src: p.src,
                     dst: p.dst,
                     len: p.bytes.len(),
+                    ecn: p.ecn,
                 });
             }
             self.inner
@@ -310,6 +314,7 @@ impl<B: Backend> Backend for Faulty<B> {
                         src: r.src,
                         dst: r.dst,
                         ipv4_id: r.ipv4_id,
+                        ecn: r.ecn,
                         bytes: self.rx_pool[at..at + len].to_vec(),
                     };
                     self.admit(Dir::In, pkt, now, &mut ready);
@@ -334,6 +339,7 @@ impl<B: Backend> Backend for Faulty<B> {
                 len: p.bytes.len(),
                 segment: None,
                 ipv4_id: p.ipv4_id,
+                ecn: p.ecn,
             };
             off += p.bytes.len();
             n += 1;
@@ -360,6 +366,7 @@ impl<B: Backend> Backend for Faulty<B> {
                 src: o.src,
                 dst: o.dst,
                 ipv4_id: None,
+                ecn: o.ecn,
                 bytes: pool[i * slot..i * slot + o.len].to_vec(),
             };
             self.admit(Dir::Out, pkt, now, &mut ready);
@@ -393,8 +400,8 @@ impl<B: Backend> Backend for Faulty<B> {
     fn mark_used(&mut self) {
         self.inner.mark_used()
     }
-    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, packet: &[u8]) {
-        self.inner.observe_hairpin(src, dst, packet)
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
+        self.inner.observe_hairpin(src, dst, ecn, packet)
     }
     fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
         self.inner.l2_stats()

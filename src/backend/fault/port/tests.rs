@@ -41,6 +41,7 @@ fn send(f: &mut Faulty<Fake>, ns: &[u32], qpn: impl Fn(u32) -> u32) {
                     src: a,
                     dst: a,
                     len: p.len(),
+                    ecn: Default::default(),
                 }
             })
             .collect();
@@ -58,7 +59,8 @@ fn recv(f: &mut Faulty<Fake>) -> Vec<Vec<u8>> {
             offset: 0,
             len: 0,
             segment: None,
-            ipv4_id: None
+            ipv4_id: None,
+            ecn: Default::default(),
         };
         16
     ];
