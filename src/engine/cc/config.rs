@@ -89,6 +89,24 @@ impl Default for CcConfig {
 }
 
 impl CcConfig {
+    /// Sets the knobs a `key=value` list names (commas or spaces between pairs), keeping
+    /// the others: how a daemon's settings and then a program's environment are laid over
+    /// the defaults. Nothing changes when a pair is wrong.
+    pub fn apply(&mut self, spec: &str) -> Result<(), CcConfigError> {
+        let mut cfg = self.clone();
+        for pair in spec
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|p| !p.is_empty())
+        {
+            let (k, v) = pair
+                .split_once('=')
+                .ok_or_else(|| CcConfigError::MissingValue(pair.to_string()))?;
+            cfg.set(k.trim(), v.trim())?;
+        }
+        *self = cfg;
+        Ok(())
+    }
+
     /// The rate at which a QP leaves DCQCN: `rpg_max_rate`, or `line_rate` when 0.
     pub fn max_rate(&self) -> u64 {
         if self.rpg_max_rate == 0 {
@@ -285,15 +303,7 @@ impl FromStr for CcConfig {
     /// `"rp_enable=0,rpg_ai_rate=10mbit,min_time_between_cnps=0"`.
     fn from_str(s: &str) -> Result<CcConfig, CcConfigError> {
         let mut cfg = CcConfig::default();
-        for pair in s
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|p| !p.is_empty())
-        {
-            let (k, v) = pair
-                .split_once('=')
-                .ok_or_else(|| CcConfigError::MissingValue(pair.to_string()))?;
-            cfg.set(k.trim(), v.trim())?;
-        }
+        cfg.apply(s)?;
         Ok(cfg)
     }
 }
