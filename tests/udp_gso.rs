@@ -3,8 +3,8 @@
 //! segments carry ICRCs for the IDs the kernel numbers them with.
 
 use roce_emu::backend::udp::{UdpBackend, RX_BATCH, RX_SLOT};
-use roce_emu::backend::{Backend, Outgoing};
 use roce_emu::backend::Received;
+use roce_emu::backend::{Backend, Outgoing};
 use roce_emu::wire::Ecn;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -135,7 +135,11 @@ fn ecn_codepoints_cross_per_datagram() {
         let got = received_ecn(&mut rx, lens.len());
         assert_eq!(got.len(), sent.len(), "over {a}");
         for (i, (d, e)) in got.iter().enumerate() {
-            assert_eq!(d[..d.len() - 4], sent[i][..sent[i].len() - 4], "{a}: datagram {i}");
+            assert_eq!(
+                d[..d.len() - 4],
+                sent[i][..sent[i].len() - 4],
+                "{a}: datagram {i}"
+            );
             assert_eq!(*e, pattern[i], "{a}: datagram {i}'s ECN");
         }
         // Four ECN runs could join a train: equal lengths, one destination.

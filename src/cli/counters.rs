@@ -155,11 +155,30 @@ pub fn render(v: &Value) -> String {
         );
     }
     group(&mut out, "capture", &v["capture"], "off");
+    out.push_str(&render_queue(&v["queue"]));
     let procs = v["processes"].as_array().cloned().unwrap_or_default();
     let _ = writeln!(out, "processes: {}", procs.len());
     for p in &procs {
         render_process(&mut out, p);
     }
+    out
+}
+
+/// The egress queue's line: off, or its settings and counters (`roce-emu queue show`).
+pub fn render_queue(q: &Value) -> String {
+    let mut out = String::new();
+    let Value::Object(o) = q else {
+        return out;
+    };
+    let on = q["enabled"].as_bool() == Some(true);
+    let _ = writeln!(
+        out,
+        "  {:<12} {} ({})",
+        "queue",
+        if on { "on" } else { "off" },
+        q["config"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(out, "    {}", fields(o, &["enabled", "config"]));
     out
 }
 

@@ -61,6 +61,9 @@ enum Command {
     /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault [--daemon
     /// SOCKET] drop 5% in`.
     Fault(daemon::FaultArgs),
+    /// Set, show or clear a daemon's egress queue (the congestion point: line rate,
+    /// buffer, RED/ECN marking) at run time: `roce-emu queue set rate=1gbit kmin=40KB`.
+    Queue(daemon::QueueArgs),
     /// Lessons: a scripted exchange between two simulated NICs (a lost packet, an RNR
     /// NAK, a lost ACK, ...) drawn as a ladder and explained; `--list` names them.
     Learn(learn::Args),
@@ -189,6 +192,7 @@ pub fn main() -> i32 {
         Command::Daemon(args) => daemon::run(&args),
         Command::Counters(args) => counters::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
+        Command::Queue(args) => daemon::queue(&args),
         Command::Conform(args) => conform::run(&args),
         Command::Learn(args) => learn::run(&args),
         Command::GenDocs(args) => install::run(&args),
