@@ -24,6 +24,22 @@ const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 const LINGER_QUIET: Duration = Duration::from_millis(50);
 const LINGER_MAX: Duration = Duration::from_secs(1);
 
+/// The program's congestion-control settings for device `name`: `ROCE_EMU_CC`, then
+/// `ROCE_EMU_CC_<name>` (later keys win), in `engine::CcConfig`'s key=value syntax
+/// (`ROCE_EMU_CC=rp_enable=0`). A bad one fails `ibv_open_device` with EINVAL and says why.
+fn cc_settings(name: &str) -> Option<String> {
+    let all = std::env::var("ROCE_EMU_CC").ok();
+    let own = std::env::var(format!("ROCE_EMU_CC_{name}")).ok();
+    match (all, own) {
+        (None, None) => None,
+        (a, o) => Some(format!(
+            "{},{}",
+            a.unwrap_or_default(),
+            o.unwrap_or_default()
+        )),
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::ibv_context {
     crate::guard::null("ibv_open_device", move || {
@@ -43,6 +59,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ffi::ibv_device) -> *mut ffi::i
         device.gids = Some(std::sync::Arc::clone(&dev.gids));
         device.pcap = crate::pcap::path(&dev.port.name);
         device.pcap_report = Some(crate::pcap::report);
+        device.cc = cc_settings(&dev.port.name);
         let nic = match device.open() {
             Ok(n) => n,
             Err(e) => {

@@ -17,7 +17,7 @@ pub fn of(e: &Error) -> i32 {
         Error::PortDown(_) | Error::Port(_) => libc::EIO,
         Error::Capture(_) => libc::EIO,
         Error::EventFd(io) => io.raw_os_error().unwrap_or(libc::EMFILE),
-        Error::BadLoss(_) => libc::EINVAL,
+        Error::BadLoss(_) | Error::Cc { .. } => libc::EINVAL,
         // No daemon to attach to: the device cannot open, as a port that is down.
         Error::Attach(_) | Error::Daemon(_) => libc::EIO,
     }

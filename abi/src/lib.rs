@@ -17,8 +17,10 @@
 //!
 //! The environment: `ROCE_EMU_DEVICES` (the devices, `verbs::discover`), `ROCE_EMU_LOG`
 //! (the library's log on stderr, e.g. `debug`: why a request was refused, a GID index the
-//! device lacks, ...; colours only on a terminal) and `ROCE_EMU_PCAP=FILE` (every device
-//! a program opens writes a capture of its own, module `pcap`).
+//! device lacks, ...; colours only on a terminal), `ROCE_EMU_PCAP=FILE` (every device
+//! a program opens writes a capture of its own, module `pcap`) and `ROCE_EMU_CC` /
+//! `ROCE_EMU_CC_<device>` (congestion-control knobs, `engine::CcConfig`'s key=value
+//! syntax, over those of the daemon the device attaches to).
 //!
 //! A program's exit: most programs exit without `ibv_close_device`; an `atexit` handler
 //! hands on what each NIC still holds (a NAK, the last ACK, capture buffers: module `exit`).

@@ -188,7 +188,9 @@ pub(crate) fn frame(
         let sum = etherparse::checksum::Sum16BitWords::new()
             .add_slice(&ip[..etherparse::Ipv4Header::MIN_LEN])
             .ones_complement();
-        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        // The sum is of native-order words: its native bytes are the wire's (etherparse's
+        // own `calc_header_checksum` is `ones_complement().to_be()`, written big-endian).
+        ip[10..12].copy_from_slice(&sum.to_ne_bytes());
     } else {
         // The traffic class straddles bytes 0 and 1; its ECN bits are byte 1's 0x30.
         ip[1] = (ip[1] & !0x30) | ecn.bits() << 4;
@@ -380,5 +382,29 @@ mod tests {
         }
         assert_eq!(k, 2 * pkts.len());
         let _ = std::fs::remove_file(path);
+    }
+
+    /// A captured frame carries the packet's ECN codepoint in its IP header (IPv4 TOS,
+    /// with the header checksum over it; IPv6 traffic class).
+    #[test]
+    fn captured_frames_carry_the_ecn_codepoint() {
+        let (src, dst, roce) = rxe_packets().swap_remove(0);
+        let v6 = |a: SocketAddr| match a.ip() {
+            IpAddr::V4(v) => SocketAddr::new(IpAddr::V6(v.to_ipv6_mapped()), a.port()),
+            IpAddr::V6(_) => a,
+        };
+        for ecn in [Ecn::NotEct, Ecn::Ect1, Ecn::Ect0, Ecn::Ce] {
+            let mut b = Vec::new();
+            frame(&mut b, src, dst, 0, ecn, &roce);
+            let f = RoceFrame::parse_ethernet(&b).expect("IPv4 frame");
+            assert_eq!(f.ip.ecn(), ecn);
+            let (h, _) = etherparse::Ipv4Header::from_slice(&b[14..]).unwrap();
+            assert_eq!(h.calc_header_checksum(), h.header_checksum, "{ecn:?}");
+            let mut b6 = Vec::new();
+            frame(&mut b6, v6(src), v6(dst), 0, ecn, &roce);
+            let f6 = RoceFrame::parse_ethernet(&b6).expect("IPv6 frame");
+            assert_eq!(f6.ip.ecn(), ecn);
+            assert_eq!(b6[14] >> 4, 6, "still version 6");
+        }
     }
 }

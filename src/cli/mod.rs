@@ -106,6 +106,20 @@ pub struct NicArgs {
     /// Not for the demo.
     #[arg(long, value_name = "SOCKET")]
     pub daemon: Option<std::path::PathBuf>,
+    /// Congestion control (DCQCN's reaction point, the CNP-sending notification point),
+    /// as mlx5 names its knobs: `key=value` pairs, e.g. `rp_enable=0` (no rate control),
+    /// `min_time_between_cnps=0,rpg_ai_rate=10mbit`; laid over the attached daemon's
+    /// `--cc` and the defaults (both points on, line rate 100 Gbit/s).
+    #[arg(long, value_name = "KNOBS", value_parser = cc_knobs)]
+    pub cc: Option<String>,
+}
+
+/// A `--cc` value: checked here, kept as written (it is laid over other settings).
+fn cc_knobs(s: &str) -> Result<String, String> {
+    crate::engine::CcConfig::default()
+        .apply(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 impl NicArgs {
@@ -120,6 +134,7 @@ impl NicArgs {
         dev.gso = !self.no_gso;
         dev.share = !self.private_port;
         dev.daemon.clone_from(&self.daemon);
+        dev.cc.clone_from(&self.cc);
         dev
     }
 

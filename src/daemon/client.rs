@@ -66,6 +66,8 @@ pub struct Attached {
     /// The UDP source port every packet must carry (a UDP port), or `None` (a port that
     /// owns its frames: each QP its own).
     pub src_port: Option<u16>,
+    /// The daemon's congestion-control settings (`ToProcess::Welcome::cc`).
+    pub cc: Option<String>,
 }
 
 impl Attached {
@@ -267,12 +269,14 @@ impl DaemonBackend {
                 block,
                 port,
                 src_port,
+                cc,
             } => {
                 version_check(path, version)?;
                 Attached {
                     block,
                     port,
                     src_port,
+                    cc,
                 }
             }
             ToProcess::Refused { why } => {

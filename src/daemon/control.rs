@@ -73,6 +73,11 @@ pub enum ToProcess {
         /// socket; the ICRC covers the port: `EngineConfig::udp_src_port`); `None` on a
         /// port that owns its frames, where each QP uses its own.
         src_port: Option<u16>,
+        /// The congestion-control settings the daemon gives its processes (`--cc`, the
+        /// `engine::CcConfig` key=value syntax), laid over the defaults before the
+        /// process's own (`ROCE_EMU_CC`); `None`: the defaults.
+        #[serde(default)]
+        cc: Option<String>,
     },
     /// The answer to `Info`.
     Info { version: u32, port: PortInfo },

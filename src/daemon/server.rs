@@ -102,6 +102,9 @@ pub struct Config {
     /// quarantine, for this long (`--idle-exit`; the daemon started on demand,
     /// `super::demand`). `None`: run until signalled.
     pub idle_exit: Option<Duration>,
+    /// Congestion-control settings handed to every attached process (`--cc`: the
+    /// `engine::CcConfig` key=value syntax, checked when set).
+    pub cc: Option<String>,
 }
 
 impl Config {
@@ -117,6 +120,7 @@ impl Config {
             neigh_timeout: None,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             idle_exit: None,
+            cc: None,
         }
     }
 }

@@ -48,6 +48,8 @@ pub struct EngineConfig {
     /// GSI QPs send and accept messages up to it (rxe `get_mtu`: RC/UC use the path MTU,
     /// UD/GSI `port.mtu_cap`).
     pub port_mtu: u32,
+    /// Congestion control: the notification and reaction points (`cc::CcConfig`).
+    pub cc: super::cc::CcConfig,
 }
 
 impl EngineConfig {
@@ -67,6 +69,7 @@ impl EngineConfig {
             qpn_hi: crate::wire::bth::QPN_MASK,
             udp_src_port: None,
             port_mtu: 4096,
+            cc: super::cc::CcConfig::default(),
         }
     }
 }

@@ -17,6 +17,7 @@
 //! ([`stats::Counter`]) or the NAK the IBA demands. `Result` is for API misuse
 //! ([`VerbsError`]).
 
+pub mod cc;
 pub mod config;
 pub mod cq;
 pub mod error;
@@ -31,6 +32,7 @@ mod tests;
 pub mod time;
 pub mod wr;
 
+pub use cc::{CcConfig, CcConfigError};
 pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};

@@ -83,6 +83,10 @@ pub struct Device {
     pub share: bool,
     /// The engine's settings (`EngineConfig::new(ip)` unless changed).
     pub engine: EngineConfig,
+    /// Congestion-control knobs laid over `engine.cc` after the daemon's (`--cc` of the
+    /// daemon attached to), in `engine::CcConfig`'s key=value syntax: the program's own
+    /// choice (`ROCE_EMU_CC` for the drop-in, `--cc` for the tools) wins.
+    pub cc: Option<String>,
     /// Equal-length packets to one peer leave as one UDP GSO send (default). Off: one
     /// datagram per packet (`--no-gso`). A private port's (`share` off): a daemon's port
     /// sends as its daemon does.
@@ -115,6 +119,7 @@ impl Device {
         Device {
             ip,
             engine: EngineConfig::new(ip),
+            cc: None,
             share: true,
             gso: true,
             pcap: None,
@@ -166,6 +171,12 @@ pub enum Error {
     /// No daemon could be found or started for the address (`Device::share`).
     #[error(transparent)]
     Daemon(#[from] demand::DaemonError),
+    /// Congestion-control settings that do not parse (`Device::cc`, or the daemon's).
+    #[error("congestion control ({from}): {error}")]
+    Cc {
+        from: &'static str,
+        error: crate::engine::CcConfigError,
+    },
 }
 
 /// What `Context::query_qp` reports.
@@ -205,6 +216,13 @@ fn attach(
     }
     // `connect` refuses a port without an address.
     cfg.local_ip = daemon.local().ip();
+    if let Some(spec) = &at.cc {
+        // The daemon checked its settings when it was given them; only a daemon of
+        // another build could send knobs this one does not know: then none are used.
+        if let Err(e) = cfg.cc.apply(spec) {
+            tracing::warn!("the daemon's congestion-control settings {spec:?}: {e}");
+        }
+    }
     let reporter = daemon.reporter();
     Ok((daemon, reporter))
 }
@@ -262,10 +280,16 @@ impl Context {
     /// thread, and the engine settings `cfg`.
     fn open_on(
         dev: &Device,
-        cfg: EngineConfig,
+        mut cfg: EngineConfig,
         mut backend: Box<dyn Backend>,
         reporter: Option<crate::daemon::report::Reporter>,
     ) -> Result<Context, Error> {
+        if let Some(spec) = &dev.cc {
+            cfg.cc.apply(spec).map_err(|error| Error::Cc {
+                from: "this program's settings",
+                error,
+            })?;
+        }
         if let Some(path) = &dev.pcap {
             // Inside the fault rule: the capture shows what really went on the wire.
             backend = Box::new(Capture::create(backend, path)?);

@@ -46,6 +46,14 @@ impl<'a> IpSlice<'a> {
             IpSlice::V6(h) => h.destination_addr().into(),
         }
     }
+    /// The ECN codepoint (RFC 3168): a switch's congestion mark (IBA A17.9).
+    pub fn ecn(&self) -> super::Ecn {
+        let v = match self {
+            IpSlice::V4(h) => h.ecn().value(),
+            IpSlice::V6(h) => h.ecn().value(),
+        };
+        super::Ecn::from_tos(v)
+    }
 }
 
 /// A RoCEv2 frame split into its layers, borrowing the frame.

@@ -212,6 +212,12 @@ impl fmt::Display for FrameDecode<'_> {
                     (Err(e), Some(b)) => write!(f, "{b} [malformed: {e}]")?,
                     (Err(e), None) => write!(f, "[malformed: {e}]")?,
                 }
+                // The IP header's congestion mark, when the packet is ECN-capable
+                // (Wireshark's `ip.dsfield.ecn`); most RoCE traffic is Not-ECT.
+                let ecn = d.frame.ip.ecn();
+                if ecn.capable() {
+                    write!(f, " ECN={}", ecn.name())?;
+                }
                 match &d.icrc {
                     Some(s) if s.ok() => write!(f, " ICRC={:#010x} ok", s.wire_be()),
                     Some(s) => write!(

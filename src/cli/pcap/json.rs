@@ -43,6 +43,7 @@ fn roce_fields(o: &mut Map<String, Value>, r: &RoceDecode<'_>) {
     o.insert("src".into(), json!(r.frame.ip.src().to_string()));
     o.insert("dst".into(), json!(r.frame.ip.dst().to_string()));
     o.insert("udp_sport".into(), json!(r.frame.udp.source_port()));
+    o.insert("ecn".into(), json!(r.frame.ip.ecn().name()));
     if let Some(b) = &r.bth {
         o.insert("opcode".into(), json!(b.opcode.0));
         o.insert("opcode_name".into(), json!(b.opcode.name()));

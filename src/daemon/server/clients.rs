@@ -241,6 +241,7 @@ impl Daemon {
                     block,
                     port: self.info.clone(),
                     src_port: self.src_port,
+                    cc: self.cfg.cc.clone(),
                 };
                 control::send(sock, &welcome, &[])?;
                 fds.send(sock).map_err(Leave::SendRings)?;
