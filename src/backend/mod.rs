@@ -20,6 +20,7 @@ pub mod ifaddrs;
 pub mod l2;
 pub mod link;
 pub mod pcapng;
+pub mod queue;
 #[allow(unsafe_code)]
 mod sys;
 pub use sys::{

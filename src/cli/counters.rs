@@ -5,6 +5,7 @@
 //! beside the totals ([`watch`]): redrawn in place on a terminal, one block per reading
 //! (stamped with the time) when piped; Ctrl-C or `--count N` readings end it.
 
+mod record;
 mod watch;
 
 use crate::daemon::lease;
@@ -32,6 +33,11 @@ pub struct CountersArgs {
     /// With --watch: stop after N readings.
     #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
+    /// With --watch: append each reading to FILE as one JSON line (time, the queue's
+    /// counters, the port's, each QP's counters and sending rate) instead of showing it;
+    /// `roce-emu plot FILE` draws it.
+    #[arg(long, value_name = "FILE", requires = "watch")]
+    pub record: Option<PathBuf>,
 }
 
 /// `k v` for every field of `o` but `skip`: numbers that are not 0, other scalars that are
@@ -155,11 +161,30 @@ pub fn render(v: &Value) -> String {
         );
     }
     group(&mut out, "capture", &v["capture"], "off");
+    out.push_str(&render_queue(&v["queue"]));
     let procs = v["processes"].as_array().cloned().unwrap_or_default();
     let _ = writeln!(out, "processes: {}", procs.len());
     for p in &procs {
         render_process(&mut out, p);
     }
+    out
+}
+
+/// The egress queue's line: off, or its settings and counters (`roce-emu queue show`).
+pub fn render_queue(q: &Value) -> String {
+    let mut out = String::new();
+    let Value::Object(o) = q else {
+        return out;
+    };
+    let on = q["enabled"].as_bool() == Some(true);
+    let _ = writeln!(
+        out,
+        "  {:<12} {} ({})",
+        "queue",
+        if on { "on" } else { "off" },
+        q["config"].as_str().unwrap_or("?")
+    );
+    let _ = writeln!(out, "    {}", fields(o, &["enabled", "config"]));
     out
 }
 
@@ -270,6 +295,17 @@ fn watch_loop(socket: &PathBuf, every: Duration, args: &CountersArgs, stop: &Ato
     // block per reading, stamped, so a log reads in order.
     let redraw = out.is_terminal() && !args.json;
     let mut rates = watch::Rates::default();
+    let mut recorder = record::Recorder::default();
+    let mut file = match &args.record {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Some(std::io::BufWriter::new(f)),
+            Err(e) => {
+                eprintln!("roce-emu counters: {}: {e}", path.display());
+                return 1;
+            }
+        },
+        None => None,
+    };
     let mut readings = 0u64;
     let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
@@ -282,7 +318,14 @@ fn watch_loop(socket: &PathBuf, every: Duration, args: &CountersArgs, stop: &Ato
         };
         let now = Instant::now();
         let stamp = utc_stamp(SystemTime::now());
-        let block = if args.json {
+        let block = if let Some(f) = &mut file {
+            let line = recorder.line(&v, now);
+            if writeln!(f, "{line}").and_then(|_| f.flush()).is_err() {
+                eprintln!("roce-emu counters: cannot write the record");
+                return 1;
+            }
+            String::new()
+        } else if args.json {
             format!("{v}\n")
         } else {
             let rows = watch::rows(&v);

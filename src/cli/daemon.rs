@@ -1,5 +1,5 @@
 //! `roce-emu daemon` (one port shared by the programs of a machine) and `roce-emu fault`
-//! (its fault rules at run time); `roce-emu counters` is in [`super::counters`].
+//! (its fault rules at run time), `roce-emu queue` (its egress queue at run time); `roce-emu counters` is in [`super::counters`].
 
 use crate::daemon::control::{self, ToDaemon, ToProcess};
 use crate::daemon::port::{PortSpec, PortSpecError};
@@ -34,6 +34,11 @@ pub struct DaemonArgs {
     /// `corrupt 1% opcode=RC_SEND_ONLY`; see `roce-emu fault --help`.
     #[arg(long = "fault", value_name = "RULE")]
     pub faults: Vec<String>,
+    /// A switch egress queue on the port's transmit side (the congestion point): line
+    /// rate, buffer, RED/ECN marking, tail drop, e.g. `rate=1gbit buffer=2MB kmin=40KB
+    /// kmax=200KB pmax=0.2 seed=1`; see `roce-emu queue --help`.
+    #[arg(long, value_name = "SETTINGS")]
+    pub queue: Option<String>,
     /// How long an ARP or ND entry stays REACHABLE on a tap: or afpacket: port (default
     /// 60); then it is STALE: still used at once, and re-validated by unicast probes on
     /// its first use (removed, and resolved again, if 3 go unanswered).
@@ -62,6 +67,37 @@ pub struct FaultArgs {
     #[arg(value_name = "RULE", required = true, num_args = 1.., allow_hyphen_values = true)]
     pub rule: Vec<String>,
 }
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = QUEUE_HELP)]
+pub struct QueueArgs {
+    /// The daemon's control socket (default: the one daemon running at the default
+    /// path, $XDG_RUNTIME_DIR/roce-emu/ or /run/roce-emu/).
+    #[arg(long = "daemon", alias = "socket", value_name = "SOCKET")]
+    pub daemon: Option<PathBuf>,
+    /// `set KEY=VALUE...`, `clear` or `show`.
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., allow_hyphen_values = true)]
+    pub command: Vec<String>,
+    /// Print the queue's report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const QUEUE_HELP: &str = "Commands:
+  set KEY=VALUE...   turn the queue on, or change what is given (the rest stays)
+  clear              no queue: what is queued leaves at once
+  show               the settings and counters
+Settings (defaults in brackets):
+  rate=RATE     line rate: bits/s or 100mbit, 1gbit, ... [10gbit]
+  buffer=SIZE   bytes or 40KB, 2MB (10^3, 10^6), 64KiB, 1MiB [2MB]; a packet that does
+                not fit is dropped (tail drop)
+  kmin=SIZE kmax=SIZE pmax=P   RED/ECN marking by the depth q an arriving packet sees:
+                none up to kmin, probability pmax*(q-kmin)/(kmax-kmin) up to kmax, every
+                packet above [5KB, 200KB, 0.01]; only ECN-capable (ECT) packets are marked
+                CE, Not-ECT ones are only ever tail-dropped (no WRED drop)
+  seed=N        the marking draws' seed [1]
+The queue is on the port's transmit side: what the daemon sends to the wire (never a
+packet between two processes of the same daemon). Bytes are RoCE datagrams' (BTH..ICRC).";
 
 const RULES_HELP: &str = "Rules:
   drop P% [in|out] [opcode=NAME|NUM] [qpn=N] [seed=S]
@@ -98,13 +134,14 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             }
             "pcap" if args.pcap.is_none() => args.pcap = Some(PathBuf::from(v)),
             "fault" => args.faults.push(v.to_string()),
+            "queue" if args.queue.is_none() => args.queue = Some(v.to_string()),
             "neigh_timeout" if args.neigh_timeout.is_none() => {
                 args.neigh_timeout = Some(super::seconds(v).map_err(at)?)
             }
-            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" => {}
+            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" | "queue" => {}
             _ => {
                 return Err(at(format!(
-                    "no setting {k:?} (port, socket, quarantine, pcap, fault, neigh_timeout)"
+                    "no setting {k:?} (port, socket, quarantine, pcap, fault, queue, neigh_timeout)"
                 )))
             }
         }
@@ -120,6 +157,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         config: None,
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
+        queue: args.queue.clone(),
         neigh_timeout: args.neigh_timeout,
         spin_us: args.spin_us,
         idle_exit: args.idle_exit,
@@ -152,6 +190,15 @@ pub fn run(args: &DaemonArgs) -> i32 {
             }
             Err(e) => {
                 eprintln!("roce-emu daemon: --fault {text:?}: {e}");
+                return 2;
+            }
+        }
+    }
+    if let Some(text) = &a.queue {
+        match text.parse() {
+            Ok(q) => cfg.queue = Some(q),
+            Err(e) => {
+                eprintln!("roce-emu daemon: --queue {text:?}: {e}");
                 return 2;
             }
         }
@@ -289,6 +336,44 @@ pub fn fault(args: &FaultArgs) -> i32 {
         }
         Err(e) => {
             eprintln!("roce-emu fault: {e}");
+            1
+        }
+    }
+}
+
+/// `roce-emu queue [--daemon SOCKET] set KEY=VALUE... | clear | show`: changes the port's
+/// egress queue, then prints its settings and counters.
+pub fn queue(args: &QueueArgs) -> i32 {
+    let socket = match super::find_daemon::resolve(args.daemon.as_deref()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("roce-emu queue: {e}");
+            return 2;
+        }
+    };
+    let command = args.command.join(" ");
+    match ask(&socket, &ToDaemon::Queue { command }) {
+        Ok(ToProcess::QueueSet { error: Some(e), .. }) => {
+            eprintln!("roce-emu queue: {e}");
+            2
+        }
+        Ok(ToProcess::QueueSet {
+            error: None,
+            report,
+        }) => {
+            if args.json {
+                println!("{report}");
+            } else {
+                print!("{}", super::counters::render_queue(&report));
+            }
+            0
+        }
+        Ok(other) => {
+            eprintln!("roce-emu queue: unexpected answer {other:?}");
+            1
+        }
+        Err(e) => {
+            eprintln!("roce-emu queue: {e}");
             1
         }
     }

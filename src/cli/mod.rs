@@ -14,6 +14,7 @@ pub mod oob;
 pub mod pcap;
 pub mod perf;
 pub mod pingpong;
+pub mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -61,6 +62,12 @@ enum Command {
     /// Set, list or clear a daemon's fault rules at run time: `roce-emu fault [--daemon
     /// SOCKET] drop 5% in`.
     Fault(daemon::FaultArgs),
+    /// Set, show or clear a daemon's egress queue (the congestion point: line rate,
+    /// buffer, RED/ECN marking) at run time: `roce-emu queue set rate=1gbit kmin=40KB`.
+    Queue(daemon::QueueArgs),
+    /// Draw a record of `roce-emu counters --watch SECS --record FILE` as SVG: each
+    /// flow's rate and the port's queue depth over time.
+    Plot(plot::Args),
     /// Lessons: a scripted exchange between two simulated NICs (a lost packet, an RNR
     /// NAK, a lost ACK, ...) drawn as a ladder and explained; `--list` names them.
     Learn(learn::Args),
@@ -204,6 +211,8 @@ pub fn main() -> i32 {
         Command::Daemon(args) => daemon::run(&args),
         Command::Counters(args) => counters::counters(&args),
         Command::Fault(args) => daemon::fault(&args),
+        Command::Queue(args) => daemon::queue(&args),
+        Command::Plot(args) => plot::run(&args),
         Command::Conform(args) => conform::run(&args),
         Command::Learn(args) => learn::run(&args),
         Command::GenDocs(args) => install::run(&args),

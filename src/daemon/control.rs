@@ -42,6 +42,9 @@ pub enum ToDaemon {
     Counters,
     /// Change the fault rules at run time (`roce-emu fault ...`).
     Fault { rule: String },
+    /// Set, clear or show the port's egress queue at run time (`roce-emu queue ...`:
+    /// `set KEY=VALUE...`, `clear`, `show`).
+    Queue { command: String },
     /// An attached process's engine counters, the NIC's and per QP, sent now and then and
     /// as it leaves (`daemon::report`); no answer. Checked field by field by the daemon
     /// (a bad report is counted, not the end of the attachment).
@@ -90,6 +93,13 @@ pub enum ToProcess {
     CountersMore { processes: Vec<serde_json::Value> },
     /// The answer to `Fault`: empty when the rule was taken, else why not.
     FaultSet { error: Option<String> },
+    /// The answer to `Queue`: the queue's report (`backend::queue::QueueReport`), or why
+    /// the command was refused.
+    QueueSet {
+        error: Option<String>,
+        #[serde(default)]
+        report: serde_json::Value,
+    },
     /// The answer to `CmHello`: the CM protocol version, and the device as the CM sees it
     /// (its node GUID, the port's addresses, its IB MTU in bytes).
     CmWelcome {

@@ -26,6 +26,8 @@ use super::lease::{self, Leases};
 use super::port::PortSpec;
 use crate::backend::fault::{FaultHandle, Faults, Faulty, Rule};
 use crate::backend::pcapng::CaptureStats;
+use crate::backend::queue::port::QueueState;
+use crate::backend::queue::{QueueConfig, QueueHandle, Queued};
 use crate::backend::udp::{RX_BATCH, RX_SLOT, TX_BATCH};
 use crate::backend::{Backend, BackendError, Outgoing, Received};
 use crate::driver::{Spin, DEFAULT_SPIN_US};
@@ -88,6 +90,9 @@ pub struct Config {
     pub pcap: Option<PathBuf>,
     /// Fault rules in force from the start (`roce-emu fault` changes them later).
     pub faults: Vec<Rule>,
+    /// The congestion point on the port's transmit side from the start (`--queue`;
+    /// `roce-emu queue` changes it later): `backend::queue`.
+    pub queue: Option<QueueConfig>,
     /// How long a neighbour (ARP, ND) entry lives on a frame port (TAP, AF_PACKET);
     /// `iface::IfaceConfig::neighbor_ttl` (60 s) unless given.
     pub neigh_timeout: Option<Duration>,
@@ -111,6 +116,7 @@ impl Config {
             ring_bytes: DEFAULT_RING_BYTES,
             pcap: None,
             faults: Vec::new(),
+            queue: None,
             neigh_timeout: None,
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             idle_exit: None,
@@ -240,6 +246,8 @@ pub struct Daemon {
     turns: u64,
     /// The port's fault rules (the port applies them; `roce-emu fault` changes them).
     faults: FaultHandle,
+    /// The port's egress queue (the port applies it; `roce-emu queue` changes it).
+    queue: QueueHandle,
     /// The `--pcap` capture's counters.
     capture: Option<Arc<CaptureStats>>,
     /// The client whose ring is drained first next turn (round robin).
@@ -259,11 +267,17 @@ impl Daemon {
             open_port(&cfg.port, cfg.pcap.as_deref(), cfg.neigh_timeout)?;
         // Always wrapped, so rules can be set at run time; with none it passes through.
         let faults: FaultHandle = Arc::new(Mutex::new(Faults::new(cfg.faults.clone())));
-        let port: Box<dyn Backend> = Box::new(Faulty::new(port, Arc::clone(&faults))?);
+        let port = Faulty::new(port, Arc::clone(&faults))?;
+        // Above the fault rules and the capture: the capture shows the CE marks, and a
+        // packet the queue dropped never reaches the wire. Always wrapped, so a queue can
+        // be set at run time; with none it passes through.
+        let queue: QueueHandle = Arc::new(Mutex::new(QueueState::new(cfg.queue.clone())));
+        let port: Box<dyn Backend> = Box::new(Queued::new(port, Arc::clone(&queue))?);
         let listener = listen(&cfg.socket)?;
         let spin = cfg.spin;
         Ok(Daemon {
             faults,
+            queue,
             capture,
             leases: Leases::new(cfg.quarantine),
             cm: CmHost::new(&cfg.port, &info),

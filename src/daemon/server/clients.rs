@@ -161,6 +161,7 @@ impl Daemon {
                     "cm": self.cm.cm.stats(),
                     "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
+                    "queue": self.queue_report(),
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
                         "frames": c.frames.load(Ordering::Relaxed),
@@ -192,6 +193,14 @@ impl Daemon {
                     Err(e) => Some(e.to_string()),
                 };
                 let m = ToProcess::FaultSet { error };
+                self.clients[k].queue(&m)
+            }
+            ToDaemon::Queue { command } => {
+                let error = self.queue_command(&command).err();
+                let m = ToProcess::QueueSet {
+                    error,
+                    report: self.queue_report(),
+                };
                 self.clients[k].queue(&m)
             }
             ToDaemon::CmHello { version, pid: _ } => self.cm_hello(k, version),
@@ -255,6 +264,45 @@ impl Daemon {
     pub(super) fn fault_report(&self) -> serde_json::Value {
         let f = self.faults.lock().unwrap_or_else(|p| p.into_inner());
         serde_json::json!({ "rules": f.report(), "cleared": f.cleared() })
+    }
+
+    /// The port's egress queue: settings, whether on, counters.
+    pub(super) fn queue_report(&self) -> serde_json::Value {
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        serde_json::to_value(q.report(Instant::now())).unwrap_or_default()
+    }
+
+    /// `set KEY=VALUE...`, `clear` or `show` (`roce-emu queue`); an error names the word
+    /// to fix.
+    fn queue_command(&mut self, command: &str) -> Result<(), String> {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let command = command.trim();
+        let (verb, rest) = command
+            .split_once(char::is_whitespace)
+            .unwrap_or((command, ""));
+        match verb {
+            "set" => {
+                q.set(rest).map_err(|e| e.to_string())?;
+                tracing::info!(queue = %rest, "queue set");
+            }
+            "clear" | "show" if !rest.trim().is_empty() => {
+                return Err(format!(
+                    "`{verb}` takes nothing after it (found `{}`)",
+                    rest.trim()
+                ))
+            }
+            "clear" => {
+                tracing::info!("queue cleared");
+                q.clear();
+            }
+            "show" => {}
+            _ => {
+                return Err(format!(
+                    "no queue command `{verb}`: use set KEY=VALUE..., clear or show"
+                ))
+            }
+        }
+        Ok(())
     }
 
     pub(super) fn detach(&mut self, k: usize, why: String) {

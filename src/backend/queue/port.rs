@@ -1,0 +1,296 @@
+//! [`Queued`]: a backend whose transmit side goes through a switch egress queue
+//! ([`QueueModel`]): what the daemon sends to the wire (its processes' packets and its
+//! own QP1's) leaves at the line rate, ECN-capable packets marked CE by RED, tail-dropped
+//! when the buffer is full. The receive side is untouched. A packet one process sends to
+//! another of the same daemon (a hairpin) never reaches the port, so never the queue: the
+//! queue models the port's egress link, which a hairpin does not cross.
+//!
+//! The queue is shared ([`QueueHandle`]): the daemon sets and clears it at run time and
+//! reads its counters. Disabled and empty, calls go straight to the inner backend.
+//!
+//! Queued packets must leave on time even when nothing else wakes the daemon, so `rx_fd`
+//! is an epoll set of the inner backend's descriptor and a timer armed for the next
+//! departure (as `backend::fault::port::Faulty` does): the daemon then calls
+//! `recv_batch`, which sends what is due. A departure is released at its time or a
+//! little after (timer slack, the daemon's turn): late packets go out together, so the
+//! rate over any interval longer than that slack is the line rate.
+
+use super::model::{Admit, QueueConfig, QueueConfigError, QueueModel, QueueStats};
+use crate::backend::udp::TX_BATCH;
+use crate::backend::{Backend, BackendError, Outgoing, PortStats, Received};
+use crate::wire::Ecn;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A datagram in the queue.
+#[derive(Debug)]
+pub struct Pkt {
+    src: SocketAddr,
+    dst: SocketAddr,
+    bytes: Vec<u8>,
+}
+
+/// The queue of a port, shared between the port and whoever sets it.
+#[derive(Debug)]
+pub struct QueueState {
+    model: QueueModel<Pkt>,
+    enabled: bool,
+}
+
+/// What `roce-emu counters` shows of the queue.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QueueReport {
+    pub enabled: bool,
+    /// The settings (in force, or last in force when disabled).
+    pub config: String,
+    #[serde(flatten)]
+    pub stats: QueueStats,
+}
+
+impl QueueState {
+    /// A queue with `cfg` in force, or none (`None`: passes everything through).
+    pub fn new(cfg: Option<QueueConfig>) -> QueueState {
+        QueueState {
+            enabled: cfg.is_some(),
+            model: QueueModel::new(cfg.unwrap_or_default()),
+        }
+    }
+
+    /// Applies `key=value` settings to those in force (the defaults the first time) and
+    /// enables the queue.
+    pub fn set(&mut self, text: &str) -> Result<(), QueueConfigError> {
+        let base = if self.enabled {
+            self.model.config().clone()
+        } else {
+            QueueConfig::default()
+        };
+        let c = base.with(text)?;
+        self.model.reconfigure(c);
+        self.enabled = true;
+        Ok(())
+    }
+
+    /// No queue any more: what is queued leaves at once (the port's next call).
+    pub fn clear(&mut self) {
+        self.enabled = false;
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub fn report(&self, now: Instant) -> QueueReport {
+        QueueReport {
+            enabled: self.enabled,
+            config: self.model.config().to_string(),
+            stats: self.model.stats(now),
+        }
+    }
+}
+
+pub type QueueHandle = Arc<Mutex<QueueState>>;
+
+pub struct Queued<B> {
+    inner: B,
+    state: QueueHandle,
+    wake: Epoll,
+    timer: TimerFd,
+    armed: bool,
+    due: Vec<(Pkt, Ecn)>,
+    tx_pool: Vec<u8>,
+    tx_meta: Vec<Outgoing>,
+}
+
+fn io_err(e: nix::Error) -> BackendError {
+    BackendError::link(
+        "set up the queue's timer for",
+        "port",
+        std::io::Error::from(e),
+    )
+}
+
+fn lock(h: &QueueHandle) -> MutexGuard<'_, QueueState> {
+    // A panic elsewhere while holding the lock leaves the queue usable as it is.
+    h.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<B: Backend> Queued<B> {
+    pub fn new(inner: B, state: QueueHandle) -> Result<Queued<B>, BackendError> {
+        let wake = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io_err)?;
+        let timer = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .map_err(io_err)?;
+        wake.add(inner.rx_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))
+            .map_err(io_err)?;
+        wake.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 1))
+            .map_err(io_err)?;
+        Ok(Queued {
+            inner,
+            state,
+            wake,
+            timer,
+            armed: false,
+            due: Vec::new(),
+            tx_pool: Vec::new(),
+            tx_meta: Vec::with_capacity(TX_BATCH),
+        })
+    }
+
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// Sends what has left the queue by `now` (everything, once the queue is cleared) and
+    /// sets the timer for the next departure.
+    fn release(&mut self, now: Instant) -> Result<(), BackendError> {
+        let next = {
+            let mut s = lock(&self.state);
+            if s.enabled {
+                while let Some(p) = s.model.pop(now) {
+                    self.due.push(p);
+                }
+            } else {
+                self.due.extend(s.model.drain());
+            }
+            s.model.next_departure()
+        };
+        self.rearm(now, next);
+        self.send_due()
+    }
+
+    fn send_due(&mut self) -> Result<(), BackendError> {
+        let mut at = 0;
+        while at < self.due.len() {
+            let batch = &self.due[at..(at + TX_BATCH).min(self.due.len())];
+            let slot = batch.iter().map(|(p, _)| p.bytes.len()).max().unwrap_or(0);
+            if self.tx_pool.len() < slot * batch.len() {
+                self.tx_pool.resize(slot * batch.len(), 0);
+            }
+            self.tx_meta.clear();
+            for (i, (p, ecn)) in batch.iter().enumerate() {
+                self.tx_pool[i * slot..][..p.bytes.len()].copy_from_slice(&p.bytes);
+                self.tx_meta.push(Outgoing {
+                    src: p.src,
+                    dst: p.dst,
+                    len: p.bytes.len(),
+                    ecn: *ecn,
+                });
+            }
+            at += batch.len();
+            if let Err(e) = self
+                .inner
+                .send_batch(&mut self.tx_pool, slot, &self.tx_meta)
+            {
+                self.due.drain(..at);
+                return Err(e);
+            }
+        }
+        self.due.clear();
+        Ok(())
+    }
+
+    fn rearm(&mut self, now: Instant, next: Option<Instant>) {
+        match next {
+            Some(t) => {
+                // A zero expiration would disarm the timer: at least 1 ns.
+                let d = t
+                    .saturating_duration_since(now)
+                    .max(Duration::from_nanos(1));
+                let _ = self.timer.set(
+                    Expiration::OneShot(TimeSpec::from_duration(d)),
+                    TimerSetTimeFlags::empty(),
+                );
+                self.armed = true;
+            }
+            None if self.armed => {
+                let _ = self.timer.unset();
+                self.armed = false;
+            }
+            None => {}
+        }
+    }
+
+    /// Disabled with nothing queued: calls pass straight through.
+    fn idle(&self) -> bool {
+        let s = lock(&self.state);
+        !s.enabled && s.model.is_empty()
+    }
+}
+
+impl<B: Backend> Backend for Queued<B> {
+    fn local(&self) -> SocketAddr {
+        self.inner.local()
+    }
+
+    fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
+        if !self.idle() || self.armed {
+            self.release(Instant::now())?;
+        }
+        self.inner.recv_batch(pool, out)
+    }
+
+    fn send_batch(
+        &mut self,
+        pool: &mut [u8],
+        slot: usize,
+        out: &[Outgoing],
+    ) -> Result<(), BackendError> {
+        if self.idle() {
+            return self.inner.send_batch(pool, slot, out);
+        }
+        let now = Instant::now();
+        {
+            let mut s = lock(&self.state);
+            if s.enabled {
+                for (i, o) in out.iter().enumerate() {
+                    let pkt = Pkt {
+                        src: o.src,
+                        dst: o.dst,
+                        bytes: pool[i * slot..i * slot + o.len].to_vec(),
+                    };
+                    // A dropped packet is counted by the model; nothing else to do.
+                    let _: Admit = s.model.enqueue(now, pkt, o.len, o.ecn);
+                }
+            }
+        }
+        if !lock(&self.state).enabled {
+            // Cleared: what was queued goes first, then this batch as it is.
+            self.release(now)?;
+            return self.inner.send_batch(pool, slot, out);
+        }
+        self.release(now)
+    }
+
+    fn rx_fd(&self) -> BorrowedFd<'_> {
+        self.wake.0.as_fd()
+    }
+
+    fn flush_held(&mut self) {
+        self.inner.flush_held()
+    }
+
+    fn prepare_sleep(&mut self) -> bool {
+        // The epoll set holds the inner port's fd: it must be able to wake us.
+        self.inner.prepare_sleep()
+    }
+
+    fn stats(&self) -> PortStats {
+        self.inner.stats()
+    }
+    fn mark_used(&mut self) {
+        self.inner.mark_used()
+    }
+    fn observe_hairpin(&mut self, src: SocketAddr, dst: SocketAddr, ecn: Ecn, packet: &[u8]) {
+        self.inner.observe_hairpin(src, dst, ecn, packet)
+    }
+    fn l2_stats(&self) -> Option<crate::iface::IfaceStats> {
+        self.inner.l2_stats()
+    }
+}
