@@ -7,6 +7,8 @@
 //!   the server's NIC counts every CE it receives (`np_ecn_marked_roce_packets` equals the
 //!   queue's `cp_ecn_marked`) and answers with CNPs, paced; the client's NIC handles or
 //!   ignores each (`rp_cnp_handled + rp_cnp_ignored == np_cnp_sent`) and cuts its rate;
+//! - the server daemon's capture agrees with its counters, as tshark reads it (CE-marked
+//!   packets in, CNPs out with PSN 0) and as `roce-emu pcap` does (BECN, valid ICRCs);
 //! - with the daemon's `--cc np_enable=0` the marks are counted and no CNP is sent: the
 //!   daemon's settings reached the process's engine;
 //! - with the client's own `--cc rp_enable=0` its packets leave Not-ECT: nothing is
@@ -42,9 +44,20 @@ impl Drop for Running {
 }
 
 fn start(ip: &str, queue: Option<&str>, cc: Option<&str>, tag: &str) -> Running {
+    start_capturing(ip, queue, cc, tag, None)
+}
+
+fn start_capturing(
+    ip: &str,
+    queue: Option<&str>,
+    cc: Option<&str>,
+    tag: &str,
+    pcap: Option<PathBuf>,
+) -> Running {
     let socket =
         std::env::temp_dir().join(format!("roce-emu-cc-{tag}-{}.sock", std::process::id()));
     let mut cfg = Config::new(PortSpec::Udp(ip.parse().unwrap()), socket.clone());
+    cfg.pcap = pcap;
     cfg.queue = queue.map(|q| q.parse().unwrap());
     cfg.cc = cc.map(str::to_string);
     let d = Daemon::open(cfg).expect("daemon");
@@ -115,11 +128,20 @@ fn perf(a: &Running, b: &Running, port: u16, client_cc: Option<&str>) {
 fn ce_marks_become_cnps_and_rate_cuts_and_the_settings_reach_the_engines() {
     // Every ECN-capable packet that finds another queued is marked (p = 1 above 1 byte).
     let queue = "rate=200mbit buffer=4MB kmin=0 kmax=1 pmax=1 seed=1";
+    let pcap = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cc_daemon_b.pcapng");
     {
         let a = start("127.0.96.1", Some(queue), None, "a1");
-        let b = start("127.0.96.2", None, Some("min_time_between_cnps=50"), "b1");
+        let b = start_capturing(
+            "127.0.96.2",
+            None,
+            Some("min_time_between_cnps=50"),
+            "b1",
+            Some(pcap.clone()),
+        );
         perf(&a, &b, 18611, None);
         let (ca, cb) = (counters(&a), counters(&b));
+        drop(b);
+        check_capture(&pcap, &cb);
         let marked = ca["queue"]["cp_ecn_marked"].as_u64().unwrap();
         let ce = nic(&cb, "np_ecn_marked_roce_packets");
         let cnps = nic(&cb, "np_cnp_sent");
@@ -158,4 +180,66 @@ fn ce_marks_become_cnps_and_rate_cuts_and_the_settings_reach_the_engines() {
         assert!(ca["queue"]["cp_enqueued"].as_u64().unwrap() > 100);
         assert_eq!(nic(&cb, "np_ecn_marked_roce_packets"), 0);
     }
+}
+
+/// The server daemon's capture agrees with its counters, read by tshark (CE-marked
+/// packets in, CNPs out: opcode 129, PSN 0; Debian 12's Wireshark shows no BECN field)
+/// and by `roce-emu pcap` (every CNP's ICRC valid, BECN set).
+fn check_capture(pcap: &std::path::Path, cb: &Value) {
+    let ours = Command::new(BIN).arg("pcap").arg(pcap).output().unwrap();
+    assert!(ours.status.success(), "{ours:?}");
+    let text = String::from_utf8_lossy(&ours.stdout);
+    let cnp_lines: Vec<&str> = text.lines().filter(|l| l.contains(" CNP ")).collect();
+    assert_eq!(cnp_lines.len() as u64, nic(cb, "np_cnp_sent"), "{text}");
+    assert!(
+        cnp_lines.iter().all(|l| l.ends_with(" ok")),
+        "{cnp_lines:?}"
+    );
+    let ce_lines = text.lines().filter(|l| l.contains(" ECN=CE ")).count() as u64;
+    let json = Command::new(BIN)
+        .args(["pcap", "--json"])
+        .arg(pcap)
+        .output()
+        .unwrap();
+    let cnps_becn = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["opcode"] == 0x81)
+        .inspect(|v| assert_eq!(v["becn"], true, "{v}"))
+        .count() as u64;
+    assert_eq!(cnps_becn, nic(cb, "np_cnp_sent"));
+    assert_eq!(ce_lines, nic(cb, "np_ecn_marked_roce_packets"));
+    if Command::new("tshark").arg("-v").output().is_err() {
+        common::netns::skip("cc_daemon (tshark's view)", "needs tshark");
+        return;
+    }
+    let config = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cc_daemon_tshark");
+    std::fs::create_dir_all(&config).unwrap();
+    let out = Command::new("tshark")
+        .env("WIRESHARK_CONFIG_DIR", &config)
+        .args(["-n", "-r"])
+        .arg(pcap)
+        .args(["-d", "udp.port==4791,infiniband"])
+        .args(["-T", "fields", "-E", "separator=/t"])
+        .args(["-e", "ip.dsfield.ecn", "-e", "infiniband.bth.opcode"])
+        .args(["-e", "infiniband.bth.psn"])
+        .output()
+        .expect("tshark");
+    assert!(out.status.success(), "{out:?}");
+    let rows = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut ce = 0;
+    let mut cnps = 0;
+    for r in rows.lines() {
+        let c: Vec<&str> = r.split('\t').collect();
+        if c[0] == "3" {
+            ce += 1;
+        }
+        if c.get(1) == Some(&"129") {
+            cnps += 1;
+            assert_eq!(c[2], "0", "a CNP's PSN is 0: {r}");
+        }
+    }
+    println!("tshark: {ce} CE-marked packets, {cnps} CNPs");
+    assert_eq!(ce, nic(cb, "np_ecn_marked_roce_packets"), "{rows}");
+    assert_eq!(cnps, nic(cb, "np_cnp_sent"));
 }
