@@ -636,13 +636,24 @@ impl<'a> State<'a> {
     }
 
     /// The port's Q_Key and P_Key violation counts (PortInfo's, as ibv_query_port gives
-    /// them): the engine's counters of those drops.
+    /// them): the engine's counters of those drops; and its congestion-control counters
+    /// (mlx5's hw_counters names), which rxe's agent does not report.
     fn port(&self) -> R {
         let c = self.ctx.counters();
-        Ok(ok(&[
+        let mut kv = vec![
             ("qkey_viol", c.get(Counter::QkeyViolation).to_string()),
             ("bad_pkey", c.get(Counter::DropPkeyMismatch).to_string()),
-        ]))
+        ];
+        for k in [
+            Counter::NpEcnMarkedRocePackets,
+            Counter::NpCnpSent,
+            Counter::RpCnpHandled,
+            Counter::RpCnpIgnored,
+            Counter::RpRateDecreases,
+        ] {
+            kv.push((k.name(), c.get(k).to_string()));
+        }
+        Ok(ok(&kv))
     }
 
     fn state(&self) -> R {
