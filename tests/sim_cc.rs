@@ -326,3 +326,54 @@ fn without_cnps_requests_are_not_paced() {
         "one burst: {times:?}"
     );
 }
+
+#[test]
+fn a_held_qp_is_not_ready_and_its_deadline_is_the_pacer() {
+    // No busy loop: while the pacer holds B's only work, may_transmit is false and
+    // poll_timeout is the release time.
+    let mut p = pair("line_rate=1gbit");
+    inject_cnp(&mut p, Ecn::NotEct);
+    p.write_mem(B, 0, &pattern(5, 2048));
+    p.post_recv(A, 1, 0, 1 << 16);
+    p.send(B, 1, SendOp::Send, 0, 2048);
+    let first = p.transmit(B).expect("the first packet goes at once");
+    assert_eq!(first.bth.opcode, op::RC_SEND_FIRST);
+    let s = p.net.nodes[B].engine.qp_cc(p.b.qpn).unwrap();
+    let until = s.paced_until.expect("held");
+    assert!(!p.net.nodes[B].engine.may_transmit());
+    assert!(p.transmit(B).is_none());
+    assert_eq!(p.net.nodes[B].engine.poll_timeout(), Some(until));
+    // At the release the second packet may go.
+    p.engine(B).handle_timeout(until);
+    p.net.now = until;
+    assert!(p.net.nodes[B].engine.may_transmit());
+    assert_eq!(p.transmit(B).unwrap().bth.opcode, op::RC_SEND_LAST);
+}
+
+#[test]
+fn cnps_to_no_qp_or_a_qp_not_sending_are_not_acted_on() {
+    let mut p = pair("");
+    // A CNP to a QPN nobody has: a counted drop of the NIC.
+    let mut r = p.request(op::CNP, 0, 0);
+    r.bth.becn = true;
+    r.bth.dqpn = 0x777;
+    p.inject(&r, &[]);
+    assert_eq!(p.counter(B, Counter::DropUnknownQp), 1);
+    // B's QP in ERR does not send: the CNP is ignored, no DCQCN state.
+    let now = p.net.now;
+    let qpn = p.b.qpn;
+    p.engine(B)
+        .modify_qp(
+            now,
+            qpn,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..QpAttr::default()
+            },
+        )
+        .unwrap();
+    inject_cnp(&mut p, Ecn::NotEct);
+    assert_eq!(p.counter(B, Counter::RpCnpIgnored), 1);
+    assert_eq!(p.counter(B, Counter::RpCnpHandled), 0);
+    assert_eq!(p.net.nodes[B].engine.qp_cc(p.b.qpn), None);
+}
