@@ -2,6 +2,7 @@
 //! the runner's process (`--target roce-emu`) or on its own (`roce-emu conform --agent`).
 
 use super::agent::Reply;
+use super::script::CC_COUNTERS;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
     Access, AsyncEvent, Completion, Context, Counter, Device, Event, Local, MemoryRegion, Mtu, Pd,
@@ -644,15 +645,10 @@ impl<'a> State<'a> {
             ("qkey_viol", c.get(Counter::QkeyViolation).to_string()),
             ("bad_pkey", c.get(Counter::DropPkeyMismatch).to_string()),
         ];
-        for k in [
-            Counter::NpEcnMarkedRocePackets,
-            Counter::NpCnpSent,
-            Counter::RpCnpHandled,
-            Counter::RpCnpIgnored,
-            Counter::RpRateDecreases,
-        ] {
-            kv.push((k.name(), c.get(k).to_string()));
-        }
+        let cc = Counter::ALL
+            .iter()
+            .filter(|k| CC_COUNTERS.contains(&k.name()));
+        kv.extend(cc.map(|k| (k.name(), c.get(*k).to_string())));
         Ok(ok(&kv))
     }
 
