@@ -377,3 +377,18 @@ fn cnps_to_no_qp_or_a_qp_not_sending_are_not_acted_on() {
     assert_eq!(p.counter(B, Counter::RpCnpHandled), 0);
     assert_eq!(p.net.nodes[B].engine.qp_cc(p.b.qpn), None);
 }
+
+#[test]
+fn reset_forgets_the_qps_dcqcn_state() {
+    let mut p = pair("");
+    inject_cnp(&mut p, Ecn::NotEct);
+    assert!(p.net.nodes[B].engine.qp_cc(p.b.qpn).is_some());
+    let (now, qpn) = (p.net.now, p.b.qpn);
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    p.engine(B).modify_qp(now, qpn, &reset).unwrap();
+    assert_eq!(p.net.nodes[B].engine.qp_cc(qpn), None);
+    assert_eq!(p.net.nodes[B].engine.poll_timeout(), None);
+}
