@@ -392,3 +392,40 @@ fn reset_forgets_the_qps_dcqcn_state() {
     assert_eq!(p.net.nodes[B].engine.qp_cc(qpn), None);
     assert_eq!(p.net.nodes[B].engine.poll_timeout(), None);
 }
+
+#[test]
+fn ud_marks_from_two_senders_get_a_cnp_each_to_their_deth_source_qp() {
+    // Nodes 0 and 2 send a datagram each to node 1 at the same instant, both CE-marked:
+    // the NP paces per peer QP, so each sender gets its own CNP.
+    let mut u = common::ud::Ud::new(3);
+    for from in [0, 2] {
+        u.net.add_rule(from, 1, MarkCeIf::new(|_, _| true));
+    }
+    u.post_recv(1, 1, 0, 1024);
+    u.post_recv(1, 2, 1024, 1024);
+    u.send(0, 1, 1, 0, 32);
+    u.send(2, 1, 1, 0, 32);
+    u.net.run_idle(10_000).unwrap();
+    let tr = u.net.trace.clone().unwrap();
+    let mut got: Vec<(usize, u32, u32)> = tr
+        .iter()
+        .filter(|t| t.from == 1)
+        .map(|t| {
+            let r = RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap();
+            assert_eq!(
+                (r.bth.opcode, r.bth.becn, t.ecn),
+                (op::CNP, true, Ecn::NotEct)
+            );
+            (t.to, r.bth.dqpn, r.bth.psn.value())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(0, u.ends[0].qpn, 0), (2, u.ends[2].qpn, 0)],
+        "one CNP to each sender's QP"
+    );
+    assert_eq!(u.counter(1, Counter::NpCnpSent), 2);
+    assert_eq!(u.counter(0, Counter::RpCnpHandled), 1);
+    assert_eq!(u.counter(2, Counter::RpCnpHandled), 1);
+}
