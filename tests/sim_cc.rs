@@ -326,3 +326,106 @@ fn without_cnps_requests_are_not_paced() {
         "one burst: {times:?}"
     );
 }
+
+#[test]
+fn a_held_qp_is_not_ready_and_its_deadline_is_the_pacer() {
+    // No busy loop: while the pacer holds B's only work, may_transmit is false and
+    // poll_timeout is the release time.
+    let mut p = pair("line_rate=1gbit");
+    inject_cnp(&mut p, Ecn::NotEct);
+    p.write_mem(B, 0, &pattern(5, 2048));
+    p.post_recv(A, 1, 0, 1 << 16);
+    p.send(B, 1, SendOp::Send, 0, 2048);
+    let first = p.transmit(B).expect("the first packet goes at once");
+    assert_eq!(first.bth.opcode, op::RC_SEND_FIRST);
+    let s = p.net.nodes[B].engine.qp_cc(p.b.qpn).unwrap();
+    let until = s.paced_until.expect("held");
+    assert!(!p.net.nodes[B].engine.may_transmit());
+    assert!(p.transmit(B).is_none());
+    assert_eq!(p.net.nodes[B].engine.poll_timeout(), Some(until));
+    // At the release the second packet may go.
+    p.engine(B).handle_timeout(until);
+    p.net.now = until;
+    assert!(p.net.nodes[B].engine.may_transmit());
+    assert_eq!(p.transmit(B).unwrap().bth.opcode, op::RC_SEND_LAST);
+}
+
+#[test]
+fn cnps_to_no_qp_or_a_qp_not_sending_are_not_acted_on() {
+    let mut p = pair("");
+    // A CNP to a QPN nobody has: a counted drop of the NIC.
+    let mut r = p.request(op::CNP, 0, 0);
+    r.bth.becn = true;
+    r.bth.dqpn = 0x777;
+    p.inject(&r, &[]);
+    assert_eq!(p.counter(B, Counter::DropUnknownQp), 1);
+    // B's QP in ERR does not send: the CNP is ignored, no DCQCN state.
+    let now = p.net.now;
+    let qpn = p.b.qpn;
+    p.engine(B)
+        .modify_qp(
+            now,
+            qpn,
+            &QpAttr {
+                state: Some(QpState::Err),
+                ..QpAttr::default()
+            },
+        )
+        .unwrap();
+    inject_cnp(&mut p, Ecn::NotEct);
+    assert_eq!(p.counter(B, Counter::RpCnpIgnored), 1);
+    assert_eq!(p.counter(B, Counter::RpCnpHandled), 0);
+    assert_eq!(p.net.nodes[B].engine.qp_cc(p.b.qpn), None);
+}
+
+#[test]
+fn reset_forgets_the_qps_dcqcn_state() {
+    let mut p = pair("");
+    inject_cnp(&mut p, Ecn::NotEct);
+    assert!(p.net.nodes[B].engine.qp_cc(p.b.qpn).is_some());
+    let (now, qpn) = (p.net.now, p.b.qpn);
+    let reset = QpAttr {
+        state: Some(QpState::Reset),
+        ..QpAttr::default()
+    };
+    p.engine(B).modify_qp(now, qpn, &reset).unwrap();
+    assert_eq!(p.net.nodes[B].engine.qp_cc(qpn), None);
+    assert_eq!(p.net.nodes[B].engine.poll_timeout(), None);
+}
+
+#[test]
+fn ud_marks_from_two_senders_get_a_cnp_each_to_their_deth_source_qp() {
+    // Nodes 0 and 2 send a datagram each to node 1 at the same instant, both CE-marked:
+    // the NP paces per peer QP, so each sender gets its own CNP.
+    let mut u = common::ud::Ud::new(3);
+    for from in [0, 2] {
+        u.net.add_rule(from, 1, MarkCeIf::new(|_, _| true));
+    }
+    u.post_recv(1, 1, 0, 1024);
+    u.post_recv(1, 2, 1024, 1024);
+    u.send(0, 1, 1, 0, 32);
+    u.send(2, 1, 1, 0, 32);
+    u.net.run_idle(10_000).unwrap();
+    let tr = u.net.trace.clone().unwrap();
+    let mut got: Vec<(usize, u32, u32)> = tr
+        .iter()
+        .filter(|t| t.from == 1)
+        .map(|t| {
+            let r = RoceRepr::parse(&RocePacket::new_checked(&t.bytes[..]).unwrap()).unwrap();
+            assert_eq!(
+                (r.bth.opcode, r.bth.becn, t.ecn),
+                (op::CNP, true, Ecn::NotEct)
+            );
+            (t.to, r.bth.dqpn, r.bth.psn.value())
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(0, u.ends[0].qpn, 0), (2, u.ends[2].qpn, 0)],
+        "one CNP to each sender's QP"
+    );
+    assert_eq!(u.counter(1, Counter::NpCnpSent), 2);
+    assert_eq!(u.counter(0, Counter::RpCnpHandled), 1);
+    assert_eq!(u.counter(2, Counter::RpCnpHandled), 1);
+}

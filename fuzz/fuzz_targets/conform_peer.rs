@@ -63,6 +63,7 @@ fuzz_target!(|data: &[u8]| {
         let g = Got {
             bytes: data.to_vec(),
             icrc_ok,
+            ecn: roce_emu::wire::Ecn::from_tos(data.first().copied().unwrap_or(0)),
         };
         let _ = g.describe();
         let _ = g.is_plain_ack();

@@ -2,6 +2,7 @@
 //! the runner's process (`--target roce-emu`) or on its own (`roce-emu conform --agent`).
 
 use super::agent::Reply;
+use super::script::CC_COUNTERS;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
     Access, AsyncEvent, Completion, Context, Counter, Device, Event, Local, MemoryRegion, Mtu, Pd,
@@ -636,13 +637,19 @@ impl<'a> State<'a> {
     }
 
     /// The port's Q_Key and P_Key violation counts (PortInfo's, as ibv_query_port gives
-    /// them): the engine's counters of those drops.
+    /// them): the engine's counters of those drops; and its congestion-control counters
+    /// (mlx5's hw_counters names), which rxe's agent does not report.
     fn port(&self) -> R {
         let c = self.ctx.counters();
-        Ok(ok(&[
+        let mut kv = vec![
             ("qkey_viol", c.get(Counter::QkeyViolation).to_string()),
             ("bad_pkey", c.get(Counter::DropPkeyMismatch).to_string()),
-        ]))
+        ];
+        let cc = Counter::ALL
+            .iter()
+            .filter(|k| CC_COUNTERS.contains(&k.name()));
+        kv.extend(cc.map(|k| (k.name(), c.get(*k).to_string())));
+        Ok(ok(&kv))
     }
 
     fn state(&self) -> R {

@@ -57,8 +57,8 @@ pub fn build(f: &Fields, q: Qpns, mrs: &Mrs) -> Result<Vec<u8>, String> {
         pad,
         tver: f.tver.unwrap_or(0),
         pkey: f.pkey.unwrap_or(0xffff),
-        fecn: false,
-        becn: false,
+        fecn: f.fecn.unwrap_or(false),
+        becn: f.becn.unwrap_or(false),
         dqpn: match (f.qpn, f.to) {
             (Some(n), _) => n,
             (None, Some(i)) => q.resolve(QpRef::Target(i))?,
@@ -155,6 +155,8 @@ pub struct Got {
     /// BTH through ICRC.
     pub bytes: Vec<u8>,
     pub icrc_ok: bool,
+    /// The ECN codepoint it arrived with.
+    pub ecn: crate::wire::Ecn,
 }
 
 impl Got {
@@ -235,6 +237,15 @@ pub fn check(f: &Fields, got: &Got, q: Qpns, mrs: &Mrs) -> Result<(), String> {
     flag("ackreq", f.ackreq, r.bth.ack_req)?;
     flag("se", f.se, r.bth.solicited)?;
     flag("migreq", f.migreq, r.bth.migreq)?;
+    flag("fecn", f.fecn, r.bth.fecn)?;
+    flag("becn", f.becn, r.bth.becn)?;
+    if let Some(e) = f.ecn.filter(|e| *e != got.ecn) {
+        return Err(format!(
+            "ecn: expected {}, got {}",
+            e.name(),
+            got.ecn.name()
+        ));
+    }
     eq("pad", f.pad, r.bth.pad)?;
     eq("pkey", f.pkey, r.bth.pkey)?;
     eq("tver", f.tver, r.bth.tver)?;
@@ -414,6 +425,7 @@ mod tests {
         let got = Got {
             bytes: b,
             icrc_ok: true,
+            ecn: crate::wire::Ecn::NotEct,
         };
         let want = |line: &str| {
             let text = format!("title \"t\"\ncite - \"x\"\nrole responder\nqp\nexpect {line}\n");

@@ -17,6 +17,8 @@ pub struct Peer {
     solver: Ipv4IdSolver,
     /// Every packet sent and received since the last `drain`, for the run's ladder.
     trace: Vec<Seen>,
+    /// The ECN codepoint of the packet being sent (`send_ecn`).
+    ecn: Ecn,
 }
 
 /// One packet of the exchange as the peer saw it (sent or received).
@@ -81,6 +83,7 @@ impl Peer {
             pool: vec![0; RX_SLOT * 8],
             queue: VecDeque::new(),
             solver: Ipv4IdSolver::new(),
+            ecn: Ecn::NotEct,
             trace: Vec::new(),
         })
     }
@@ -91,6 +94,21 @@ impl Peer {
 
     /// Sends `roce` (BTH through ICRC) to `to`:4791 with its ICRC filled in (inverted
     /// when `bad_icrc`).
+    /// Sends `roce` (BTH through ICRC) to `to`:4791 with its ICRC filled in (inverted
+    /// when `bad_icrc`) and the ECN codepoint `ecn` in its IP header.
+    pub fn send_ecn(
+        &mut self,
+        to: IpAddr,
+        roce: Vec<u8>,
+        bad_icrc: bool,
+        ecn: Ecn,
+    ) -> Result<(), String> {
+        self.ecn = ecn;
+        let r = self.send(to, roce, bad_icrc);
+        self.ecn = Ecn::NotEct;
+        r
+    }
+
     pub fn send(&mut self, to: IpAddr, mut roce: Vec<u8>, bad_icrc: bool) -> Result<(), String> {
         let src = self.local();
         let dst = SocketAddr::new(to, ROCE_UDP_PORT);
@@ -114,7 +132,7 @@ impl Peer {
             src,
             dst,
             len,
-            ecn: Ecn::NotEct,
+            ecn: self.ecn,
         }];
         self.udp
             .send_batch(&mut self.pool, RX_SLOT, &out)
@@ -202,6 +220,7 @@ impl Peer {
                     self.queue.push_back(Got {
                         bytes: d.to_vec(),
                         icrc_ok,
+                        ecn: r.ecn,
                     });
                 }
             }

@@ -154,6 +154,12 @@ pub struct Fields {
     pub to: Option<usize>,
     pub payload: Option<Payload>,
     pub bad_icrc: bool,
+    /// BTH FECN and BECN bits (`becn`/`no_becn`; a CNP sets BECN, IBA A17.9.3).
+    pub fecn: Option<bool>,
+    pub becn: Option<bool>,
+    /// The IP header's ECN codepoint (`ecn=not_ect|ect0|ect1|ce`): what the peer sends
+    /// with, or what the target's packet arrived with.
+    pub ecn: Option<crate::wire::Ecn>,
 }
 
 /// A QP number as a script names it: a number, `peer` (the runner's QP) or `target`,
@@ -243,8 +249,8 @@ pub enum Expect {
         /// The IPv4 total length, when given.
         ip_len: Option<u64>,
     },
-    /// A port counter of the target (`qkey_viol`, `bad_pkey`) has grown by `delta` since
-    /// the script's `qp` line.
+    /// A port counter of the target (`qkey_viol`, `bad_pkey`, or a congestion counter of
+    /// `CC_COUNTERS`) has grown by `delta` since the script's `qp` line.
     Counter {
         name: String,
         delta: u64,
@@ -332,8 +338,20 @@ pub const EVENTS: &[&str] = &[
     "SRQ_ERR",
 ];
 /// The port counters `expect counter` reads (ibv_query_port's qkey_viol_cntr,
-/// bad_pkey_cntr).
-pub const COUNTERS: &[&str] = &["qkey_viol", "bad_pkey"];
+/// bad_pkey_cntr), then the congestion-control ones ([`CC_COUNTERS`]).
+pub const COUNTERS: &[&str] = &[
+    "qkey_viol",
+    "bad_pkey",
+    "np_ecn_marked_roce_packets",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+    "rp_rate_decreases",
+];
+/// The congestion-control counters (mlx5's hw_counters names, IBA A17.9): a target
+/// whose agent does not report them (rxe: no congestion control at all) makes a script
+/// that checks one not applicable.
+pub const CC_COUNTERS: &[&str] = COUNTERS.split_at(2).1;
 /// QP types (`qp type=`).
 pub const QP_TYPES: &[&str] = &["rc", "uc", "ud"];
 pub const WC_OPS: &[&str] = &[

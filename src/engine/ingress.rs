@@ -115,7 +115,8 @@ impl Engine {
         }
         stats.inc(Counter::RcvdPkts);
         stats.add(Counter::RcvdBytes, d.data.len() as u64);
-        self.rp_on_cnp(now, bth.dqpn);
+        let sending = matches!(qp.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) && qp.sends();
+        self.rp_on_cnp(now, bth.dqpn, sending);
     }
 
     /// A packet whose opcode is reserved (or one this NIC does not implement). Its BTH

@@ -449,6 +449,8 @@ impl Engine {
         let was_reset = qp.state == QpState::Reset;
         let r = qp.modify(attr, &mut ctx);
         if !was_reset && qp.state == QpState::Reset {
+            // A QP brought back up starts at line rate, with no CNP history.
+            s.cc = cc::QpCc::default();
             // The QP's completions not yet polled go with its queues, as mlx4/mlx5 do
             // (`mlx5_ib_cq_clean` on the move to RESET): a QP brought back up must not
             // find its old flush completions first (pyverbs' rereg tests restate QPs so).

@@ -86,7 +86,8 @@ pub fn from_trace(trace: &[Traced], addrs: &[IpAddr]) -> Vec<ObservedBuf> {
                 t_ns: i128::from(t.at.as_nanos()) - t0,
                 src: SocketAddr::new(src, ROCE_UDP_PORT),
                 dst: SocketAddr::new(dst, ROCE_UDP_PORT),
-                ecn: 0,
+                // As delivered: CE after the simulator's switch marked it.
+                ecn: t.ecn.bits(),
                 fate: if t.verdict == Verdict::Drop {
                     Fate::Dropped
                 } else {

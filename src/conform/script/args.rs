@@ -202,6 +202,8 @@ impl<'a> Args<'a> {
             ("ackreq", &mut f.ackreq),
             ("se", &mut f.se),
             ("migreq", &mut f.migreq),
+            ("fecn", &mut f.fecn),
+            ("becn", &mut f.becn),
         ] {
             if self.flag(name) {
                 *slot = Some(true);
@@ -233,6 +235,14 @@ impl<'a> Args<'a> {
             None => None,
             Some(n) if sending && (1..=MAX_QPS as u64).contains(&n) => Some(n as usize - 1),
             Some(n) => return Err(format!("to={n}: only on send, 1 to {MAX_QPS}")),
+        };
+        f.ecn = match self.take("ecn")? {
+            None => None,
+            Some("not_ect") => Some(crate::wire::Ecn::NotEct),
+            Some("ect0") => Some(crate::wire::Ecn::Ect0),
+            Some("ect1") => Some(crate::wire::Ecn::Ect1),
+            Some("ce") => Some(crate::wire::Ecn::Ce),
+            Some(v) => return Err(format!("ecn={v}: not_ect, ect0, ect1 or ce")),
         };
         f.payload = self.payload()?;
         f.bad_icrc = match self.take("icrc")? {
@@ -267,9 +277,13 @@ impl<'a> Args<'a> {
 }
 
 /// An opcode by the wire layer's name: RC's with or without `RC_`, UC's and UD's with
-/// their prefix (`UC_SEND_FIRST`, `UD_SEND_ONLY`).
+/// their prefix (`UC_SEND_FIRST`, `UD_SEND_ONLY`), and `CNP` (0x81).
 pub fn opcode_by_name(name: &str) -> Result<Opcode, String> {
     let want = name.to_ascii_uppercase();
+    if want == "CNP" {
+        // RoCEv2's Congestion Notification Packet (annex A17.9.3).
+        return Ok(crate::wire::opcode::op::CNP);
+    }
     if want.starts_with("UC_") || want.starts_with("UD_") {
         return (0x20..=0x7fu8)
             .map(Opcode)

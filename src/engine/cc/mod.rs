@@ -15,7 +15,7 @@ pub(crate) mod rp;
 pub use config::{CcConfig, CcConfigError};
 
 use super::stats::{Counter, Counters};
-use super::{Engine, Instant, QpType, Slot, Transmit};
+use super::{Engine, Instant, Slot, Transmit};
 use crate::wire::icrc::{self, PseudoHeaders};
 use crate::wire::{Ecn, ROCE_UDP_PORT};
 use core::time::Duration;
@@ -140,14 +140,13 @@ impl Engine {
     }
 
     /// RP: a CNP for QP `qpn` that passed the header checks. Handled by an RC/UC/UD QP
-    /// able to send with `rp_enable`; ignored otherwise or within
-    /// `rate_reduce_monitor_period` of the last cut.
-    pub(super) fn rp_on_cnp(&mut self, now: Instant, qpn: u32) {
-        let Some(Slot { qp, stats, cc, .. }) = self.qps.get_mut(&qpn) else {
+    /// able to send (`sending`, the caller's judgement) with `rp_enable`; ignored
+    /// otherwise or within `rate_reduce_monitor_period` of the last cut.
+    pub(super) fn rp_on_cnp(&mut self, now: Instant, qpn: u32, sending: bool) {
+        let Some(Slot { stats, cc, .. }) = self.qps.get_mut(&qpn) else {
             return;
         };
         let cfg = &self.cfg.cc;
-        let sending = matches!(qp.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) && qp.sends();
         if !cfg.rp_enable || !sending {
             stats.inc(Counter::RpCnpIgnored);
             return;
