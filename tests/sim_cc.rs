@@ -313,18 +313,32 @@ fn the_pacer_spaces_requests_by_len_times_8_over_rc() {
     assert_eq!(p.completions(B).len(), 1);
 }
 
+/// Without CNPs a QP's requests leave at the line rate: a burst of `PACER_BURST` worth
+/// back to back (credit from the idle time before), then one packet per len*8/line_rate.
 #[test]
-fn without_cnps_requests_are_not_paced() {
+fn without_cnps_requests_leave_at_line_rate_after_a_burst() {
     let mut p = pair("line_rate=1gbit");
-    p.write_mem(B, 0, &pattern(4, 8 * 1024));
-    p.post_recv(A, 1, 0, 1 << 16);
-    p.send(B, 1, SendOp::Send, 0, 8 * 1024);
+    // Idle for a while first: the credit is PACER_BURST at most.
+    p.net.now = Instant::from_nanos(10_000_000);
+    p.write_mem(B, 0, &pattern(4, 64 * 1024));
+    p.post_recv(A, 1, 0, 1 << 17);
+    p.send(B, 1, SendOp::Send, 0, 64 * 1024);
     p.settle();
-    let times: Vec<u64> = sent(&p, B).iter().map(|s| s.0).collect();
+    let pkts = sent(&p, B);
+    let t0 = pkts[0].0;
+    let burst = pkts.iter().take_while(|s| s.0 == t0).count();
+    let len = pkts[0].3.len() as u64;
+    let gap = (len * 8 * 1_000_000_000).div_ceil(1_000_000_000);
+    let want = (PACER_BURST.as_nanos() as u64).div_ceil(gap) as usize;
     assert!(
-        times.windows(2).all(|w| w[0] == w[1]),
-        "one burst: {times:?}"
+        burst.abs_diff(want) <= 1 && burst < pkts.len(),
+        "{burst} at once, {want} expected"
     );
+    for w in pkts[burst..].windows(2) {
+        if w[1].3.len() as u64 == len {
+            assert_eq!(w[1].0 - w[0].0, gap, "then one per len*8/line_rate");
+        }
+    }
 }
 
 #[test]

@@ -32,7 +32,7 @@ mod tests;
 pub mod time;
 pub mod wr;
 
-pub use cc::{CcConfig, CcConfigError};
+pub use cc::{CcConfig, CcConfigError, PACER_BURST};
 pub use config::EngineConfig;
 pub use error::{Queue, VerbsError};
 pub use event::{AsyncEvent, Datagram, Transmit};
@@ -590,8 +590,9 @@ impl Engine {
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);
         s.stats.add(Counter::SentBytes, len as u64);
-        // Requests are ECN-capable while the reaction point can react to marks.
-        let ecn = if is_request && self.cfg.cc.rp_enable {
+        // Requests are ECN-capable while the reaction point can react to marks; QP1's
+        // management datagrams are not rate-controlled traffic and stay Not-ECT.
+        let ecn = if is_request && self.cfg.cc.rp_enable && qpn != GSI_QPN {
             crate::wire::Ecn::Ect0
         } else {
             crate::wire::Ecn::NotEct

@@ -3,8 +3,14 @@
 //! `rp.rs`) with its pacer. All sans-IO: time comes in as `now`, deadlines go out through
 //! the QP's entry in the engine's timer heap.
 //!
-//! What is paced: a QP under DCQCN may not send its next *request* packet before
-//! `last_send + len*8/RC` (len: the UDP payload, BTH..ICRC). Responses (ACKs, READ
+//! What is paced: while `rp_enable`, a QP's *request* packets leave at most at its rate:
+//! RC under DCQCN, `line_rate` otherwise (a NIC's requests never leave faster than its
+//! wire; a user-space NIC has no wire of its own, so without this one QP's window would
+//! leave in one burst, far over any bottleneck, and be marked however fair the rates).
+//! A packet of `len` bytes (the UDP payload, BTH..ICRC) takes `len*8/rate` of the QP's
+//! link time; the QP may run ahead of its link time by [`PACER_BURST`] at most, the
+//! credit that covers a user-space wake-up (a strict per-packet gap would lose every
+//! late wake-up's share: 111 Mbit/s of 1 Gbit/s in a debug build). Responses (ACKs, READ
 //! responses, atomic ACKs) and CNPs are not paced: mlx5 paces the send queue. Requests
 //! carry ECT(0) while `rp_enable` (so a switch may mark them); everything else Not-ECT.
 
@@ -38,6 +44,11 @@ pub struct CcState {
     pub paced_until: Option<Instant>,
 }
 
+/// How far a QP's requests may run ahead of its link time (see the module comment): a
+/// burst of this long at the QP's rate (25 KB at 1 Gbit/s) leaves back to back after a
+/// pause, and a late wake-up catches up this much.
+pub const PACER_BURST: Duration = Duration::from_micros(200);
+
 /// One QP's congestion-control state, kept beside it in its slot.
 #[derive(Debug, Default)]
 pub(crate) struct QpCc {
@@ -46,6 +57,9 @@ pub(crate) struct QpCc {
     pub rp: Option<rp::Rp>,
     /// The pacer: no request before this.
     pub pace_until: Option<Instant>,
+    /// When the QP's link is free: its requests so far at its rate, from no earlier than
+    /// `PACER_BURST` before each.
+    pub link_free: Instant,
 }
 
 impl QpCc {
@@ -86,16 +100,22 @@ impl QpCc {
         cfg: &CcConfig,
         stats: &mut Counters,
     ) {
-        let Some(r) = self.rp.as_mut() else {
-            return;
-        };
-        let n = r.on_sent(now, len, cfg);
-        stats.add(Counter::RpRateIncreases, u64::from(n));
-        if r.recovered(cfg) {
-            self.rp = None;
+        if !cfg.rp_enable {
             return;
         }
-        self.pace_until = Some(now.saturating_add(Duration::from_nanos(r.gap_ns(len))));
+        if let Some(r) = self.rp.as_mut() {
+            let n = r.on_sent(now, len, cfg);
+            stats.add(Counter::RpRateIncreases, u64::from(n));
+            if r.recovered(cfg) {
+                self.rp = None;
+            }
+        }
+        let rate = self.rp.as_ref().map_or(cfg.line_rate, |r| r.rc);
+        let start = self.link_free.max(Instant::from_nanos(
+            now.as_nanos().saturating_sub(PACER_BURST.as_nanos() as u64),
+        ));
+        self.link_free = start.saturating_add(Duration::from_nanos(rp::gap_ns(len, rate)));
+        self.pace_until = (self.link_free > now).then_some(self.link_free);
     }
 
     fn gauges(&self) -> Option<CcState> {

@@ -178,12 +178,12 @@ impl Rp {
     pub fn recovered(&self, cfg: &CcConfig) -> bool {
         self.rc >= cfg.max_rate()
     }
+}
 
-    /// How long a packet of `len` bytes holds the QP at RC: len*8/RC.
-    pub fn gap_ns(&self, len: usize) -> u64 {
-        let ns = (len as u128 * 8 * 1_000_000_000).div_ceil(u128::from(self.rc.max(1)));
-        ns.min(u128::from(u64::MAX)) as u64
-    }
+/// How long a packet of `len` bytes takes at `rate` bits/s: len*8/rate, in ns.
+pub fn gap_ns(len: usize, rate: u64) -> u64 {
+    let ns = (len as u128 * 8 * 1_000_000_000).div_ceil(u128::from(rate.max(1)));
+    ns.min(u128::from(u64::MAX)) as u64
 }
 
 #[cfg(test)]
@@ -285,6 +285,6 @@ mod tests {
         let cfg: CcConfig = "line_rate=1gbit".parse().unwrap();
         let mut rp = Rp::first_cnp(t(0), &cfg);
         rp.rc = 1_000_000_000;
-        assert_eq!(rp.gap_ns(1000), 8000);
+        assert_eq!(gap_ns(1000, rp.rc), 8000);
     }
 }
