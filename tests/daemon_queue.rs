@@ -173,6 +173,14 @@ fn packets_leave_at_the_line_rate() {
     assert_eq!(q(&c, "cp_queue_bytes"), 0, "{c}");
     assert!(q(&c, "cp_max_queue_bytes") > 20_000, "{c}");
     assert_eq!(c["queue"]["enabled"], true);
+    // Counted per flow (destination and DestQP) too.
+    let f = &c["queue"]["flows"][0];
+    assert_eq!(
+        (f["dst"].as_str(), f["qpn"].as_u64()),
+        (Some("127.0.91.2"), Some(0x42)),
+        "{c}"
+    );
+    assert_eq!(f["tx_bytes"], 200_000, "{c}");
 }
 
 #[test]
@@ -228,6 +236,7 @@ fn a_full_buffer_tail_drops_and_counts() {
     assert_eq!(got.len() as u64 + dropped, 50, "{c}");
     assert!((10..=13).contains(&got.len()), "{} arrived", got.len());
     assert_eq!(q(&c, "cp_enqueued"), got.len() as u64);
+    assert_eq!(c["queue"]["flows"][0]["dropped"], dropped, "{c}");
     assert!(q(&c, "cp_max_queue_bytes") <= 10_000, "{c}");
 }
 
