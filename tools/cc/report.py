@@ -44,29 +44,32 @@ def main(d):
                     key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0])):
         try:
             r = json.load(open(f))
-            good.append((os.path.basename(f), r["bw_average_mb_per_sec"] * 8))
+            good.append((os.path.basename(f), r["bw_average_mb_per_sec"] * 8,
+                         r["bytes"] * r["iterations"] / (r["bw_average_mb_per_sec"] * 1e6)))
         except (ValueError, KeyError):
-            good.append((os.path.basename(f), None))
+            good.append((os.path.basename(f), None, None))
     # Rates at the congestion point, per reading; the window where every flow sends.
     names = []
-    for l in rec:
+    for l in rec:  # flows that moved more than 10 messages' worth
         for f in l.get("flows", []):
             if f["flow"] not in names and f["tx_bytes"] > 10 * 65536:
                 names.append(f["flow"])
+    names.sort()
     window = []
     for l in rec:
         rates = {f["flow"]: f["rate_bps"] for f in l.get("flows", [])}
         if names and all((rates.get(n) or 0) > 1e6 for n in names):
             window.append((l["t"], [rates[n] for n in names], l["queue"]["cp_queue_bytes"]))
     print()
-    print("flow                          goodput (perftest)   rate at the queue, all sending")
-    for k in range(max(len(good), len(names))):
-        g = good[k][1] if k < len(good) else None
-        name = names[k] if k < len(names) else (good[k][0] if k < len(good) else "?")
-        w = (sum(r[1][k] for r in window) / len(window) / 1e6) if window and k < len(names) else None
-        print("%-30s %10s Mbit/s     %10s Mbit/s" % (
-            name, "%.1f" % g if g is not None else "failed", "%.1f" % w if w is not None else "-"))
-    gs = [g for _, g in good]
+    for name, g, secs in good:
+        print("%-30s goodput %s" % (name, "%.1f Mbit/s in %.2f s" % (g, secs) if g is not None
+                                    else "failed"))
+    for k, name in enumerate(names):
+        w = sum(r[1][k] for r in window) / len(window) / 1e6 if window else None
+        print("%-30s rate at the queue while all send %s" % (
+            name, "%.1f Mbit/s" % w if w is not None else "-"))
+    gs = [g for _, g, _ in good]
+    print("slowest flow done in %.2f s" % max((t for _, _, t in good if t), default=0))
     total = sum(g for g in gs if g is not None)
     print("sum of goodputs %.1f Mbit/s" % total)
     print("Jain's index: goodput %.3f, rate while all send %s (%d readings of 0.1 s)" % (
