@@ -174,6 +174,7 @@ fn run_fake(
                         block,
                         port: port.clone(),
                         src_port: Some(SRC_PORT),
+                        cc: Some("min_time_between_cnps=7".into()),
                     };
                     control::send(s.as_fd(), &welcome, &[]).unwrap();
                     fds.send(s.as_fd()).unwrap();
@@ -419,6 +420,8 @@ fn the_doorbell_wakes_a_backend_for_packets_and_for_port_down() {
     let (mut b, bt) = DaemonBackend::connect(&fake.path).unwrap();
     assert_eq!((at.block, bt.block), (1, 2));
     assert_eq!(at.src_port, Some(SRC_PORT));
+    // The daemon's congestion-control settings reach the process, for its engine.
+    assert_eq!(at.cc.as_deref(), Some("min_time_between_cnps=7"));
     assert_eq!(bt.qpn_range(), lease::range(2));
     let ip: IpAddr = PORT_IP.parse().unwrap();
     assert_eq!(

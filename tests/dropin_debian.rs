@@ -43,6 +43,27 @@ fn ibv_devices_and_devinfo_show_the_device_as_rxe_does() {
     ] {
         assert!(text.contains(want), "{want:?} missing:\n{text}");
     }
+
+    // Congestion-control knobs from the environment: a good one opens, a bad one fails
+    // the open and says which knob and what is known.
+    let out = env
+        .cmd("ibv_devinfo", &dev(1), &[])
+        .env("ROCE_EMU_CC", "rp_enable=0")
+        .env("ROCE_EMU_CC_rxe0", "min_time_between_cnps=0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let out = env
+        .cmd("ibv_devinfo", &dev(1), &[])
+        .env("ROCE_EMU_CC_rxe0", "rpg_ai_rate=fast")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("bad value `fast` for `rpg_ai_rate`"),
+        "{}",
+        show(&out)
+    );
 }
 
 fn rc_pingpong(tag: &str, port: u16, extra: &[&str]) {

@@ -201,6 +201,9 @@ struct Case {
     /// Property 1: the requests reach B's region through a type 2 memory window bound
     /// over it (by a BIND_MW on B's QP) instead of the region's own rkey.
     window: bool,
+    /// Probability of a CE mark on each of A's packets that is not lost (property 4;
+    /// 0 elsewhere): B's notification point answers with CNPs, A's DCQCN paces it.
+    ce: f64,
 }
 
 fn psn_near_wrap() -> impl Strategy<Value = u32> {
@@ -240,6 +243,7 @@ fn case(max_loss: f64) -> impl Strategy<Value = Case> {
         fwd,
         back,
         window,
+        ce: 0.0,
     })
 }
 
@@ -470,7 +474,8 @@ fn setup_with_faults(c: &Case, timeout: u8, retry_cnt: u8, faults: &[Option<Faul
         r.reorder = reorder;
         r
     };
-    let f = rule(c.fwd, c.seed);
+    let mut f = rule(c.fwd, c.seed);
+    f.ce = c.ce;
     let bk = rule(c.back, c.seed ^ 0xdead_beef);
     pair.net.add_rule(A, B, f);
     pair.net.add_rule(B, A, bk);
@@ -733,6 +738,93 @@ fn every_wr_completes_exactly_once_and_memory_matches_the_model() {
         case(0.3),
         check_delivery,
     );
+}
+
+/// Property 4: exactly-once delivery holds with congestion control at work: CE marks on
+/// random packets of A (whose requests go ECT(0)), B's CNPs, A's DCQCN cuts and pacer,
+/// over the same lossy, duplicating, reordering link. The CC counters stay consistent:
+/// every CNP answers a mark, and A handles or ignores at most the CNPs sent (twice each,
+/// as the link duplicates).
+/// Marks, CNPs and cuts over all cases of property 4, printed to show CC was at work.
+static CE_TOTALS: [std::sync::atomic::AtomicU64; 3] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+use std::sync::atomic::Ordering::Relaxed;
+
+fn check_delivery_under_ce((mut c, ce): (Case, f64)) -> Result<usize, TestCaseError> {
+    c.ce = ce;
+    let mut run = setup(&c, 8, MAX_RETRY_CNT);
+    let n = c.ops.len();
+    let comps = drive(&mut run, n)?;
+    let p = &mut run.pair;
+    prop_assert_eq!(comps.len(), n, "completions: {:?}", comps);
+    for (i, cpl) in comps.iter().enumerate() {
+        prop_assert_eq!(cpl.wr_id, i as u64);
+        prop_assert_eq!(cpl.status, WcStatus::Success, "op {}: {:?}", i, c.ops[i]);
+    }
+    let m = run.snapshots.last().unwrap().clone();
+    prop_assert!(
+        p.read_mem(B, REGION, REGION_LEN as usize) == m.region,
+        "region differs"
+    );
+    for w in 0..NWORDS {
+        prop_assert_eq!(word(p, w), m.words[w as usize], "word {}", w);
+    }
+    let recvs = p.completions(B);
+    prop_assert_eq!(recvs.len(), m.recvs.len());
+    for (k, (r, (len, imm, data, opc))) in recvs.iter().zip(&m.recvs).enumerate() {
+        prop_assert_eq!(r.wr_id, 1000 + k as u64);
+        prop_assert_eq!((r.byte_len, r.imm, r.opcode), (*len, *imm, *opc));
+        if *opc == WcOpcode::Recv {
+            prop_assert!(
+                p.read_mem(B, RECV + SLOT * k as u64, data.len()) == *data,
+                "recv {} data",
+                k
+            );
+        }
+    }
+    for (i, data) in &m.reads {
+        prop_assert!(
+            p.read_mem(A, READ_DST + SLOT * *i as u64, data.len()) == *data,
+            "read {} data",
+            i
+        );
+    }
+    let marked = p.counter(B, Counter::NpEcnMarkedRocePackets);
+    let cnps = p.counter(B, Counter::NpCnpSent);
+    let seen = p.counter(A, Counter::RpCnpHandled) + p.counter(A, Counter::RpCnpIgnored);
+    CE_TOTALS[0].fetch_add(marked, Relaxed);
+    CE_TOTALS[1].fetch_add(cnps, Relaxed);
+    CE_TOTALS[2].fetch_add(p.counter(A, Counter::RpRateDecreases), Relaxed);
+    prop_assert!(
+        cnps <= marked && (marked == 0 || cnps >= 1),
+        "{} CNPs for {} marks",
+        cnps,
+        marked
+    );
+    // The link may duplicate a CNP (once), never make one up.
+    prop_assert!(seen <= 2 * cnps, "{} CNPs seen, {} sent", seen, cnps);
+    // Idle again: DCQCN recovered to line rate and let go.
+    prop_assert_eq!(p.net.nodes[A].engine.qp_cc(p.a.qpn), None);
+    prop_assert_eq!(p.state(A), QpState::Rts);
+    prop_assert_eq!(p.state(B), QpState::Rts);
+    Ok(n)
+}
+
+#[test]
+fn delivery_holds_under_ce_marks_cnps_and_pacing() {
+    run_property(
+        "delivery under CE marks, CNPs, DCQCN pacing and loss",
+        (case(0.3), 0.0..=0.5f64),
+        check_delivery_under_ce,
+    );
+    let [m, c, d] = &CE_TOTALS;
+    eprintln!(
+        "CE marks {}, CNPs sent {}, rate cuts {}",
+        m.load(Relaxed),
+        c.load(Relaxed),
+        d.load(Relaxed)
+    );
+    assert!(d.load(Relaxed) > 0, "DCQCN cut some rate");
 }
 
 #[test]

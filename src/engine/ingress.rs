@@ -34,6 +34,9 @@ impl Engine {
         }
         let info = pkt.info();
         let qpn = repr.bth.dqpn;
+        if info.transport == Transport::Cnp {
+            return self.on_cnp(now, &d, &repr.bth);
+        }
         let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&qpn) else {
             self.stats.inc(Counter::DropUnknownQp);
             return;
@@ -63,6 +66,14 @@ impl Engine {
         }
         stats.inc(Counter::RcvdPkts);
         stats.add(Counter::RcvdBytes, d.data.len() as u64);
+        // The notification point's view of it (A17.9): who sent it, should it be CE.
+        let ce_from = (d.ecn == crate::wire::Ecn::Ce).then(|| {
+            let peer_qpn = match qp.qp_type {
+                QpType::Ud => repr.deth.map_or(0, |h| h.src_qpn),
+                _ => qp.attrs.dest_qpn,
+            };
+            (d.src.ip(), peer_qpn)
+        });
         let payload = pkt.payload();
         let mut ctx = ctx!(self, now, stats);
         ctx.solicited = repr.bth.solicited;
@@ -82,6 +93,29 @@ impl Engine {
         }
         self.touch(qpn);
         self.after_call(now);
+        if let Some((ip, peer_qpn)) = ce_from {
+            self.np_on_ce(now, qpn, ip, peer_qpn);
+        }
+    }
+
+    /// A CNP (opcode 0x81, A17.9.3) for QP `bth.dqpn`: the header checks any packet gets
+    /// (QP, P_Key, source), then the reaction point. Never answered, CE-marked or not.
+    fn on_cnp(&mut self, now: Instant, d: &Datagram<'_>, bth: &crate::wire::BthRepr) {
+        let Some(Slot { qp, stats, .. }) = self.qps.get_mut(&bth.dqpn) else {
+            self.stats.inc(Counter::DropUnknownQp);
+            return;
+        };
+        if !qp::pkey_match(bth.pkey, qp.attrs.pkey()) {
+            stats.inc(Counter::DropPkeyMismatch);
+            return;
+        }
+        if qp.attrs.av.is_some_and(|av| av.dest_ip != d.src.ip()) {
+            stats.inc(Counter::DropWrongSource);
+            return;
+        }
+        stats.inc(Counter::RcvdPkts);
+        stats.add(Counter::RcvdBytes, d.data.len() as u64);
+        self.rp_on_cnp(now, bth.dqpn);
     }
 
     /// A packet whose opcode is reserved (or one this NIC does not implement). Its BTH

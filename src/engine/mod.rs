@@ -76,6 +76,8 @@ struct Slot {
     timer: Option<(Instant, u64)>,
     /// What happened on this QP (the engine's totals add every QP's).
     stats: Counters,
+    /// Congestion control: the NP's pacing, DCQCN and its pacer (`cc`).
+    cc: cc::QpCc,
 }
 
 /// One NIC: QPs, CQs and counters over a registered-memory table.
@@ -119,6 +121,8 @@ pub struct Engine {
     due: Vec<u32>,
     /// Finds the IPv4 ID of packets received without it (see `check_icrc`).
     id_solver: icrc::Ipv4IdSolver,
+    /// CNPs the notification point queued, oldest first; sent before anything else.
+    cnps: VecDeque<cc::np::PendingCnp>,
 }
 
 macro_rules! ctx {
@@ -186,6 +190,7 @@ impl Engine {
             timer_gen: 0,
             due: Vec::new(),
             id_solver: icrc::Ipv4IdSolver::new(),
+            cnps: VecDeque::new(),
         }
     }
 
@@ -382,6 +387,7 @@ impl Engine {
             ready: false,
             timer: None,
             stats: Counters::default(),
+            cc: cc::QpCc::default(),
         };
         self.qps.insert(qpn, slot);
         for cq in [init.send_cq, init.recv_cq] {
@@ -483,6 +489,8 @@ impl Engine {
                 let mut ctx = ctx!(self, now, &mut s.stats);
                 qp.handle_timeout(&mut ctx);
             }
+            // The pacer's release and DCQCN's increase timer share the QP's heap entry.
+            s.cc.on_timeout(now, &self.cfg.cc, &mut s.stats);
             self.touch(qpn);
         }
         due.clear();
@@ -499,13 +507,17 @@ impl Engine {
     /// timeout, whatever the time; a caller that polls an idle NIC in a loop skips reading
     /// the clock.
     pub fn may_transmit(&self) -> bool {
-        !self.ready.is_empty()
+        !self.ready.is_empty() || !self.cnps.is_empty()
     }
 
     /// Writes the next packet to send into `buf` (which should hold at least path MTU +
-    /// 64 bytes), ICRC included. Responses go before new requests, QPs take turns.
+    /// 64 bytes), ICRC included. CNPs go first, then responses before new requests, QPs
+    /// take turns; a QP held by its DCQCN pacer sends only responses.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.next_cnp(buf) {
+            return Some(t);
+        }
         let mut found = None;
         // Round robin over the ready QPs in QPN order: from the cursor on, then those
         // before it; each once.
@@ -537,13 +549,21 @@ impl Engine {
                 continue;
             }
             let mut ctx = ctx!(self, now, &mut s.stats);
-            let next = if qp.resp.only_ack_pending() {
+            // (length, whether it is a request): requests are paced and ECT(0).
+            let next = if s.cc.held() {
+                qp.next_response(&mut ctx, buf).map(|n| (n, false))
+            } else if qp.resp.only_ack_pending() {
                 qp.next_request(&mut ctx, buf)
-                    .or_else(|| qp.next_response(&mut ctx, buf))
+                    .map(|n| (n, true))
+                    .or_else(|| qp.next_response(&mut ctx, buf).map(|n| (n, false)))
             } else {
                 qp.next_response(&mut ctx, buf)
-                    .or_else(|| qp.next_request(&mut ctx, buf))
+                    .map(|n| (n, false))
+                    .or_else(|| qp.next_request(&mut ctx, buf).map(|n| (n, true)))
             };
+            if let Some((len, true)) = next {
+                s.cc.on_request_sent(now, len, &self.cfg.cc, &mut s.stats);
+            }
             // One that found nothing anyway stays ready while `may_transmit` holds: a fence,
             // the initiator depth or a short `buf` held it back, and as no call on this QP
             // need say when that clears, the next poll asks again.
@@ -554,7 +574,7 @@ impl Engine {
             }
         }
         self.after_call(now);
-        let (qpn, len) = found?;
+        let (qpn, (len, is_request)) = found?;
         self.tx_cursor = qpn.wrapping_add(1);
         let s = self.qps.get_mut(&qpn)?;
         // A datagram goes where its WR said; a connected QP's packets to its peer.
@@ -568,12 +588,13 @@ impl Engine {
         icrc::fill(ph.ip(), ph.udp(), &mut buf[..len]).ok()?;
         s.stats.inc(Counter::SentPkts);
         s.stats.add(Counter::SentBytes, len as u64);
-        Some(Transmit {
-            src,
-            dst,
-            len,
-            ecn: crate::wire::Ecn::NotEct,
-        })
+        // Requests are ECN-capable while the reaction point can react to marks.
+        let ecn = if is_request && self.cfg.cc.rp_enable {
+            crate::wire::Ecn::Ect0
+        } else {
+            crate::wire::Ecn::NotEct
+        };
+        Some(Transmit { src, dst, len, ecn })
     }
 
     /// When `handle_timeout` should next be called.
@@ -613,7 +634,12 @@ impl Engine {
         let Some(s) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let ready = s.qp.may_transmit();
+        // A QP the pacer holds is ready only for its responses.
+        let ready = if s.cc.held() {
+            s.qp.resp.has_pending()
+        } else {
+            s.qp.may_transmit()
+        };
         if ready != s.ready {
             s.ready = ready;
             if ready {
@@ -622,7 +648,10 @@ impl Engine {
                 self.ready.remove(&qpn);
             }
         }
-        let deadline = s.qp.next_timeout();
+        let deadline = match (s.qp.next_timeout(), s.cc.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         if deadline != s.timer.map(|(at, _)| at) {
             s.timer = deadline.map(|at| {
                 self.timer_gen += 1;

@@ -114,6 +114,19 @@ counters! {
     /// UD sends longer than the port MTU, completed successfully without a packet
     /// (IBA C10-93.1.1; rxe_req.c "fake a successful UD send").
     UdSendTooLong => "ud_send_too_long",
+    /// CE-marked RoCE packets received (mlx5 hw_counters; IBA A17.9 notification point).
+    NpEcnMarkedRocePackets => "np_ecn_marked_roce_packets",
+    /// CNPs sent in answer to CE-marked packets (mlx5 hw_counters).
+    NpCnpSent => "np_cnp_sent",
+    /// CNPs the reaction point acted on: each cut the QP's rate (mlx5 hw_counters).
+    RpCnpHandled => "rp_cnp_handled",
+    /// CNPs the reaction point ignored: within `rate_reduce_monitor_period` of the last
+    /// cut, `rp_enable` off, or a QP not sending (mlx5 hw_counters).
+    RpCnpIgnored => "rp_cnp_ignored",
+    /// DCQCN rate cuts.
+    RpRateDecreases => "rp_rate_decreases",
+    /// DCQCN rate-increase events (timer or byte counter; MANA `rate_inc_events`).
+    RpRateIncreases => "rp_rate_increases",
 }
 
 /// A set of counters.

@@ -26,6 +26,9 @@ pub struct Traced {
     pub to: usize,
     pub bytes: Vec<u8>,
     pub verdict: Verdict,
+    /// The ECN codepoint it was delivered with: the sender's, or CE after a
+    /// [`Verdict::MarkCe`] on an ECN-capable packet.
+    pub ecn: crate::wire::Ecn,
 }
 
 #[derive(Debug)]
@@ -157,6 +160,12 @@ impl Net {
                         }
                     }
                 }
+                // A switch marks only ECN-capable packets (RFC 3168 5).
+                let ecn = if verdict == Verdict::MarkCe && t.ecn.capable() {
+                    crate::wire::Ecn::Ce
+                } else {
+                    t.ecn
+                };
                 if let Some(tr) = &mut self.trace {
                     tr.push(Traced {
                         at: now,
@@ -164,6 +173,7 @@ impl Net {
                         to,
                         bytes: data.clone(),
                         verdict,
+                        ecn,
                     });
                 }
                 let at = now.saturating_add(self.latency);
@@ -177,6 +187,7 @@ impl Net {
                     Verdict::Delay(d) => {
                         self.enqueue(at.saturating_add(d), to, (t.src, t.dst, t.ecn), data)
                     }
+                    Verdict::MarkCe => self.enqueue(at, to, (t.src, t.dst, ecn), data),
                     Verdict::Corrupt { at: i, xor } => {
                         if let Some(b) = data.get_mut(i) {
                             *b ^= xor;

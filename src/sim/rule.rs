@@ -20,6 +20,9 @@ pub enum Verdict {
         at: usize,
         xor: u8,
     },
+    /// Deliver with the ECN field set to CE (RFC 3168), as a congested switch does, if
+    /// the packet is ECN-capable (ECT(0)/ECT(1)); a Not-ECT packet passes unmarked.
+    MarkCe,
 }
 
 pub use crate::rng::Rng;
@@ -39,6 +42,9 @@ pub struct Random {
     pub reorder: f64,
     pub reorder_by: Duration,
     pub corrupt: f64,
+    /// Probability of a CE mark ([`Verdict::MarkCe`]) on a packet not otherwise touched.
+    /// Drawn only when above 0, so rules without it keep their random sequence.
+    pub ce: f64,
 }
 
 impl Random {
@@ -50,6 +56,7 @@ impl Random {
             reorder: 0.0,
             reorder_by: Duration::from_micros(50),
             corrupt: 0.0,
+            ce: 0.0,
         }
     }
 }
@@ -69,6 +76,33 @@ impl Rule for Random {
         } else if self.rng.chance(self.reorder) {
             let ns = self.rng.below(self.reorder_by.as_nanos() as u64 + 1);
             Verdict::Delay(Duration::from_nanos(ns))
+        } else if self.ce > 0.0 && self.rng.chance(self.ce) {
+            Verdict::MarkCe
+        } else {
+            Verdict::Pass
+        }
+    }
+}
+
+/// Marks CE on exactly the packets whose 1-based index in this direction is listed and
+/// whose bytes `which` accepts (the switch of a test that picks its congested packets).
+pub struct MarkCeIf<F: FnMut(u64, &[u8]) -> bool + Send> {
+    pub which: F,
+    seen: u64,
+}
+
+impl<F: FnMut(u64, &[u8]) -> bool + Send> MarkCeIf<F> {
+    /// `which(n, bytes)` sees the 1-based index `n` of each packet of the direction.
+    pub fn new(which: F) -> MarkCeIf<F> {
+        MarkCeIf { which, seen: 0 }
+    }
+}
+
+impl<F: FnMut(u64, &[u8]) -> bool + Send> Rule for MarkCeIf<F> {
+    fn on_packet(&mut self, _now: Instant, pkt: &[u8]) -> Verdict {
+        self.seen += 1;
+        if (self.which)(self.seen, pkt) {
+            Verdict::MarkCe
         } else {
             Verdict::Pass
         }

@@ -111,7 +111,16 @@ fn connect(net: &mut Net, me: usize, peer: usize, q: (u32, u32), o: &Opts, psns:
 
 impl Pair {
     pub fn new(o: Opts) -> Pair {
-        let mut net = Net::with_config(2, |c| c.retry_cnt_7_infinite = o.retry7_forever);
+        Pair::with_config(o, |_| {})
+    }
+
+    /// As `new`, with the engines' configuration changed by `tweak` (tests/sim_cc.rs:
+    /// congestion control).
+    pub fn with_config(o: Opts, mut tweak: impl FnMut(&mut EngineConfig)) -> Pair {
+        let mut net = Net::with_config(2, |c| {
+            c.retry_cnt_7_infinite = o.retry7_forever;
+            tweak(c)
+        });
         let a = end(&mut net, 0, &o);
         let b = end(&mut net, 1, &o);
         connect(&mut net, 0, 1, (a.qpn, b.qpn), &o, (o.psn_a, o.psn_b));

@@ -93,7 +93,7 @@ impl CcConfig {
     /// the others: how a daemon's settings and then a program's environment are laid over
     /// the defaults. Nothing changes when a pair is wrong.
     pub fn apply(&mut self, spec: &str) -> Result<(), CcConfigError> {
-        let mut cfg = self.clone();
+        let mut cfg = *self;
         for pair in spec
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|p| !p.is_empty())
