@@ -14,6 +14,7 @@
 #   --iters N    messages per flow (default 4000, incast 200), --size BYTES (65536)
 #   --queue S    the queue's settings (default rate=1gbit buffer=2MB kmin=40KB
 #                kmax=200KB pmax=0.2 seed=1; incast buffer=512KB)
+#   --every SECS the record's interval (default 0.1)
 #   --out DIR    where the record, the counters, the report and the plot go
 #                (default /tmp/roce-cc-FLOWS-cc-MODE)
 #
@@ -27,7 +28,7 @@ if [ -z "${ROCE_CC_NETNS:-}" ]; then
 fi
 ip link set lo up
 
-flows=2 cc=off incast=0 iters= size=65536 queue= out=
+flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1
 while [ $# -gt 0 ]; do
     case $1 in
     -n) flows=$2; shift 2 ;;
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
     --size) size=$2; shift 2 ;;
     --queue) queue=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --every) every=$2; shift 2 ;;
     *) echo "run.sh: unknown option $1 (see the head of $0)" >&2; exit 2 ;;
     esac
 done
@@ -75,7 +77,7 @@ for i in $(seq 50); do
     [ -S "$out/a.sock" ] && [ -S "$out/b.sock" ] && break
     sleep 0.1
 done
-"$bin" counters --daemon "$out/a.sock" --watch 0.1 --record "$out/record.jsonl" &
+"$bin" counters --daemon "$out/a.sock" --watch "$every" --record "$out/record.jsonl" &
 rec=$!
 pids="$pids $rec"
 
