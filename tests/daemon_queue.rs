@@ -120,7 +120,7 @@ fn receive(rx: &mut UdpBackend, quiet: Duration) -> Vec<(u32, Ecn, Instant)> {
     got
 }
 
-fn queue_cmd(socket: &PathBuf, command: &str) -> (Option<String>, serde_json::Value) {
+fn queue_cmd(socket: &std::path::Path, command: &str) -> (Option<String>, serde_json::Value) {
     match ask(
         socket,
         &ToDaemon::Queue {
