@@ -121,7 +121,10 @@ fn ucp_sockaddr_connection_over_rdmacm_io_demo() {
         .filter_map(|l| l.split_once("[DEMO] total min:"))
         .filter_map(|(_, rest)| {
             let n = rest.split_once(" total:")?.1;
-            n.split(|c: char| !c.is_ascii_digit()).next()?.parse::<u64>().ok()
+            n.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
         })
         .sum();
     assert_eq!(done, 200, "{cout}");
