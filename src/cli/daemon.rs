@@ -22,7 +22,7 @@ pub struct DaemonArgs {
     /// How long a departed process's QPN block stays unleased.
     #[arg(long, value_name = "SECS", value_parser = super::seconds)]
     pub quarantine: Option<Duration>,
-    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault,
+    /// A file of `key = value` lines (port, socket, quarantine, pcap, fault, queue, cc,
     /// neigh_timeout); options given here win (fault lines add to --fault).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -39,6 +39,12 @@ pub struct DaemonArgs {
     /// kmax=200KB pmax=0.2 seed=1`; see `roce-emu queue --help`.
     #[arg(long, value_name = "SETTINGS")]
     pub queue: Option<String>,
+    /// Congestion-control knobs for every process attached to this daemon (their
+    /// engines' DCQCN reaction point and CNP-sending notification point), as mlx5 names
+    /// them: `key=value` pairs, e.g. `rp_enable=0` or `min_time_between_cnps=0,
+    /// rpg_ai_rate=10mbit`. A program's own (`ROCE_EMU_CC`, a tool's `--cc`) win.
+    #[arg(long, value_name = "KNOBS", value_parser = super::cc_knobs)]
+    pub cc: Option<String>,
     /// How long an ARP or ND entry stays REACHABLE on a tap: or afpacket: port (default
     /// 60); then it is STALE: still used at once, and re-validated by unicast probes on
     /// its first use (removed, and resolved again, if 3 go unanswered).
@@ -135,13 +141,16 @@ fn read_config(path: &PathBuf, args: &mut DaemonArgs) -> Result<(), String> {
             "pcap" if args.pcap.is_none() => args.pcap = Some(PathBuf::from(v)),
             "fault" => args.faults.push(v.to_string()),
             "queue" if args.queue.is_none() => args.queue = Some(v.to_string()),
+            "cc" if args.cc.is_none() => {
+                args.cc = Some(super::cc_knobs(v).map_err(at)?);
+            }
             "neigh_timeout" if args.neigh_timeout.is_none() => {
                 args.neigh_timeout = Some(super::seconds(v).map_err(at)?)
             }
-            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" | "queue" => {}
+            "port" | "socket" | "quarantine" | "pcap" | "neigh_timeout" | "queue" | "cc" => {}
             _ => {
                 return Err(at(format!(
-                    "no setting {k:?} (port, socket, quarantine, pcap, fault, queue, neigh_timeout)"
+                    "no setting {k:?} (port, socket, quarantine, pcap, fault, queue, cc, neigh_timeout)"
                 )))
             }
         }
@@ -158,6 +167,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
         pcap: args.pcap.clone(),
         faults: args.faults.clone(),
         queue: args.queue.clone(),
+        cc: args.cc.clone(),
         neigh_timeout: args.neigh_timeout,
         spin_us: args.spin_us,
         idle_exit: args.idle_exit,
@@ -194,6 +204,7 @@ pub fn run(args: &DaemonArgs) -> i32 {
             }
         }
     }
+    cfg.cc.clone_from(&a.cc);
     if let Some(text) = &a.queue {
         match text.parse() {
             Ok(q) => cfg.queue = Some(q),

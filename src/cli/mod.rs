@@ -115,7 +115,7 @@ pub struct NicArgs {
 }
 
 /// A `--cc` value: checked here, kept as written (it is laid over other settings).
-fn cc_knobs(s: &str) -> Result<String, String> {
+pub(crate) fn cc_knobs(s: &str) -> Result<String, String> {
     crate::engine::CcConfig::default()
         .apply(s)
         .map(|()| s.to_string())

@@ -162,6 +162,8 @@ impl Daemon {
                     "cm_clients": self.cm.client_counters(),
                     "faults": self.fault_report(),
                     "queue": self.queue_report(),
+                    // What attached processes' engines are given (`--cc`).
+                    "cc": self.cfg.cc,
                     "capture": self.capture.as_ref().map(|c| serde_json::json!({
                         "file": self.cfg.pcap,
                         "frames": c.frames.load(Ordering::Relaxed),
