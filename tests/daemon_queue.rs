@@ -181,6 +181,16 @@ fn packets_leave_at_the_line_rate() {
         "{c}"
     );
     assert_eq!(f["tx_bytes"], 200_000, "{c}");
+    let out = std::process::Command::new(BIN)
+        .args(["counters", "--daemon"])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("to 127.0.91.2 qp 0x000042: tx_bytes 200000, tx_pkts 200"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -284,6 +294,7 @@ fn set_show_and_clear_at_run_time() {
     let (code, out, _) = run(&["show"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("queue        on (rate=1000000000"), "{out}");
+    assert!(!out.contains(" qp 0x"), "no flow yet: {out}");
     let (code, _, err) = run(&["set", "kmin=9KB", "kmax=1KB"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("kmin (9000) is above kmax (1000)"), "{err}");
