@@ -173,6 +173,24 @@ fn packets_leave_at_the_line_rate() {
     assert_eq!(q(&c, "cp_queue_bytes"), 0, "{c}");
     assert!(q(&c, "cp_max_queue_bytes") > 20_000, "{c}");
     assert_eq!(c["queue"]["enabled"], true);
+    // Counted per flow (destination and DestQP) too.
+    let f = &c["queue"]["flows"][0];
+    assert_eq!(
+        (f["dst"].as_str(), f["qpn"].as_u64()),
+        (Some("127.0.91.2"), Some(0x42)),
+        "{c}"
+    );
+    assert_eq!(f["tx_bytes"], 200_000, "{c}");
+    let out = std::process::Command::new(BIN)
+        .args(["counters", "--daemon"])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("to 127.0.91.2 qp 0x000042: tx_bytes 200000, tx_pkts 200"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -228,6 +246,7 @@ fn a_full_buffer_tail_drops_and_counts() {
     assert_eq!(got.len() as u64 + dropped, 50, "{c}");
     assert!((10..=13).contains(&got.len()), "{} arrived", got.len());
     assert_eq!(q(&c, "cp_enqueued"), got.len() as u64);
+    assert_eq!(c["queue"]["flows"][0]["dropped"], dropped, "{c}");
     assert!(q(&c, "cp_max_queue_bytes") <= 10_000, "{c}");
 }
 
@@ -275,6 +294,7 @@ fn set_show_and_clear_at_run_time() {
     let (code, out, _) = run(&["show"]);
     assert_eq!(code, Some(0));
     assert!(out.contains("queue        on (rate=1000000000"), "{out}");
+    assert!(!out.contains(" qp 0x"), "no flow yet: {out}");
     let (code, _, err) = run(&["set", "kmin=9KB", "kmax=1KB"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("kmin (9000) is above kmax (1000)"), "{err}");

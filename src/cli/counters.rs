@@ -185,6 +185,16 @@ pub fn render_queue(q: &Value) -> String {
         q["config"].as_str().unwrap_or("?")
     );
     let _ = writeln!(out, "    {}", fields(o, &["enabled", "config"]));
+    for f in q["flows"].as_array().into_iter().flatten() {
+        let Value::Object(fo) = f else { continue };
+        let _ = writeln!(
+            out,
+            "    to {} qp {:#08x}: {}",
+            f["dst"].as_str().unwrap_or("?"),
+            f["qpn"].as_u64().unwrap_or(0),
+            fields(fo, &["dst", "qpn"])
+        );
+    }
     out
 }
 

@@ -69,6 +69,7 @@ pub fn series(text: &str) -> (Vec<Series>, Series, usize) {
             flows[k].points.push((t, rate / 1e6));
         }
     }
+    flows.sort_by(|a, b| a.name.cmp(&b.name));
     (flows, queue, bad)
 }
 
@@ -206,9 +207,8 @@ pub fn svg(title: &str, flows: &[Series], queue: &Series) -> String {
         r##"<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="660" viewBox="0 0 {W} 660" font-family="sans-serif">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{cx}" y="24" font-size="16" text-anchor="middle">{}</text>"##,
-        esc(title),
-        cx = (W - RIGHT + LEFT) / 2.0
+<text x="10" y="24" font-size="14">{}</text>"##,
+        esc(title)
     );
     let rows: Vec<(&Series, &str, &str)> = flows
         .iter()
@@ -284,7 +284,7 @@ mod tests {
     }
 
     /// A record of three flows (one never sending) draws as XML with one polyline per
-    /// flow that sent, and one for the queue; a bad line is skipped.
+    /// flow that sent (in name order), and one for the queue; a bad line is skipped.
     #[test]
     fn svg_parses_and_has_a_polyline_per_flow() {
         let mut text = String::new();

@@ -35,11 +35,50 @@ pub struct Pkt {
     bytes: Vec<u8>,
 }
 
+/// Flows counted apart at most (the first seen; later ones are counted in the totals
+/// only): a bound on what a peer's QPNs can make the daemon keep.
+pub const MAX_FLOWS: usize = 256;
+
+/// One flow through the queue: the packets to one destination address and QP (the BTH
+/// DestQP), so a rate per flow can be read at the congestion point itself, at any
+/// interval (the engines' own counters reach the daemon only every 500 ms).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FlowStats {
+    pub dst: String,
+    pub qpn: u32,
+    pub tx_pkts: u64,
+    pub tx_bytes: u64,
+    pub ecn_marked: u64,
+    pub dropped: u64,
+}
+
 /// The queue of a port, shared between the port and whoever sets it.
 #[derive(Debug)]
 pub struct QueueState {
     model: QueueModel<Pkt>,
     enabled: bool,
+    flows: Vec<FlowStats>,
+}
+
+impl QueueState {
+    /// The flow of a datagram to `dst` (BTH DestQP in bytes 5..8), if counted apart.
+    fn flow(&mut self, dst: SocketAddr, bytes: &[u8]) -> Option<&mut FlowStats> {
+        let qpn = u32::from_be_bytes([0, *bytes.get(5)?, *bytes.get(6)?, *bytes.get(7)?]);
+        let ip = dst.ip().to_string();
+        let k = match self.flows.iter().position(|f| f.qpn == qpn && f.dst == ip) {
+            Some(k) => k,
+            None if self.flows.len() < MAX_FLOWS => {
+                self.flows.push(FlowStats {
+                    dst: ip,
+                    qpn,
+                    ..FlowStats::default()
+                });
+                self.flows.len() - 1
+            }
+            None => return None,
+        };
+        Some(&mut self.flows[k])
+    }
 }
 
 /// What `roce-emu counters` shows of the queue.
@@ -50,6 +89,9 @@ pub struct QueueReport {
     pub config: String,
     #[serde(flatten)]
     pub stats: QueueStats,
+    /// Per destination QP (at most [`MAX_FLOWS`]).
+    #[serde(default)]
+    pub flows: Vec<FlowStats>,
 }
 
 impl QueueState {
@@ -58,6 +100,7 @@ impl QueueState {
         QueueState {
             enabled: cfg.is_some(),
             model: QueueModel::new(cfg.unwrap_or_default()),
+            flows: Vec::new(),
         }
     }
 
@@ -89,6 +132,7 @@ impl QueueState {
             enabled: self.enabled,
             config: self.model.config().to_string(),
             stats: self.model.stats(now),
+            flows: self.flows.clone(),
         }
     }
 }
@@ -152,12 +196,19 @@ impl<B: Backend> Queued<B> {
     fn release(&mut self, now: Instant) -> Result<(), BackendError> {
         let next = {
             let mut s = lock(&self.state);
+            let from = self.due.len();
             if s.enabled {
                 while let Some(p) = s.model.pop(now) {
                     self.due.push(p);
                 }
             } else {
                 self.due.extend(s.model.drain());
+            }
+            for (p, _) in &self.due[from..] {
+                if let Some(f) = s.flow(p.dst, &p.bytes) {
+                    f.tx_pkts += 1;
+                    f.tx_bytes += p.bytes.len() as u64;
+                }
             }
             s.model.next_departure()
         };
@@ -255,8 +306,16 @@ impl<B: Backend> Backend for Queued<B> {
                         dst: o.dst,
                         bytes: pool[i * slot..i * slot + o.len].to_vec(),
                     };
-                    // A dropped packet is counted by the model; nothing else to do.
-                    let _: Admit = s.model.enqueue(now, pkt, o.len, o.ecn);
+                    let (dst, ecn) = (pkt.dst, o.ecn);
+                    let head: [u8; 8] = pool[i * slot..][..8.min(o.len)]
+                        .try_into()
+                        .unwrap_or([0; 8]);
+                    let a = s.model.enqueue(now, pkt, o.len, ecn);
+                    let marked = matches!(a, Admit::Queued { ecn: Ecn::Ce, .. }) && ecn != Ecn::Ce;
+                    if let Some(f) = s.flow(dst, &head) {
+                        f.dropped += u64::from(a == Admit::Dropped);
+                        f.ecn_marked += u64::from(marked);
+                    }
                 }
             }
         }

@@ -1,0 +1,113 @@
+#!/bin/sh
+# Congestion experiments (issue 25): N RC flows (`roce-emu perf write`) through one
+# congestion point. Clients attach to daemon A, whose port has the egress queue
+# (`--queue`, 1 Gbit/s by default); servers attach to daemon B. Everything runs on
+# loopback addresses inside a network namespace of its own (root, or `unshare -rn`).
+#
+#   tools/cc/run.sh [-n FLOWS] [--cc on|off] [--incast] [--iters N] [--size BYTES]
+#                   [--queue SETTINGS] [--out DIR]
+#
+#   -n FLOWS     flows, each its own client and server process (default 2)
+#   --cc on|off  DCQCN (notification and reaction points) on or off (default off)
+#   --incast     FLOWS short flows started at once (default 8 of 200 x 64 KB) into a
+#                small buffer (default 512KB)
+#   --iters N    messages per flow (default 4000, incast 200), --size BYTES (65536)
+#   --queue S    the queue's settings (default rate=1gbit buffer=2MB kmin=40KB
+#                kmax=200KB pmax=0.2 seed=1; incast buffer=512KB)
+#   --every SECS the record's interval (default 0.1)
+#   --out DIR    where the record, the counters, the report and the plot go
+#                (default /tmp/roce-cc-FLOWS-cc-MODE)
+#
+# Prints per-flow goodput, Jain's fairness index, the queue's depth, drops, marks and
+# CNPs (tools/cc/report.py), and writes DIR/plot.svg (`roce-emu plot`).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+if [ -z "${ROCE_CC_NETNS:-}" ]; then
+    ROCE_CC_NETNS=1 exec unshare -n sh "$0" "$@"
+fi
+ip link set lo up
+
+flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1
+while [ $# -gt 0 ]; do
+    case $1 in
+    -n) flows=$2; shift 2 ;;
+    --cc) cc=$2; shift 2 ;;
+    --incast) incast=1; shift ;;
+    --iters) iters=$2; shift 2 ;;
+    --size) size=$2; shift 2 ;;
+    --queue) queue=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --every) every=$2; shift 2 ;;
+    *) echo "run.sh: unknown option $1 (see the head of $0)" >&2; exit 2 ;;
+    esac
+done
+case $cc in
+on) knobs="np_enable=1,rp_enable=1,line_rate=1gbit" ;;
+off) knobs="np_enable=0,rp_enable=0" ;;
+*) echo "run.sh: --cc on or off" >&2; exit 2 ;;
+esac
+if [ $incast = 1 ]; then
+    mode=incast
+    : "${iters:=200}"
+    : "${queue:=rate=1gbit buffer=512KB kmin=40KB kmax=200KB pmax=0.2 seed=1}"
+else
+    mode=long
+    : "${iters:=4000}"
+    : "${queue:=rate=1gbit buffer=2MB kmin=40KB kmax=200KB pmax=0.2 seed=1}"
+fi
+: "${out:=/tmp/roce-cc-$flows-$cc-$mode}"
+bin=${ROCE_EMU:-$root/target/debug/roce-emu}
+[ -x "$bin" ] || { echo "run.sh: no $bin (cargo build, or set ROCE_EMU)" >&2; exit 2; }
+rm -rf "$out"
+mkdir -p "$out"
+A=127.0.92.1 B=127.0.92.2
+pids=
+cleanup() {
+    for p in $pids; do kill "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT INT TERM
+
+"$bin" daemon --port udp:$A --socket "$out/a.sock" --queue "$queue" >"$out/daemon-a.log" 2>&1 &
+da=$!
+"$bin" daemon --port udp:$B --socket "$out/b.sock" >"$out/daemon-b.log" 2>&1 &
+db=$!
+pids="$da $db"
+for i in $(seq 50); do
+    [ -S "$out/a.sock" ] && [ -S "$out/b.sock" ] && break
+    sleep 0.1
+done
+"$bin" counters --daemon "$out/a.sock" --watch "$every" --record "$out/record.jsonl" &
+rec=$!
+pids="$pids $rec"
+
+i=1
+while [ $i -le "$flows" ]; do
+    "$bin" perf write --daemon "$out/b.sock" --bind $B -p $((18600 + i)) --json \
+        -n "$iters" -s "$size" --cc "$knobs" --wait 30 >"$out/server-$i.json" 2>"$out/server-$i.log" &
+    pids="$pids $!"
+    i=$((i + 1))
+done
+sleep 0.5
+clients=
+i=1
+while [ $i -le "$flows" ]; do
+    "$bin" perf write $B --daemon "$out/a.sock" --bind $A -p $((18600 + i)) --json \
+        -n "$iters" -s "$size" --cc "$knobs" --timeout 30 >"$out/client-$i.json" 2>"$out/client-$i.log" &
+    clients="$clients $!"
+    # Long flows start a little apart, so the plot shows each one's arrival; an incast's
+    # start together.
+    [ $incast = 1 ] || sleep 0.5
+    i=$((i + 1))
+done
+failed=0
+for c in $clients; do
+    wait "$c" || failed=$((failed + 1))
+done
+sleep 0.6 # the processes' last counter reports
+"$bin" counters --daemon "$out/a.sock" --json >"$out/counters-a.json"
+"$bin" counters --daemon "$out/b.sock" --json >"$out/counters-b.json"
+kill $rec 2>/dev/null || true
+echo "flows=$flows cc=$cc mode=$mode iters=$iters size=$size queue=\"$queue\" failed_clients=$failed" >"$out/setup.txt"
+python3 "$here/report.py" "$out" | tee "$out/report.txt"
+"$bin" plot "$out/record.jsonl" -o "$out/plot.svg" --title "$flows flows ($mode), DCQCN $cc, queue $queue"
