@@ -233,6 +233,16 @@ fn render_process(out: &mut String, p: &Value) {
             _ => "(none)".into(),
         };
         let _ = writeln!(out, "    qp {:#08x}: {c}", q["qpn"].as_u64().unwrap_or(0));
+        if let Some(g) = q["cc"].as_object() {
+            let mbit = |k: &str| g.get(k).and_then(Value::as_u64).unwrap_or(0) as f64 / 1e6;
+            let alpha = g.get("alpha").and_then(Value::as_u64).unwrap_or(0);
+            let _ = writeln!(
+                out,
+                "      DCQCN: current rate {:.1} Mbit/s, target {:.1} Mbit/s, alpha {alpha}/1024",
+                mbit("current_rate"),
+                mbit("target_rate"),
+            );
+        }
     }
 }
 

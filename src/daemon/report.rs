@@ -109,7 +109,18 @@ fn named(c: &Counters) -> Map<String, Value> {
 pub fn messages(engine: &Engine, tx_dropped: u64) -> Vec<ToDaemon> {
     let mut qps: Vec<(u32, &Counters)> = engine.qp_counters().collect();
     qps.sort_unstable_by_key(|(q, _)| *q);
-    let entry = |(qpn, c): &(u32, &Counters)| json!({ "qpn": qpn, "counters": named(c) });
+    let entry = |(qpn, c): &(u32, &Counters)| {
+        let mut e = json!({ "qpn": qpn, "counters": named(c) });
+        // DCQCN's gauges while the QP is under it (Engine::qp_cc), as mlx5 shows them.
+        if let Some(g) = engine.qp_cc(*qpn) {
+            e["cc"] = json!({
+                "current_rate": g.current_rate,
+                "target_rate": g.target_rate,
+                "alpha": g.alpha,
+            });
+        }
+        e
+    };
     let mut out = vec![ToDaemon::QpCounters {
         report: json!({
             "nic": named(&engine.counters()),
@@ -132,12 +143,33 @@ pub fn messages(engine: &Engine, tx_dropped: u64) -> Vec<ToDaemon> {
 pub struct ProcessReport {
     nic: Counters,
     qps: BTreeMap<u32, Counters>,
+    /// DCQCN's gauges of the QPs under it at their last report.
+    cc: BTreeMap<u32, CcGauges>,
     /// Packets the process dropped because its ring to the daemon was full.
     tx_dropped: u64,
     reports: u64,
     errors: u64,
     last_error: Option<String>,
     qps_dropped: u64,
+}
+
+/// A QP's DCQCN gauges as a process reports them: rates in bits/s, alpha in 1/1024.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct CcGauges {
+    pub current_rate: u64,
+    pub target_rate: u64,
+    pub alpha: u16,
+}
+
+/// The gauges of a report's `cc` object; `None` when absent or not three numbers in
+/// range (alpha is at most 1023).
+fn gauges_of(v: &Value) -> Option<CcGauges> {
+    let n = |k: &str| v.get(k).and_then(Value::as_u64);
+    Some(CcGauges {
+        current_rate: n("current_rate")?,
+        target_rate: n("target_rate")?,
+        alpha: u16::try_from(n("alpha")?).ok().filter(|&a| a <= 1023)?,
+    })
 }
 
 /// Longest piece of a process's own text (a counter name it made up) kept in an error: a
@@ -187,6 +219,8 @@ pub enum ReportError {
     Qp { qpn: u32, source: CounterError },
     #[error("QP {0:#x}: no counters")]
     NoCounters(u32),
+    #[error("QP {0:#x}: cc: current_rate, target_rate, alpha (0..=1023) as numbers")]
+    Gauges(u32),
 }
 
 /// Why the rest of a `counters` answer could not be read.
@@ -278,6 +312,16 @@ impl ProcessReport {
                         continue;
                     }
                     self.qps.insert(qpn, c);
+                    // Present while the QP is under DCQCN; absent, it is at line rate.
+                    match q.get("cc").map(gauges_of) {
+                        Some(Some(g)) => {
+                            self.cc.insert(qpn, g);
+                        }
+                        Some(None) => err(ReportError::Gauges(qpn)),
+                        None => {
+                            self.cc.remove(&qpn);
+                        }
+                    }
                 }
             }
         }
@@ -305,7 +349,13 @@ impl Serialize for ProcessReport {
         let qps: Vec<Value> = self
             .qps
             .iter()
-            .map(|(q, c)| json!({ "qpn": q, "counters": named(c) }))
+            .map(|(q, c)| {
+                let mut e = json!({ "qpn": q, "counters": named(c) });
+                if let Some(g) = self.cc.get(q) {
+                    e["cc"] = json!(g);
+                }
+                e
+            })
             .collect();
         m.serialize_entry("qps", &qps)?;
         m.end()
@@ -435,6 +485,33 @@ mod tests {
 
     fn block_qpn(block: u8, i: u32) -> u32 {
         lease::range(block).0 + i
+    }
+
+    /// DCQCN's gauges travel with a QP's counters while it is under DCQCN, leave with
+    /// the first report without them, and a malformed set is counted.
+    #[test]
+    fn dcqcn_gauges_are_kept_while_reported() {
+        let mut r = ProcessReport::default();
+        let q = block_qpn(2, 1);
+        let cc =
+            json!({ "current_rate": 250_000_000u64, "target_rate": 500_000_000u64, "alpha": 512 });
+        r.apply(
+            &json!({ "qps": [{ "qpn": q, "counters": {}, "cc": cc }] }),
+            Some(2),
+        );
+        assert_eq!(r.errors, 0, "{:?}", r.last_error);
+        let shown = serde_json::to_value(&r).unwrap();
+        assert_eq!(shown["qps"][0]["cc"], cc);
+        r.apply(&json!({ "qps": [{ "qpn": q, "counters": {} }] }), Some(2));
+        assert!(serde_json::to_value(&r).unwrap()["qps"][0]
+            .get("cc")
+            .is_none());
+        let bad = json!({ "current_rate": 1, "target_rate": 1, "alpha": 5000 });
+        r.apply(
+            &json!({ "qps": [{ "qpn": q, "counters": {}, "cc": bad }] }),
+            Some(2),
+        );
+        assert_eq!(r.errors, 1);
     }
 
     #[test]

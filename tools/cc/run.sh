@@ -9,6 +9,9 @@
 #
 #   -n FLOWS     flows, each its own client and server process (default 2)
 #   --cc on|off  DCQCN (notification and reaction points) on or off (default off)
+#   --knobs K    more congestion-control knobs for --cc on (`key=value,...`, mlx5's
+#                names: see `roce-emu perf --help`), e.g. the timers scaled for
+#                user-space round trips
 #   --incast     FLOWS short flows started at once (default 8 of 200 x 64 KB) into a
 #                small buffer (default 512KB)
 #   --iters N    messages per flow (default 4000, incast 200), --size BYTES (65536)
@@ -28,7 +31,7 @@ if [ -z "${ROCE_CC_NETNS:-}" ]; then
 fi
 ip link set lo up
 
-flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1
+flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1 extra=
 while [ $# -gt 0 ]; do
     case $1 in
     -n) flows=$2; shift 2 ;;
@@ -39,11 +42,12 @@ while [ $# -gt 0 ]; do
     --queue) queue=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --every) every=$2; shift 2 ;;
+    --knobs) extra=$2; shift 2 ;;
     *) echo "run.sh: unknown option $1 (see the head of $0)" >&2; exit 2 ;;
     esac
 done
 case $cc in
-on) knobs="np_enable=1,rp_enable=1,line_rate=1gbit" ;;
+on) knobs="np_enable=1,rp_enable=1,line_rate=1gbit${extra:+,$extra}" ;;
 off) knobs="np_enable=0,rp_enable=0" ;;
 *) echo "run.sh: --cc on or off" >&2; exit 2 ;;
 esac
