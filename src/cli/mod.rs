@@ -116,7 +116,7 @@ pub struct NicArgs {
 
 /// A `--cc` value: checked here, kept as written (it is laid over other settings).
 pub(crate) fn cc_knobs(s: &str) -> Result<String, String> {
-    crate::engine::CcConfig::default()
+    crate::verbs::CcConfig::default()
         .apply(s)
         .map(|()| s.to_string())
         .map_err(|e| e.to_string())

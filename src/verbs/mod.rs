@@ -46,6 +46,7 @@ pub use crate::engine::{
     RecvWr, Remote, SendFlags, SendOp, SendWr, SrqAttr, SrqInit, WcOpcode, WcStatus,
     DEFAULT_MIN_RNR_TIMER, DEFAULT_TIMEOUT, MAX_MSG, MAX_RETRY_CNT, RNR_RETRY_INFINITE,
 };
+pub use crate::engine::{CcConfig, CcConfigError};
 pub use crate::engine::{NetworkHdr, UdDest, GRH_LEN, GSI_QKEY, GSI_QPN};
 pub use crate::mem::{Access, Pd};
 pub use crate::mem::{Backing, Lkey, MemError, MemoryRegion, Sge};

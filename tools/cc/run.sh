@@ -8,7 +8,9 @@
 #                   [--queue SETTINGS] [--out DIR]
 #
 #   -n FLOWS     flows, each its own client and server process (default 2)
-#   --cc on|off  DCQCN (notification and reaction points) on or off (default off)
+#   --cc on|mlx5|off  DCQCN (notification and reaction points): `on` with its time
+#                constants scaled to user-space round trips (below), `mlx5` with mlx5's
+#                defaults (tuned for microsecond round trips), `off` (default)
 #   --knobs K    more congestion-control knobs for --cc on (`key=value,...`, mlx5's
 #                names: see `roce-emu perf --help`), e.g. the timers scaled for
 #                user-space round trips
@@ -47,9 +49,17 @@ while [ $# -gt 0 ]; do
     esac
 done
 case $cc in
-on) knobs="np_enable=1,rp_enable=1,line_rate=1gbit${extra:+,$extra}" ;;
+# mlx5's defaults assume a round trip of microseconds: alpha gains 5/1024 per 1 us
+# period with a CNP and loses at least 1/1024 per period without, so with CNPs a
+# millisecond apart (this machine's loopback round trip through two daemons and a queue)
+# alpha stays near 0, every cut is tiny and a standing queue far over kmax stays. Scaled
+# here: alpha's period 1 ms with gain 1/16 (dce_tcp_g 960, the HPCC simulator's
+# Mellanox-DCQCN EwmaGain), at most one cut and one CNP per ~ms, the increase timer
+# 1.5 ms (HPCC's RPTimer), and the target clamped at each cut.
+on) knobs="np_enable=1,rp_enable=1,line_rate=1gbit,dce_tcp_g=960,dce_tcp_rtt=1000,rate_reduce_monitor_period=1000,min_time_between_cnps=500,rpg_time_reset=1500,clamp_tgt_rate=1${extra:+,$extra}" ;;
+mlx5) knobs="np_enable=1,rp_enable=1,line_rate=1gbit${extra:+,$extra}" ;;
 off) knobs="np_enable=0,rp_enable=0" ;;
-*) echo "run.sh: --cc on or off" >&2; exit 2 ;;
+*) echo "run.sh: --cc on, mlx5 or off" >&2; exit 2 ;;
 esac
 if [ $incast = 1 ]; then
     mode=incast
