@@ -290,24 +290,27 @@ fn the_byte_counter_brings_the_rate_back_to_line_rate() {
 
 #[test]
 fn the_pacer_spaces_requests_by_len_times_8_over_rc() {
-    // 1 Gbit/s, cut to ~500 Mbit/s: a 1040-byte packet holds the QP 16.6 µs.
-    let mut p = pair("line_rate=1gbit");
+    // 1 Gbit/s, cut to ~500 Mbit/s: a 1040-byte packet holds the QP 16.6 µs, once the
+    // first PACER_BURST's worth left (no increase timer meanwhile).
+    let mut p = pair("line_rate=1gbit,rpg_time_reset=100000");
     inject_cnp(&mut p, Ecn::NotEct);
     let rc = p.net.nodes[B].engine.qp_cc(p.b.qpn).unwrap().current_rate;
-    p.write_mem(B, 0, &pattern(4, 8 * 1024));
+    p.write_mem(B, 0, &pattern(4, 32 * 1024));
     p.post_recv(A, 1, 0, 1 << 16);
-    p.send(B, 1, SendOp::Send, 0, 8 * 1024);
+    p.send(B, 1, SendOp::Send, 0, 32 * 1024);
     p.settle();
     let reqs: Vec<_> = sent(&p, B)
         .into_iter()
         .filter(|s| s.1 != op::CNP && s.1 .0 < 0x0d)
         .collect();
-    assert_eq!(reqs.len(), 8);
+    assert_eq!(reqs.len(), 32);
     assert!(reqs.iter().all(|s| s.2 == Ecn::Ect0), "requests are ECT(0)");
-    for w in reqs.windows(2) {
-        let len = w[0].3.len() as u128;
-        let gap = (len * 8 * 1_000_000_000).div_ceil(rc as u128) as u64;
-        assert_eq!(w[1].0 - w[0].0, gap, "spacing len*8/RC");
+    let gap = |len: usize| (len as u128 * 8 * 1_000_000_000).div_ceil(rc as u128) as u64;
+    let burst = reqs.iter().take_while(|s| s.0 == reqs[0].0).count();
+    let want = (PACER_BURST.as_nanos() as u64).div_ceil(gap(reqs[0].3.len())) as usize;
+    assert!(burst.abs_diff(want) <= 1, "{burst} at once, {want} expected");
+    for w in reqs[burst..].windows(2) {
+        assert_eq!(w[1].0 - w[0].0, gap(w[0].3.len()), "spacing len*8/RC");
     }
     // The pacer did not hold A's ACKs: A answered each at once.
     assert_eq!(p.completions(B).len(), 1);
@@ -347,21 +350,25 @@ fn a_held_qp_is_not_ready_and_its_deadline_is_the_pacer() {
     // poll_timeout is the release time.
     let mut p = pair("line_rate=1gbit");
     inject_cnp(&mut p, Ecn::NotEct);
-    p.write_mem(B, 0, &pattern(5, 2048));
-    p.post_recv(A, 1, 0, 1 << 16);
-    p.send(B, 1, SendOp::Send, 0, 2048);
-    let first = p.transmit(B).expect("the first packet goes at once");
-    assert_eq!(first.bth.opcode, op::RC_SEND_FIRST);
+    p.write_mem(B, 0, &pattern(5, 64 * 1024));
+    p.post_recv(A, 1, 0, 1 << 17);
+    p.send(B, 1, SendOp::Send, 0, 64 * 1024);
+    // The burst's worth goes at once, then the pacer holds the QP.
+    let mut sent_now = 0;
+    while p.transmit(B).is_some() {
+        sent_now += 1;
+        assert!(sent_now < 64, "never held");
+    }
+    assert!(sent_now >= 2, "{sent_now}");
     let s = p.net.nodes[B].engine.qp_cc(p.b.qpn).unwrap();
     let until = s.paced_until.expect("held");
     assert!(!p.net.nodes[B].engine.may_transmit());
-    assert!(p.transmit(B).is_none());
     assert_eq!(p.net.nodes[B].engine.poll_timeout(), Some(until));
-    // At the release the second packet may go.
+    // At the release the next packet may go.
     p.engine(B).handle_timeout(until);
     p.net.now = until;
     assert!(p.net.nodes[B].engine.may_transmit());
-    assert_eq!(p.transmit(B).unwrap().bth.opcode, op::RC_SEND_LAST);
+    assert_eq!(p.transmit(B).unwrap().bth.opcode, op::RC_SEND_MIDDLE);
 }
 
 #[test]

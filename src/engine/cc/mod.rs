@@ -57,8 +57,8 @@ pub(crate) struct QpCc {
     pub rp: Option<rp::Rp>,
     /// The pacer: no request before this.
     pub pace_until: Option<Instant>,
-    /// When the QP's link is free: its requests so far at its rate, from no earlier than
-    /// `PACER_BURST` before each.
+    /// When the QP's link time runs out: its requests so far at its rate, each from no
+    /// earlier than when it was sent.
     pub link_free: Instant,
 }
 
@@ -110,12 +110,17 @@ impl QpCc {
                 self.rp = None;
             }
         }
+        // A token bucket PACER_BURST deep: the link time used runs from now at the
+        // earliest, and the QP is held while it is more than PACER_BURST ahead of now.
         let rate = self.rp.as_ref().map_or(cfg.line_rate, |r| r.rc);
-        let start = self.link_free.max(Instant::from_nanos(
-            now.as_nanos().saturating_sub(PACER_BURST.as_nanos() as u64),
-        ));
-        self.link_free = start.saturating_add(Duration::from_nanos(rp::gap_ns(len, rate)));
-        self.pace_until = (self.link_free > now).then_some(self.link_free);
+        let gap = Duration::from_nanos(rp::gap_ns(len, rate));
+        self.link_free = self.link_free.max(now).saturating_add(gap);
+        let release = Instant::from_nanos(
+            self.link_free
+                .as_nanos()
+                .saturating_sub(PACER_BURST.as_nanos() as u64),
+        );
+        self.pace_until = (release > now).then_some(release);
     }
 
     fn gauges(&self) -> Option<CcState> {
