@@ -308,7 +308,10 @@ fn the_pacer_spaces_requests_by_len_times_8_over_rc() {
     let gap = |len: usize| (len as u128 * 8 * 1_000_000_000).div_ceil(rc as u128) as u64;
     let burst = reqs.iter().take_while(|s| s.0 == reqs[0].0).count();
     let want = (PACER_BURST.as_nanos() as u64).div_ceil(gap(reqs[0].3.len())) as usize;
-    assert!(burst.abs_diff(want) <= 1, "{burst} at once, {want} expected");
+    assert!(
+        burst.abs_diff(want) <= 1,
+        "{burst} at once, {want} expected"
+    );
     for w in reqs[burst..].windows(2) {
         assert_eq!(w[1].0 - w[0].0, gap(w[0].3.len()), "spacing len*8/RC");
     }
