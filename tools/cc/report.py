@@ -70,6 +70,10 @@ def main(d):
             name, "%.1f Mbit/s" % w if w is not None else "-"))
     gs = [g for _, g, _ in good]
     print("slowest flow done in %.2f s" % max((t for _, _, t in good if t), default=0))
+    times = [t for _, _, t in good if t]
+    if times:
+        # Each flow's completion time (its client's run); p99 of 8 is the slowest.
+        print("flow completion time: p50 %.2f s, p99 %.2f s" % (pct(times, 50), pct(times, 99)))
     total = sum(g for g in gs if g is not None)
     print("sum of goodputs %.1f Mbit/s" % total)
     print("Jain's index: goodput %.3f, rate while all send %s (%d readings of 0.1 s)" % (
