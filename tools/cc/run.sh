@@ -17,7 +17,7 @@
 #   --incast     FLOWS short flows started at once (default 8 of 200 x 64 KB) into a
 #                small buffer (default 512KB)
 #   --iters N    messages per flow (default 4000, incast 200), --size BYTES (65536)
-#   --queue S    the queue's settings (default rate=1gbit buffer=2MB kmin=40KB
+#   --queue S    the queue's settings (default rate=1gbit buffer=1MB kmin=40KB
 #                kmax=200KB pmax=0.2 seed=1; incast buffer=512KB)
 #   --every SECS the record's interval (default 0.1)
 #   --out DIR    where the record, the counters, the report and the plot go
@@ -68,7 +68,7 @@ if [ $incast = 1 ]; then
 else
     mode=long
     : "${iters:=4000}"
-    : "${queue:=rate=1gbit buffer=2MB kmin=40KB kmax=200KB pmax=0.2 seed=1}"
+    : "${queue:=rate=1gbit buffer=1MB kmin=40KB kmax=200KB pmax=0.2 seed=1}"
 fi
 : "${out:=/tmp/roce-cc-$flows-$cc-$mode}"
 bin=${ROCE_EMU:-$root/target/debug/roce-emu}
