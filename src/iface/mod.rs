@@ -46,6 +46,8 @@ mod stats;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_ecn;
+#[cfg(test)]
 mod tests_neigh;
 
 pub use eth::Mac;
