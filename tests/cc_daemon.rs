@@ -16,32 +16,15 @@
 
 mod common;
 
+use common::in_thread::Running;
 use roce_emu::daemon::port::PortSpec;
-use roce_emu::daemon::server::{Config, Daemon};
+use roce_emu::daemon::server::Config;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
-
-struct Running {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
 
 fn start(ip: &str, queue: Option<&str>, cc: Option<&str>, tag: &str) -> Running {
     start_capturing(ip, queue, cc, tag, None)
@@ -60,15 +43,7 @@ fn start_capturing(
     cfg.pcap = pcap;
     cfg.queue = queue.map(|q| q.parse().unwrap());
     cfg.cc = cc.map(str::to_string);
-    let d = Daemon::open(cfg).expect("daemon");
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || d.run(&s2).map(drop).unwrap());
-    Running {
-        stop,
-        thread: Some(thread),
-        socket,
-    }
+    common::in_thread::start(cfg)
 }
 
 fn counters(d: &Running) -> Value {

@@ -10,48 +10,23 @@
 mod common;
 
 use common::attach::{attach, counters, fault, number, packet, pop_all, Proc};
+use common::in_thread::Running;
 use roce_emu::backend::fault::{Dir, Faults};
 use roce_emu::daemon::fault::{parse, Command};
 use roce_emu::daemon::lease;
 use roce_emu::daemon::port::PortSpec;
-use roce_emu::daemon::server::{Config, Daemon};
+use roce_emu::daemon::server::Config;
 use std::net::{SocketAddr, UdpSocket};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 const N: u32 = 1000;
 const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
 
-struct Running {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 fn start(ip: &str) -> Running {
     let socket = std::env::temp_dir().join(format!("roce-emu-fault-{}.sock", std::process::id()));
     let mut cfg = Config::new(PortSpec::Udp(ip.parse().unwrap()), socket.clone());
     cfg.ring_bytes = 4 << 20;
-    let d = Daemon::open(cfg).expect("daemon");
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || d.run(&s2).map(drop).unwrap());
-    Running {
-        stop,
-        thread: Some(thread),
-        socket,
-    }
+    common::in_thread::start(cfg)
 }
 
 /// The wire sends packets 0..N (paced, so no socket buffer overflows); the process gets

@@ -18,51 +18,25 @@
 mod common;
 
 use common::attach::{ask, attach, counters, packet, Proc};
+use common::in_thread::Running;
 use roce_emu::backend::udp::UdpBackend;
 use roce_emu::backend::Received;
 use roce_emu::daemon::control::{ToDaemon, ToProcess};
 use roce_emu::daemon::port::PortSpec;
-use roce_emu::daemon::server::{Config, Daemon};
+use roce_emu::daemon::server::Config;
 use roce_emu::ring::Meta;
 use roce_emu::wire::Ecn;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_roce-emu");
-
-struct Running {
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-}
 
 fn start(ip: &str, queue: Option<&str>, tag: &str) -> Running {
     let socket =
         std::env::temp_dir().join(format!("roce-emu-queue-{tag}-{}.sock", std::process::id()));
     let mut cfg = Config::new(PortSpec::Udp(ip.parse().unwrap()), socket.clone());
     cfg.queue = queue.map(|q| q.parse().unwrap());
-    let d = Daemon::open(cfg).expect("daemon");
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || d.run(&s2).map(drop).unwrap());
-    Running {
-        stop,
-        thread: Some(thread),
-        socket,
-    }
+    common::in_thread::start(cfg)
 }
 
 /// Pushes `n` packets of `len` bytes, packet `i` with codepoint `ecn(i)`, at once.

@@ -6,6 +6,7 @@ pub mod cm;
 pub mod cm_client;
 pub mod daemon;
 pub mod dropin;
+pub mod in_thread;
 pub mod log;
 pub mod netns;
 pub mod nic;
