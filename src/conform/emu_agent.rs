@@ -1,14 +1,17 @@
 //! The roce-emu agent: the agent protocol (spec/FORMAT.md) served over the verbs layer, in
 //! the runner's process (`--target roce-emu`) or on its own (`roce-emu conform --agent`).
 
+mod args;
+
 use super::agent::Reply;
 use super::script::CC_COUNTERS;
 use super::value::{to_hex, ByteSpec, Num};
 use crate::verbs::{
-    Access, AsyncEvent, Completion, Context, Counter, Device, Event, Local, MemoryRegion, Mtu, Pd,
-    Psn, QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
-    SrqInit, UdDest, WcOpcode, WcStatus,
+    AsyncEvent, Completion, Context, Counter, Device, Event, Local, MemoryRegion, Mtu, Pd, Psn,
+    QpAttr, QpCap, QpInit, QpState, QpType, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
+    SrqInit, UdDest,
 };
+use args::{access, op_name, status_name, A};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, TcpListener};
@@ -731,76 +734,4 @@ fn bring_up_rc(s: QpState, a: &A) -> Result<QpAttr, String> {
             a.u8_or("max_rd_atomic", 4)?,
         ),
     })
-}
-
-/// A request's `key=value` arguments.
-struct A<'a>(HashMap<&'a str, &'a str>);
-
-impl A<'_> {
-    fn opt(&self, k: &str) -> Option<&str> {
-        self.0.get(k).copied()
-    }
-    fn s(&self, k: &str) -> Result<&str, String> {
-        self.opt(k).ok_or_else(|| format!("missing {k}="))
-    }
-    fn n(&self, k: &str) -> Result<u64, String> {
-        Num::parse(self.s(k)?)
-            .map(|n| n.0)
-            .map_err(|e| format!("{k}: {e}"))
-    }
-    fn u8_or(&self, k: &str, d: u8) -> Result<u8, String> {
-        let v = self.n_or(k, d.into())?;
-        u8::try_from(v).map_err(|_| format!("{k}={v}: at most 255"))
-    }
-    fn n_or(&self, k: &str, d: u64) -> Result<u64, String> {
-        match self.opt(k) {
-            Some(_) => self.n(k),
-            None => Ok(d),
-        }
-    }
-}
-
-fn access(list: &str) -> Result<Access, String> {
-    let mut a = Access::empty();
-    for f in list.split(',').filter(|s| !s.is_empty()) {
-        a = a.union(match f {
-            "local_write" => Access::LOCAL_WRITE,
-            "remote_write" => Access::REMOTE_WRITE,
-            "remote_read" => Access::REMOTE_READ,
-            "remote_atomic" => Access::REMOTE_ATOMIC,
-            o => return Err(format!("access flag {o:?}")),
-        });
-    }
-    Ok(a)
-}
-
-pub fn status_name(s: WcStatus) -> &'static str {
-    match s {
-        WcStatus::Success => "SUCCESS",
-        WcStatus::LocLenErr => "LOC_LEN_ERR",
-        WcStatus::LocQpOpErr => "LOC_QP_OP_ERR",
-        WcStatus::LocProtErr => "LOC_PROT_ERR",
-        WcStatus::WrFlushErr => "WR_FLUSH_ERR",
-        WcStatus::BadRespErr => "BAD_RESP_ERR",
-        WcStatus::RemInvReqErr => "REM_INV_REQ_ERR",
-        WcStatus::RemAccessErr => "REM_ACCESS_ERR",
-        WcStatus::RemOpErr => "REM_OP_ERR",
-        WcStatus::RetryExcErr => "RETRY_EXC_ERR",
-        WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
-        WcStatus::MwBindErr => "MW_BIND_ERR",
-    }
-}
-
-pub fn op_name(o: WcOpcode) -> &'static str {
-    match o {
-        WcOpcode::Send => "SEND",
-        WcOpcode::RdmaWrite => "RDMA_WRITE",
-        WcOpcode::RdmaRead => "RDMA_READ",
-        WcOpcode::CompSwap => "COMP_SWAP",
-        WcOpcode::FetchAdd => "FETCH_ADD",
-        WcOpcode::Recv => "RECV",
-        WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
-        WcOpcode::BindMw => "BIND_MW",
-        WcOpcode::LocalInv => "LOCAL_INV",
-    }
 }
