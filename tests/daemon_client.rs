@@ -9,12 +9,12 @@
 
 mod common;
 
-use common::nic::{Ep, Nic, SEND_SRC, WAIT};
+use common::nic::{pattern, Ep, Nic, IOVA, SEND_SRC, WAIT, WRITE_DST, WRITE_SRC};
 use roce_emu::backend::{Backend, Outgoing, Received};
 use roce_emu::daemon::client::{self, AttachError, DaemonBackend};
 use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
 use roce_emu::daemon::lease;
-use roce_emu::engine::{Completion, Mtu, SendOp};
+use roce_emu::engine::{Completion, Mtu, Remote, SendOp, WcOpcode};
 use roce_emu::ring::{DaemonEnd, Link, Meta};
 use roce_emu::verbs::{self, Context, Device, Event};
 use socket2::{Domain, SockAddr, Socket, Type};
@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 /// The fake daemon's port: a UDP port on loopback, sending from this source port.
 const PORT_IP: &str = "127.0.0.1";
 const SRC_PORT: u16 = 50_123;
+/// `Mode::Small`'s rings: about 60 packets of the port's MTU.
+const SMALL_RING: usize = 64 << 10;
+/// The largest packet an engine makes: a 4096-byte MTU and headers.
+const PACKET_MAX: usize = 4096 + 256;
 
 fn port_info() -> PortInfo {
     PortInfo {
@@ -59,6 +63,10 @@ enum Mode {
     Silent,
     /// Welcomes with the smallest rings and never reads what processes send.
     Stalled,
+    /// Welcomes with small rings, and moves nothing while `Seen::hold` is set (a daemon
+    /// descheduled on a loaded machine); never drops: it takes a packet only when every
+    /// receive ring has room for it.
+    Small,
 }
 
 enum Cmd {
@@ -80,6 +88,8 @@ struct Seen {
     bad_meta: AtomicU64,
     /// Packets for a block nobody holds.
     unrouted: AtomicU64,
+    /// `Mode::Small` moves nothing while set.
+    hold: AtomicBool,
 }
 
 struct Fake {
@@ -158,15 +168,15 @@ fn run_fake(
                     };
                     control::send(s.as_fd(), &info, &[]).unwrap();
                 }
-                (ToDaemon::Hello { version, pid }, Mode::Welcome | Mode::Stalled) => {
+                (ToDaemon::Hello { version, pid }, Mode::Welcome | Mode::Stalled | Mode::Small) => {
                     assert_eq!(version, control::VERSION);
                     assert_eq!(pid, std::process::id());
                     let block = next_block;
                     next_block += 1;
-                    let cap = if matches!(mode, Mode::Stalled) {
-                        roce_emu::ring::MIN_CAPACITY
-                    } else {
-                        1 << 20
+                    let cap = match mode {
+                        Mode::Stalled => roce_emu::ring::MIN_CAPACITY,
+                        Mode::Small => SMALL_RING,
+                        _ => 1 << 20,
                     };
                     let (end, fds) = Link::create(cap).unwrap();
                     let welcome = ToProcess::Welcome {
@@ -199,13 +209,19 @@ fn run_fake(
             }
         }
         // Every process's packets, to the process holding their DestQP's block.
-        let drain = if matches!(mode, Mode::Stalled) {
-            0
-        } else {
-            procs.len()
-        };
+        let held = matches!(mode, Mode::Stalled)
+            || matches!(mode, Mode::Small) && seen.hold.load(Ordering::Relaxed);
+        let drain = if held { 0 } else { procs.len() };
         for i in 0..drain {
-            while let Ok(Some((meta, len))) = procs[i].end.tx.pop(&mut buf) {
+            loop {
+                if matches!(mode, Mode::Small)
+                    && procs.iter_mut().any(|p| p.end.rx.room(PACKET_MAX) == 0)
+                {
+                    break;
+                }
+                let Ok(Some((meta, len))) = procs[i].end.tx.pop(&mut buf) else {
+                    break;
+                };
                 busy = true;
                 let pkt = &buf[..len];
                 let want_src = (PORT_IP.parse::<IpAddr>().unwrap(), SRC_PORT);
@@ -521,4 +537,55 @@ fn a_full_ring_drops_and_counts() {
     assert!(t.elapsed() < Duration::from_secs(1));
     assert_eq!(a.stats().tx_stalled, 5);
     assert_eq!(a.ring_stats().1.pushed, 1);
+}
+
+/// A daemon that falls behind costs no packet. While it moves nothing (as when it is
+/// descheduled on a loaded machine), a WRITE four times the size of the process's tx ring
+/// fills the ring; the engine keeps the rest, unsent, instead of dropping it (a NIC stops
+/// taking work when its queue is full; nothing tells UC or UD to send again), and sends it
+/// once the daemon drains the ring. Before the driver asked `Backend::send_room`, the
+/// packets that did not fit were dropped (`tx_stalled`) and left for RC's retransmission.
+#[test]
+fn a_daemon_that_falls_behind_loses_nothing() {
+    let fake = Fake::start("behind", Mode::Small);
+    let a = nic(&fake.path);
+    let b = nic(&fake.path);
+    let (qa, qb) = (a.qp(), b.qp());
+    qa.connect(qb.info());
+    qb.connect(qa.info());
+    let len = 4 * SMALL_RING as u32;
+    let data = pattern(7, len);
+    a.mr.write(IOVA + WRITE_SRC, &data).unwrap();
+    fake.seen.hold.store(true, Ordering::Relaxed);
+    let remote = Remote {
+        va: IOVA + WRITE_DST,
+        rkey: b.mr.rkey().0,
+    };
+    qa.post(SendOp::Write { remote }, WRITE_SRC, len).unwrap();
+    // The NIC runs while its program polls: 20 ms of polls with the daemon away (well
+    // under the QP's ACK timeout, so no retransmission is due).
+    let t = Instant::now();
+    let mut c = [Completion::default()];
+    while t.elapsed() < Duration::from_millis(20) {
+        assert_eq!(
+            a.ctx.poll_cq(a.cq, &mut c).unwrap(),
+            0,
+            "completed while held"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let full = a.ctx.port_stats();
+    assert_eq!(
+        full.tx_stalled, 0,
+        "packets dropped while the daemon was away: {full:?}"
+    );
+    assert!(a.ctx.io_stats().tx_datagrams > 0, "nothing was sent at all");
+    fake.seen.hold.store(false, Ordering::Relaxed);
+    assert_eq!(qa.poll_one().opcode, WcOpcode::RdmaWrite);
+    assert_eq!(
+        b.bytes(WRITE_DST, len),
+        data,
+        "the WRITE's bytes at the responder"
+    );
+    assert_eq!(a.ctx.port_stats().tx_stalled, 0);
 }

@@ -3,7 +3,8 @@
 //! that push and pop raw packets, and a plain UDP socket on 127.0.31.2 as the network.
 //! Routing by DestQP block, packets for nobody counted, hairpin between two processes of
 //! the daemon, a process's forged source address refused, detach and quarantine, a wrong
-//! protocol version refused, and PortDown to every process when the daemon stops.
+//! protocol version refused, PortDown to every process when the daemon stops, and a
+//! hairpin that waits for room in its receiver's ring (then drops, past the hold).
 
 use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
 use roce_emu::daemon::lease;
@@ -36,11 +37,17 @@ impl Drop for Running {
 }
 
 fn start(ip: &str, tag: &str) -> Running {
+    start_holding(ip, tag, roce_emu::daemon::server::HAIRPIN_HOLD)
+}
+
+/// [`start`] with packets between two of its processes held for `hold` at most.
+fn start_holding(ip: &str, tag: &str, hold: Duration) -> Running {
     let socket =
         std::env::temp_dir().join(format!("roce-emu-test-{tag}-{}.sock", std::process::id()));
     let mut cfg = Config::new(PortSpec::Udp(ip.parse().unwrap()), socket.clone());
     cfg.quarantine = Duration::from_secs(3600);
     cfg.ring_bytes = 1 << 16;
+    cfg.hairpin_hold = hold;
     let d = Daemon::open(cfg).expect("daemon");
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = Arc::clone(&stop);
@@ -409,5 +416,103 @@ fn an_absurd_quarantine_is_an_error_not_a_panic() {
     assert!(
         err.contains("too long") && !err.contains("panicked"),
         "{err}"
+    );
+}
+
+/// Pushes `tags` as packets of `len` bytes to `to` from `p`, as fast as its tx ring has
+/// room (as the driver does: `Producer::room`), within `WAIT`.
+fn push_all(p: &mut Proc, ours: SocketAddr, to: u32, tags: std::ops::Range<u8>, len: usize) {
+    let deadline = Instant::now() + WAIT;
+    let mut tags = tags.peekable();
+    while tags.peek().is_some() {
+        for _ in 0..p.link.tx.room(len) {
+            let Some(t) = tags.next() else { break };
+            p.link
+                .tx
+                .try_push(&Meta::new(ours, ours), &packet(to, t, len))
+                .unwrap();
+        }
+        p.link.tx.flush().unwrap();
+        assert!(Instant::now() < deadline, "no room for {:?}", tags.peek());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The tags (body bytes) of what `p` has received, in order.
+fn drain_tags(p: &mut Proc) -> Vec<u8> {
+    let mut pool = vec![0u8; 65536];
+    let mut out = [Popped {
+        meta: Meta::new(any(), any()),
+        offset: 0,
+        len: 0,
+    }];
+    let mut tags = Vec::new();
+    while p.link.rx.pop_batch(&mut pool, 65536, &mut out).unwrap() == 1 {
+        tags.push(pool[out[0].offset + 8]);
+    }
+    tags
+}
+
+/// Two processes of one daemon are joined without loss, as PFC joins two NICs: while the
+/// receiver's ring is full (its program descheduled), the sender's packets wait in the
+/// sender's ring, in order, and arrive once it reads; nothing is dropped (UC and UD would
+/// never send it again). A receiver that stops reading for longer than the daemon's
+/// hairpin hold no longer holds its sender: what does not fit is dropped and counted,
+/// and the sender's ring drains.
+#[test]
+fn a_hairpin_waits_for_room_in_the_receivers_ring() {
+    let ours: SocketAddr = "127.0.31.55:4791".parse().unwrap();
+    // 40 packets of 2000 bytes: 82 KB, more than a 64 KiB ring, less than two.
+    let (n, len) = (40u8, 2000);
+    {
+        let d = start_holding("127.0.31.55", "hold", Duration::from_secs(30));
+        let mut a = attach(&d.socket);
+        let mut b = attach(&d.socket);
+        let (b_lo, _) = lease::range(b.block);
+        push_all(&mut a, ours, b_lo | 1, 0..n, len);
+        // b reads nothing for a while: a's packets wait.
+        std::thread::sleep(Duration::from_millis(50));
+        let c = counters(&d.socket);
+        assert_eq!(c["counters"]["ring_full"], 0, "{c}");
+        let mut got = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while got.len() < n as usize {
+            got.extend(drain_tags(&mut b));
+            assert!(Instant::now() < deadline, "{} of {n} arrived", got.len());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(got, (0..n).collect::<Vec<u8>>(), "every packet, in order");
+        let c = counters(&d.socket);
+        assert_eq!(c["counters"]["ring_full"], 0, "{c}");
+        assert_eq!(c["counters"]["hairpin_pkts"], u64::from(n), "{c}");
+    }
+    // A receiver that stops reading: held for 50 ms, then dropped.
+    let d = start_holding("127.0.31.55", "hold2", Duration::from_millis(50));
+    let mut a = attach(&d.socket);
+    let mut b = attach(&d.socket);
+    let (b_lo, _) = lease::range(b.block);
+    push_all(&mut a, ours, b_lo | 1, 0..n, len);
+    let deadline = Instant::now() + WAIT;
+    let c = loop {
+        let c = counters(&d.socket);
+        // Every packet taken from a's ring (`hairpin_pkts`), the ones that did not fit
+        // dropped (`ring_full`).
+        if c["counters"]["hairpin_pkts"] == u64::from(n) {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a's packets neither arrived nor dropped: {c}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let dropped = c["counters"]["ring_full"].as_u64().unwrap();
+    assert!(dropped > 0, "{c}");
+    let got = drain_tags(&mut b);
+    assert_eq!(got.len() as u64 + dropped, u64::from(n), "{c}");
+    assert_eq!(
+        got,
+        (0..got.len() as u8).collect::<Vec<u8>>(),
+        "the first ones, in order"
     );
 }

@@ -235,6 +235,9 @@ impl<B: Backend> Backend for Capture<B> {
         }
         r
     }
+    fn send_room(&mut self, largest: usize) -> usize {
+        self.inner.send_room(largest)
+    }
     fn rx_fd(&self) -> BorrowedFd<'_> {
         self.inner.rx_fd()
     }

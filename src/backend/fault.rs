@@ -84,6 +84,9 @@ impl<B: Backend> Backend for Lossy<B> {
         }
         self.inner.send_batch(pool, slot, &self.keep)
     }
+    fn send_room(&mut self, largest: usize) -> usize {
+        self.inner.send_room(largest)
+    }
     fn rx_fd(&self) -> BorrowedFd<'_> {
         self.inner.rx_fd()
     }

@@ -138,6 +138,14 @@ pub trait Backend: Send {
         slot: usize,
         out: &[Outgoing],
     ) -> Result<(), BackendError>;
+    /// How many datagrams of up to `largest` bytes `send_batch` takes now without
+    /// dropping one for want of room on the way out. A NIC never drops its own packets
+    /// because its host queue is full; it stops taking work until there is room, so a
+    /// caller sends no more than this and keeps the rest in the engine. Unbounded for a
+    /// port that never refuses (a socket's send waits for room: `udp`).
+    fn send_room(&mut self, _largest: usize) -> usize {
+        usize::MAX
+    }
     /// What to sleep on until `recv_batch` has something.
     fn rx_fd(&self) -> BorrowedFd<'_>;
     /// The caller is about to sleep on `rx_fd` (and calls this before every such sleep).
@@ -183,6 +191,9 @@ impl<B: Backend + ?Sized> Backend for Box<B> {
         out: &[Outgoing],
     ) -> Result<(), BackendError> {
         (**self).send_batch(pool, slot, out)
+    }
+    fn send_room(&mut self, largest: usize) -> usize {
+        (**self).send_room(largest)
     }
     fn rx_fd(&self) -> BorrowedFd<'_> {
         (**self).rx_fd()

@@ -9,8 +9,11 @@
 //!
 //! Data: received packets are popped from the rx ring straight into the driver's pool (no
 //! system call while packets are there); packets to send are pushed on the tx ring and
-//! published once per batch. A full ring is a counted drop (RC retransmits), never a
-//! block. An empty receive arms the ring (`Consumer::arm`) so the daemon rings the rx
+//! published once per batch. The driver sends no more than the tx ring has room for
+//! ([`Backend::send_room`]): the rest waits in the engine, unsent, as a NIC stops taking
+//! work while its queue is full, so a daemon that falls behind costs no packet (UC and UD
+//! would never send it again). A send that finds the ring full anyway is a counted drop,
+//! never a block. An empty receive arms the ring (`Consumer::arm`) so the daemon rings the rx
 //! doorbell, the socket end the driver sleeps on ([`Backend::rx_fd`]).
 //!
 //! Control after the attach: a small thread (all signals blocked, as the progress
@@ -236,7 +239,8 @@ pub struct DaemonBackend {
     leaving: Arc<AtomicBool>,
     control: Option<std::thread::JoinHandle<()>>,
     popped: Vec<Popped>,
-    /// Packets to send dropped because the tx ring was full (RC retransmits).
+    /// Packets to send dropped because the tx ring was full (a caller that did not ask
+    /// `send_room`; the driver always does).
     tx_full: u64,
     /// `Using` was said (`Backend::mark_used`).
     used: bool,
@@ -500,7 +504,8 @@ impl Backend for DaemonBackend {
                 // Too large is counted by the ring; the engine never makes one.
                 Ok(()) | Err(PushError::TooLarge) => {}
                 Err(PushError::Full) => {
-                    // The rest would not fit either: a full queue drops, RC retransmits.
+                    // The rest would not fit either: dropped (the driver asks `send_room`
+                    // first, so it never gets here).
                     self.tx_full += (out.len() - i) as u64;
                     break;
                 }
@@ -513,6 +518,11 @@ impl Backend for DaemonBackend {
             .flush()
             .map_err(|e| send_err(first, self.broken("send", e)))?;
         Ok(())
+    }
+
+    fn send_room(&mut self, largest: usize) -> usize {
+        // The daemon drains the ring; while it is full, the engine keeps what it has.
+        self.tx.room(largest)
     }
 
     fn rx_fd(&self) -> BorrowedFd<'_> {

@@ -36,7 +36,7 @@ use crate::wire::Ecn;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 pub use open::default_socket;
 use open::{listen, open_port};
-use route::{deliver, flush_all, hairpin};
+use route::{deliver, flush_all, hairpin, hold_for_room};
 use serde::Serialize;
 use socket2::Socket;
 use std::os::fd::AsFd;
@@ -78,6 +78,16 @@ const CONTROL_SNDBUF: usize = 1 << 20;
 /// `counters` answer larger than its socket's buffer is queued here and sent as the
 /// socket drains); a process with more than this waiting is detached.
 const MAX_OUTBOX: usize = 8 << 20;
+/// How long a process's packet to another process of the daemon (a hairpin) waits for room
+/// in the receiver's ring before it is dropped (`ring_full`), as a switch's PFC watchdog
+/// (100-200 ms at the vendors') ends a pause that never lifts: a receiver that is only
+/// descheduled for a while loses nothing, one that stopped reading cannot hold its
+/// senders forever. Past it, that sender's packets to full rings drop at once until one
+/// passes again.
+pub const HAIRPIN_HOLD: Duration = Duration::from_millis(100);
+/// How soon the loop looks again at a sender held for room (a receiver frees it without
+/// a doorbell).
+const HOLD_RETRY: Duration = Duration::from_micros(100);
 
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -105,6 +115,9 @@ pub struct Config {
     /// Congestion-control settings handed to every attached process (`--cc`: the
     /// `engine::CcConfig` key=value syntax, checked when set).
     pub cc: Option<String>,
+    /// How long a packet between two of its processes waits for room in the receiver's
+    /// ring before it is dropped ([`HAIRPIN_HOLD`] unless set).
+    pub hairpin_hold: Duration,
 }
 
 impl Config {
@@ -121,6 +134,7 @@ impl Config {
             spin: Duration::from_micros(DEFAULT_SPIN_US),
             idle_exit: None,
             cc: None,
+            hairpin_hold: HAIRPIN_HOLD,
         }
     }
 }
@@ -204,6 +218,10 @@ pub(super) struct Client {
     pub(super) outbox_bytes: usize,
     /// A CM client (its `CmHello` was served): its messages are `cm::ucma::Request`s.
     pub(super) cm: bool,
+    /// Since when its next packet waits for room in another process's receive ring (a
+    /// hairpin, see `send_batch_of`); kept, once past `HAIRPIN_HOLD`, until a packet of
+    /// it passes again.
+    pub(super) held_since: Option<Instant>,
 }
 
 /// What a stopped daemon reports.
@@ -450,8 +468,16 @@ impl Daemon {
         // The port's own preparation (its capture's buffered frames reach the file, for a
         // reader following it: `roce-emu ladder --live`).
         let mut work = self.port.prepare_sleep();
+        let mut held = false;
         for c in &mut self.clients {
             if let Some(l) = &mut c.link {
+                if c.held_since
+                    .is_some_and(|t| t.elapsed() < self.cfg.hairpin_hold)
+                {
+                    // Its packets wait for room that frees without a doorbell.
+                    held = true;
+                    continue;
+                }
                 // Packets already queued: no sleep. Otherwise ask to be rung.
                 match l.tx.arm() {
                     Ok(true) => work = true,
@@ -462,6 +488,8 @@ impl Daemon {
         }
         let timeout = if work {
             Duration::ZERO
+        } else if held {
+            HOLD_RETRY.min(self.cm_wait())
         } else {
             MAX_SLEEP.min(self.cm_wait())
         };
@@ -578,6 +606,7 @@ impl Daemon {
             let Some(link) = self.clients[k].link.as_mut() else {
                 break;
             };
+            let mark = link.tx.mark();
             let e = match link.tx.take() {
                 Ok(Some(e)) => e,
                 Ok(None) => break,
@@ -589,8 +618,20 @@ impl Daemon {
                     break;
                 }
             };
-            n += 1;
             let meta = *e.meta();
+            if addrs.contains(&meta.dst.ip())
+                && hold_for_room(
+                    &mut self.clients,
+                    &self.leases,
+                    self.cfg.hairpin_hold,
+                    k,
+                    mark,
+                    &e,
+                )
+            {
+                break;
+            }
+            n += 1;
             let ok_src = addrs.contains(&meta.src.ip())
                 && self.src_port.is_none_or(|sp| sp == meta.src.port());
             if !ok_src {

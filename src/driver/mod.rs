@@ -53,7 +53,15 @@ pub struct Driver<B: Backend = UdpBackend> {
     idle_receives: u32,
     /// The clock's last reading by this driver (see `recent_now`).
     last_now: Instant,
+    /// The port had no room for all the engine had to send (`Backend::send_room`): the
+    /// rest waits in the engine, and the next sleep is at most `TX_RETRY`.
+    tx_blocked: bool,
 }
+
+/// How long a driver whose port had no room sleeps before it looks again: the daemon
+/// draining a ring rings no bell for the producer (it polls while busy), and a few
+/// microseconds of its turns free room for a batch.
+const TX_RETRY: Duration = Duration::from_micros(50);
 
 /// An idle `receive` looks at the timers on its first call and every this many after, and
 /// after `until_deadline`. Reading the clock on every call was a fifth of a polling loop's
@@ -95,6 +103,7 @@ impl<B: Backend> Driver<B> {
             ),
             idle_receives: 0,
             last_now: Instant::ZERO,
+            tx_blocked: false,
         }
     }
 
@@ -182,14 +191,19 @@ impl<B: Backend> Driver<B> {
     /// The second half of `poll`: sends everything the engine has, in batches.
     pub fn transmit(&mut self) -> Result<bool, BackendError> {
         let mut did = false;
+        self.tx_blocked = false;
         if !self.engine.may_transmit() {
             return Ok(false);
         }
         let now = self.clock.now();
         self.last_now = now;
         loop {
+            // No more than the port takes: what it has no room for stays in the engine
+            // (unsent, so not yet complete, and never lost).
+            let room = self.backend.send_room(BUF);
+            let batch = TX_BATCH.min(room);
             let mut n = 0;
-            while n < TX_BATCH {
+            while n < batch {
                 let Some(t) = self
                     .engine
                     .poll_transmit(now, &mut self.buf[n * BUF..(n + 1) * BUF])
@@ -210,7 +224,11 @@ impl<B: Backend> Driver<B> {
                     .send_batch(&mut self.buf, BUF, &self.out[..n])?;
                 self.io.tx_datagrams += n as u64;
             }
-            if n < TX_BATCH {
+            if n < batch {
+                break;
+            }
+            if batch < TX_BATCH {
+                self.tx_blocked = self.engine.may_transmit();
                 break;
             }
         }
@@ -227,6 +245,11 @@ impl<B: Backend> Driver<B> {
             // Packets wait already (they landed after the last receive).
             return Duration::ZERO;
         }
+        let max = if self.tx_blocked {
+            max.min(TX_RETRY)
+        } else {
+            max
+        };
         match self.engine.poll_timeout() {
             Some(t) => t.since(self.clock.now()).min(max),
             None => max,

@@ -75,8 +75,10 @@
 //! that is framed correctly but says something impossible (unknown address bits, a
 //! segment longer than the packet) is dropped and counted. The capacity is read once, at
 //! attach, and the memfd is sealed, so no access can leave the mapping or hit a page past
-//! the end of the file. The producer never blocks: a full ring is [`PushError::Full`]
-//! (the caller counts a drop; RC retransmits).
+//! the end of the file. The producer never blocks: a full ring is [`PushError::Full`];
+//! [`Producer::room`] says beforehand how many packets surely fit, so a producer that can
+//! wait (a process's engine) keeps the rest, and one that cannot (the daemon delivering
+//! from the port) counts a drop.
 //!
 //! `ring` is a leaf: it imports nothing else of the crate, so the daemon and the verbs
 //! layer can both use it (`tests/layering.rs`).

@@ -231,6 +231,22 @@ impl Producer {
         PushError::Broken(broke(&mut self.broken, c))
     }
 
+    /// How many more packets of up to `largest` bytes `try_push` surely takes now: the
+    /// free space (the consumer's head loaded afresh) less one pad at the wrap, in
+    /// records of the largest size. 0 for a broken ring (its `try_push` says why).
+    pub fn room(&mut self, largest: usize) -> usize {
+        if self.broken.is_some() {
+            return 0;
+        }
+        if let Err(c) = self.load_head() {
+            broke(&mut self.broken, c);
+            return 0;
+        }
+        let rec = record_len(largest.min(MAX_PACKET)) as u64;
+        let free = self.m.cap as u64 - (self.tail - self.head);
+        (free.saturating_sub(rec) / rec) as usize
+    }
+
     /// Writes one entry into the ring without publishing it (see [`Producer::flush`]).
     /// Never blocks: a full ring is [`PushError::Full`].
     pub fn try_push(&mut self, meta: &Meta, packet: &[u8]) -> Result<(), PushError> {
@@ -574,6 +590,22 @@ impl Consumer {
             self.stats.popped += 1;
         }
         Ok(e)
+    }
+
+    /// Where the next `take` starts: for [`Consumer::untake`].
+    pub fn mark(&self) -> u64 {
+        self.head
+    }
+
+    /// Puts back the packet taken since `mark` (not yet committed): the next `take`
+    /// returns it again, read afresh. For a consumer that takes a packet, finds it cannot
+    /// pass it on yet, and must keep it and the packets after it in order. A mark from
+    /// before the last commit, or from the future, changes nothing.
+    pub fn untake(&mut self, mark: u64) {
+        if (self.published..self.head).contains(&mark) {
+            self.head = mark;
+            self.stats.popped = self.stats.popped.saturating_sub(1);
+        }
     }
 
     /// Copies `dst.len()` bytes of a taken packet, from its byte `skip`; `false` (nothing

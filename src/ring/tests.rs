@@ -371,3 +371,37 @@ fn a_peer_cannot_make_a_doorbell_block() {
     // Its ends gone, the daemon's consumer end reads EOF: a sleeper there wakes.
     assert!(daemon.tx.wait(Duration::from_secs(5)).is_ok());
 }
+
+/// `room(largest)` is a promise: that many packets of up to `largest` bytes are taken,
+/// wherever the ring's indices stand (a pad at the wrap included), and it is not far
+/// short of what fits (one record, the pad's worst case).
+#[test]
+fn room_is_what_surely_fits() {
+    let (mut p, mut c, _f) = pair(64 << 10);
+    let mut buf = vec![0u8; MAX_PACKET];
+    let largest = 4352;
+    let rec = record_len(largest);
+    assert_eq!(p.room(largest), (64 << 10) / rec - 1);
+    // Every start offset a 100-byte entry leaves: the packets of `room` then wrap.
+    for start in 0..40usize {
+        p.push(&meta(0), &payload(start, 100 + start % 7)).unwrap();
+        while c.pop(&mut buf).unwrap().is_some() {}
+        for len in [largest, 1000, 1] {
+            let n = p.room(largest);
+            for i in 0..n {
+                p.try_push(&meta(i as u16), &payload(i, len))
+                    .unwrap_or_else(|e| panic!("start {start}, len {len}: {i} of {n}: {e:?}"));
+            }
+            p.flush().unwrap();
+            if len == largest {
+                assert_eq!(p.room(largest), 0, "start {start}: full to within a record");
+            }
+            while c.pop(&mut buf).unwrap().is_some() {}
+            assert_eq!(
+                p.room(largest),
+                (64 << 10) / rec - 1,
+                "all taken, room again (start {start}, len {len})"
+            );
+        }
+    }
+}

@@ -376,6 +376,9 @@ impl<B: Backend> Backend for Faulty<B> {
         Ok(())
     }
 
+    fn send_room(&mut self, largest: usize) -> usize {
+        self.inner.send_room(largest)
+    }
     fn rx_fd(&self) -> BorrowedFd<'_> {
         self.wake.0.as_fd()
     }

@@ -385,6 +385,7 @@ impl Daemon {
                 outbox: Default::default(),
                 outbox_bytes: 0,
                 cm: false,
+                held_since: None,
             });
         }
     }

@@ -1,10 +1,11 @@
 //! Where the daemon's packets go: to the process that leases the block of their BTH
 //! DestQP, from the port (one copy into its receive ring) or from another process of the
-//! daemon (the hairpin: one copy, ring to ring).
+//! daemon (the hairpin: one copy, ring to ring, waiting while the receiver's ring is full).
 
 use super::{Client, PortCounters};
 use crate::daemon::lease::Leases;
 use crate::ring::{DaemonEnd, Entry, Meta, PushError};
+use std::time::{Duration, Instant};
 
 /// The index of the client that owns the block of a packet's DestQP (`bth`: its first 12
 /// or more bytes), counting the packet as received and, if nobody has it, why.
@@ -68,6 +69,56 @@ pub(super) fn deliver(
         None => return,
     };
     pushed(c, counters, bytes.len(), r);
+}
+
+/// Whether client `k`'s packet `e`, taken at `mark`, to another process of the daemon
+/// waits (put back: it and what follows it stay in `k`'s ring, in order, and `k`'s engine
+/// stops sending once the ring is full): its receiver's ring has no room, and `k` has
+/// waited less than `limit` (`Config::hairpin_hold`). A lossless link between two
+/// programs on one machine, as PFC makes one between two NICs: UC and UD never send again.
+pub(super) fn hold_for_room(
+    clients: &mut [Client],
+    leases: &Leases,
+    limit: Duration,
+    k: usize,
+    mark: u64,
+    e: &Entry,
+) -> bool {
+    if hairpin_room(clients, leases, k, e) {
+        clients[k].held_since = None;
+        return false;
+    }
+    let c = &mut clients[k];
+    let since = *c.held_since.get_or_insert_with(Instant::now);
+    if since.elapsed() >= limit {
+        return false;
+    }
+    if let Some(l) = c.link.as_mut() {
+        l.tx.untake(mark);
+    }
+    true
+}
+
+/// Whether the owner of packet `e`'s DestQP block (`e` taken from client `k`'s send
+/// ring) has room for it in its receive ring now. True when it has no owner (the hairpin
+/// counts that drop) or the BTH cannot be read: only a full ring is worth waiting for.
+fn hairpin_room(clients: &mut [Client], leases: &Leases, k: usize, e: &Entry) -> bool {
+    let mut bth = [0u8; 8];
+    let read = clients[k]
+        .link
+        .as_ref()
+        .is_some_and(|l| l.tx.read(e, 0, &mut bth));
+    if !read {
+        return true;
+    }
+    let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+    let Some(owner) = leases.owner(qpn) else {
+        return true;
+    };
+    match clients.iter_mut().find(|c| c.id == owner) {
+        Some(c) => c.link.as_mut().is_none_or(|l| l.rx.room(e.len()) > 0),
+        None => true,
+    }
 }
 
 /// Hands packet `e`, taken from client `k`'s send ring, to the owner of its DestQP's
