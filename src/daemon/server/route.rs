@@ -16,20 +16,25 @@ pub(super) fn owner_of(
     bth: &[u8],
 ) -> Option<usize> {
     counters.rcvd_pkts += 1;
-    // BTH DestQP: bytes 5..8 of the packet (IBA 9.2).
     if bth.len() < 12 {
         counters.malformed += 1;
         return None;
     }
-    let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
-    let i = leases
-        .owner(qpn)
-        .and_then(|owner| clients.iter().position(|c| c.id == owner))
-        .filter(|&i| clients[i].link.is_some());
+    let i = owner_index(clients, leases, bth);
     if i.is_none() {
         counters.no_owner += 1;
     }
     i
+}
+
+/// The index of the attached client that leases the block of the BTH DestQP in `bth`
+/// (bytes 5..8 of the packet, IBA 9.2; at least 8 bytes).
+fn owner_index(clients: &[Client], leases: &Leases, bth: &[u8]) -> Option<usize> {
+    let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+    leases
+        .owner(qpn)
+        .and_then(|owner| clients.iter().position(|c| c.id == owner))
+        .filter(|&i| clients[i].link.is_some())
 }
 
 /// Counts a push of `len` bytes into client `c`'s receive ring.
@@ -111,12 +116,11 @@ fn hairpin_room(clients: &mut [Client], leases: &Leases, k: usize, e: &Entry) ->
     if !read {
         return true;
     }
-    let qpn = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
-    let Some(owner) = leases.owner(qpn) else {
-        return true;
-    };
-    match clients.iter_mut().find(|c| c.id == owner) {
-        Some(c) => c.link.as_mut().is_none_or(|l| l.rx.room(e.len()) > 0),
+    match owner_index(clients, leases, &bth) {
+        Some(i) => clients[i]
+            .link
+            .as_mut()
+            .is_none_or(|l| l.rx.room(e.len()) > 0),
         None => true,
     }
 }
