@@ -16,6 +16,7 @@ pub mod daemon_path;
 #[cfg(test)]
 mod fake;
 pub mod fault;
+mod held;
 pub mod ifaddrs;
 pub mod l2;
 pub mod link;

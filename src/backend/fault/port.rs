@@ -8,35 +8,21 @@
 //! copy.
 //!
 //! Held packets (delay, reorder) must come out on time even when no other traffic
-//! wakes the daemon, so `rx_fd` is an epoll set of the inner backend's descriptor and a
-//! timer armed for the next release: the daemon then calls `recv_batch`, which releases
-//! what is due both ways.
+//! wakes the daemon: the timer of `backend::held` is armed for the next release, and the
+//! daemon's `recv_batch` releases what is due both ways.
 
 use super::rule::{Dir, Faults, REORDER_MAX_HOLD};
-use crate::backend::udp::TX_BATCH;
+use crate::backend::held::{Held as HeldPort, Pkt};
 use crate::backend::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::Ecn;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The rules a [`Faulty`] port applies, shared with whoever changes them.
 pub type FaultHandle = Arc<Mutex<Faults>>;
-
-/// A datagram the wrapper holds (queued for the caller, or held back by a rule).
-#[derive(Debug, Clone)]
-struct Pkt {
-    src: SocketAddr,
-    dst: SocketAddr,
-    ipv4_id: Option<u16>,
-    ecn: Ecn,
-    bytes: Vec<u8>,
-}
 
 #[derive(Debug)]
 struct Held {
@@ -78,46 +64,25 @@ impl Way {
 pub struct Faulty<B> {
     inner: B,
     faults: FaultHandle,
-    wake: Epoll,
-    timer: TimerFd,
-    /// The timer is set (so the next turn must look at it).
-    armed: bool,
+    /// The timer, the buffers and the send batch of held packets.
+    port: HeldPort,
     rx: Way,
     tx: Way,
     /// Received packets waiting for room in the caller's pool.
     rx_ready: VecDeque<Pkt>,
     rx_pool: Vec<u8>,
     rx_meta: Vec<Received>,
-    /// Our own transmit batch, `slot` bytes a datagram.
-    tx_pool: Vec<u8>,
-    tx_meta: Vec<Outgoing>,
-    slot: usize,
     dropped: u64,
-}
-
-fn io_err(e: nix::Error) -> BackendError {
-    BackendError::link("set up fault timers for", "port", std::io::Error::from(e))
 }
 
 impl<B: Backend> Faulty<B> {
     pub fn new(inner: B, faults: FaultHandle) -> Result<Faulty<B>, BackendError> {
-        let wake = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io_err)?;
-        let timer = TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )
-        .map_err(io_err)?;
-        wake.add(inner.rx_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))
-            .map_err(io_err)?;
-        wake.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 1))
-            .map_err(io_err)?;
+        let port = HeldPort::new(inner.rx_fd(), "set up fault timers for")?;
         let slot = crate::backend::udp::RX_SLOT;
         Ok(Faulty {
             inner,
             faults,
-            wake,
-            timer,
-            armed: false,
+            port,
             rx: Way::default(),
             tx: Way::default(),
             rx_ready: VecDeque::new(),
@@ -134,9 +99,6 @@ impl<B: Backend> Faulty<B> {
                 };
                 crate::backend::udp::RX_BATCH
             ],
-            tx_pool: Vec::new(),
-            tx_meta: Vec::with_capacity(TX_BATCH),
-            slot: 0,
             dropped: 0,
         })
     }
@@ -176,6 +138,7 @@ impl<B: Backend> Faulty<B> {
         };
         if fate.drop {
             self.dropped += 1;
+            self.port.recycle(pkt);
             return;
         }
         let copies = 1 + fate.extra as usize;
@@ -190,50 +153,30 @@ impl<B: Backend> Faulty<B> {
                 .reorder
                 .filter(|_| fate.delay.is_none())
                 .map(|d| way.passed + u64::from(d));
-            for _ in 0..copies {
+            for _ in 1..copies {
+                let copy = self
+                    .port
+                    .copy((pkt.src, pkt.dst), pkt.ipv4_id, pkt.ecn, &pkt.bytes);
                 way.held.push(Held {
-                    pkt: pkt.clone(),
+                    pkt: copy,
                     due,
                     after,
                 });
             }
+            way.held.push(Held { pkt, due, after });
             return;
         }
-        for _ in 0..copies {
-            ready.push_back(pkt.clone());
+        for _ in 1..copies {
+            let copy = self
+                .port
+                .copy((pkt.src, pkt.dst), pkt.ipv4_id, pkt.ecn, &pkt.bytes);
+            ready.push_back(copy);
             way.passed += 1;
             way.release(now, ready);
         }
-    }
-
-    /// Sends `pkts` in batches of our own pool.
-    fn send_all(&mut self, pkts: &mut VecDeque<Pkt>) -> Result<(), BackendError> {
-        while !pkts.is_empty() {
-            self.tx_meta.clear();
-            let n = pkts.len().min(TX_BATCH);
-            let slot = pkts
-                .iter()
-                .take(n)
-                .map(|p| p.bytes.len())
-                .max()
-                .unwrap_or(0);
-            self.slot = self.slot.max(slot);
-            if self.tx_pool.len() < self.slot * TX_BATCH {
-                self.tx_pool.resize(self.slot * TX_BATCH, 0);
-            }
-            for (i, p) in pkts.drain(..n).enumerate() {
-                self.tx_pool[i * self.slot..][..p.bytes.len()].copy_from_slice(&p.bytes);
-                self.tx_meta.push(Outgoing {
-                    src: p.src,
-                    dst: p.dst,
-                    len: p.bytes.len(),
-                    ecn: p.ecn,
-                });
-            }
-            self.inner
-                .send_batch(&mut self.tx_pool, self.slot, &self.tx_meta)?;
-        }
-        Ok(())
+        ready.push_back(pkt);
+        way.passed += 1;
+        way.release(now, ready);
     }
 
     /// Sends the held outgoing packets that are due.
@@ -243,7 +186,7 @@ impl<B: Backend> Faulty<B> {
         }
         let mut due = VecDeque::new();
         self.tx.release(now, &mut due);
-        self.send_all(&mut due)
+        self.port.send(&mut self.inner, due)
     }
 
     /// Sets the timer for the next thing due: at once while received packets wait, else
@@ -257,24 +200,7 @@ impl<B: Backend> Faulty<B> {
         } else {
             Some(now)
         };
-        match next {
-            Some(t) => {
-                // A zero expiration would disarm the timer: at least 1 ns.
-                let d = t
-                    .saturating_duration_since(now)
-                    .max(Duration::from_nanos(1));
-                let _ = self.timer.set(
-                    Expiration::OneShot(TimeSpec::from_duration(d)),
-                    TimerSetTimeFlags::empty(),
-                );
-                self.armed = true;
-            }
-            None if self.armed => {
-                let _ = self.timer.unset();
-                self.armed = false;
-            }
-            None => {}
-        }
+        self.port.set_timer(now, next);
     }
 }
 
@@ -289,9 +215,8 @@ impl<B: Backend> Backend for Faulty<B> {
 
     fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
         if self.rx_idle() {
-            if self.armed {
-                let _ = self.timer.unset();
-                self.armed = false;
+            if self.port.armed() {
+                self.port.set_timer(Instant::now(), None);
             }
             return self.inner.recv_batch(pool, out);
         }
@@ -310,13 +235,8 @@ impl<B: Backend> Backend for Faulty<B> {
                 let mut at = r.offset;
                 while at < r.offset + r.len {
                     let len = seg.min(r.offset + r.len - at);
-                    let pkt = Pkt {
-                        src: r.src,
-                        dst: r.dst,
-                        ipv4_id: r.ipv4_id,
-                        ecn: r.ecn,
-                        bytes: self.rx_pool[at..at + len].to_vec(),
-                    };
+                    let bytes = &self.rx_pool[at..at + len];
+                    let pkt = self.port.copy((r.src, r.dst), r.ipv4_id, r.ecn, bytes);
                     self.admit(Dir::In, pkt, now, &mut ready);
                     at += len;
                 }
@@ -343,6 +263,7 @@ impl<B: Backend> Backend for Faulty<B> {
             };
             off += p.bytes.len();
             n += 1;
+            self.port.recycle(p);
         }
         self.rx_ready = ready;
         self.rearm(now);
@@ -362,16 +283,11 @@ impl<B: Backend> Backend for Faulty<B> {
         self.release_tx(now)?;
         let mut ready = VecDeque::with_capacity(out.len());
         for (i, o) in out.iter().enumerate() {
-            let pkt = Pkt {
-                src: o.src,
-                dst: o.dst,
-                ipv4_id: None,
-                ecn: o.ecn,
-                bytes: pool[i * slot..i * slot + o.len].to_vec(),
-            };
+            let bytes = &pool[i * slot..i * slot + o.len];
+            let pkt = self.port.copy((o.src, o.dst), None, o.ecn, bytes);
             self.admit(Dir::Out, pkt, now, &mut ready);
         }
-        self.send_all(&mut ready)?;
+        self.port.send(&mut self.inner, ready)?;
         self.rearm(now);
         Ok(())
     }
@@ -380,7 +296,7 @@ impl<B: Backend> Backend for Faulty<B> {
         self.inner.send_room(largest)
     }
     fn rx_fd(&self) -> BorrowedFd<'_> {
-        self.wake.0.as_fd()
+        self.port.fd()
     }
 
     fn flush_held(&mut self) {

@@ -8,32 +8,20 @@
 //! The queue is shared ([`QueueHandle`]): the daemon sets and clears it at run time and
 //! reads its counters. Disabled and empty, calls go straight to the inner backend.
 //!
-//! Queued packets must leave on time even when nothing else wakes the daemon, so `rx_fd`
-//! is an epoll set of the inner backend's descriptor and a timer armed for the next
-//! departure (as `backend::fault::port::Faulty` does): the daemon then calls
-//! `recv_batch`, which sends what is due. A departure is released at its time or a
+//! Queued packets must leave on time even when nothing else wakes the daemon: the timer
+//! of `backend::held` is armed for the next departure, and the daemon's `recv_batch`
+//! sends what is due. A departure is released at its time or a
 //! little after (timer slack, the daemon's turn): late packets go out together, so the
 //! rate over any interval longer than that slack is the line rate.
 
 use super::model::{Admit, QueueConfig, QueueConfigError, QueueModel, QueueStats};
-use crate::backend::udp::TX_BATCH;
+use crate::backend::held::{Held, Pkt};
 use crate::backend::{Backend, BackendError, Outgoing, PortStats, Received};
 use crate::wire::Ecn;
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::time::TimeSpec;
-use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
-
-/// A datagram in the queue.
-#[derive(Debug)]
-pub struct Pkt {
-    src: SocketAddr,
-    dst: SocketAddr,
-    bytes: Vec<u8>,
-}
+use std::time::Instant;
 
 /// Flows counted apart at most (the first seen; later ones are counted in the totals
 /// only): a bound on what a peer's QPNs can make the daemon keep.
@@ -142,20 +130,9 @@ pub type QueueHandle = Arc<Mutex<QueueState>>;
 pub struct Queued<B> {
     inner: B,
     state: QueueHandle,
-    wake: Epoll,
-    timer: TimerFd,
-    armed: bool,
-    due: Vec<(Pkt, Ecn)>,
-    tx_pool: Vec<u8>,
-    tx_meta: Vec<Outgoing>,
-}
-
-fn io_err(e: nix::Error) -> BackendError {
-    BackendError::link(
-        "set up the queue's timer for",
-        "port",
-        std::io::Error::from(e),
-    )
+    held: Held,
+    /// What has left the queue, to send now.
+    due: Vec<Pkt>,
 }
 
 fn lock(h: &QueueHandle) -> MutexGuard<'_, QueueState> {
@@ -165,25 +142,12 @@ fn lock(h: &QueueHandle) -> MutexGuard<'_, QueueState> {
 
 impl<B: Backend> Queued<B> {
     pub fn new(inner: B, state: QueueHandle) -> Result<Queued<B>, BackendError> {
-        let wake = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io_err)?;
-        let timer = TimerFd::new(
-            ClockId::CLOCK_MONOTONIC,
-            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )
-        .map_err(io_err)?;
-        wake.add(inner.rx_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 0))
-            .map_err(io_err)?;
-        wake.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 1))
-            .map_err(io_err)?;
+        let held = Held::new(inner.rx_fd(), "set up the queue's timer for")?;
         Ok(Queued {
             inner,
             state,
-            wake,
-            timer,
-            armed: false,
+            held,
             due: Vec::new(),
-            tx_pool: Vec::new(),
-            tx_meta: Vec::with_capacity(TX_BATCH),
         })
     }
 
@@ -196,15 +160,19 @@ impl<B: Backend> Queued<B> {
     fn release(&mut self, now: Instant) -> Result<(), BackendError> {
         let next = {
             let mut s = lock(&self.state);
-            let from = self.due.len();
             if s.enabled {
-                while let Some(p) = s.model.pop(now) {
+                while let Some((mut p, ecn)) = s.model.pop(now) {
+                    // The queue's mark, if it made one.
+                    p.ecn = ecn;
                     self.due.push(p);
                 }
             } else {
-                self.due.extend(s.model.drain());
+                self.due.extend(s.model.drain().map(|(mut p, ecn)| {
+                    p.ecn = ecn;
+                    p
+                }));
             }
-            for (p, _) in &self.due[from..] {
+            for p in &self.due {
                 if let Some(f) = s.flow(p.dst, &p.bytes) {
                     f.tx_pkts += 1;
                     f.tx_bytes += p.bytes.len() as u64;
@@ -212,60 +180,12 @@ impl<B: Backend> Queued<B> {
             }
             s.model.next_departure()
         };
-        self.rearm(now, next);
-        self.send_due()
-    }
-
-    fn send_due(&mut self) -> Result<(), BackendError> {
-        let mut at = 0;
-        while at < self.due.len() {
-            let batch = &self.due[at..(at + TX_BATCH).min(self.due.len())];
-            let slot = batch.iter().map(|(p, _)| p.bytes.len()).max().unwrap_or(0);
-            if self.tx_pool.len() < slot * batch.len() {
-                self.tx_pool.resize(slot * batch.len(), 0);
-            }
-            self.tx_meta.clear();
-            for (i, (p, ecn)) in batch.iter().enumerate() {
-                self.tx_pool[i * slot..][..p.bytes.len()].copy_from_slice(&p.bytes);
-                self.tx_meta.push(Outgoing {
-                    src: p.src,
-                    dst: p.dst,
-                    len: p.bytes.len(),
-                    ecn: *ecn,
-                });
-            }
-            at += batch.len();
-            if let Err(e) = self
-                .inner
-                .send_batch(&mut self.tx_pool, slot, &self.tx_meta)
-            {
-                self.due.drain(..at);
-                return Err(e);
-            }
-        }
-        self.due.clear();
-        Ok(())
-    }
-
-    fn rearm(&mut self, now: Instant, next: Option<Instant>) {
-        match next {
-            Some(t) => {
-                // A zero expiration would disarm the timer: at least 1 ns.
-                let d = t
-                    .saturating_duration_since(now)
-                    .max(Duration::from_nanos(1));
-                let _ = self.timer.set(
-                    Expiration::OneShot(TimeSpec::from_duration(d)),
-                    TimerSetTimeFlags::empty(),
-                );
-                self.armed = true;
-            }
-            None if self.armed => {
-                let _ = self.timer.unset();
-                self.armed = false;
-            }
-            None => {}
-        }
+        self.held.set_timer(now, next);
+        let mut due = std::mem::take(&mut self.due);
+        let r = self.held.send(&mut self.inner, due.drain(..));
+        // Its room serves the next release.
+        self.due = due;
+        r
     }
 
     /// Disabled with nothing queued: calls pass straight through.
@@ -281,7 +201,7 @@ impl<B: Backend> Backend for Queued<B> {
     }
 
     fn recv_batch(&mut self, pool: &mut [u8], out: &mut [Received]) -> Result<usize, BackendError> {
-        if !self.idle() || self.armed {
+        if !self.idle() || self.held.armed() {
             self.release(Instant::now())?;
         }
         self.inner.recv_batch(pool, out)
@@ -301,11 +221,8 @@ impl<B: Backend> Backend for Queued<B> {
             let mut s = lock(&self.state);
             if s.enabled {
                 for (i, o) in out.iter().enumerate() {
-                    let pkt = Pkt {
-                        src: o.src,
-                        dst: o.dst,
-                        bytes: pool[i * slot..i * slot + o.len].to_vec(),
-                    };
+                    let bytes = &pool[i * slot..i * slot + o.len];
+                    let pkt = self.held.copy((o.src, o.dst), None, o.ecn, bytes);
                     let (dst, ecn) = (pkt.dst, o.ecn);
                     let head: [u8; 8] = pool[i * slot..][..8.min(o.len)]
                         .try_into()
@@ -331,7 +248,7 @@ impl<B: Backend> Backend for Queued<B> {
         self.inner.send_room(largest)
     }
     fn rx_fd(&self) -> BorrowedFd<'_> {
-        self.wake.0.as_fd()
+        self.held.fd()
     }
 
     fn flush_held(&mut self) {

@@ -2,6 +2,7 @@ use super::*;
 use crate::backend::fake::Fake;
 use crate::backend::fault::Rule;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::time::Duration;
 
 fn port(rules: &[&str]) -> (Faulty<Fake>, FaultHandle) {
     let rules = rules.iter().map(|t| match crate::daemon::fault::parse(t) {
