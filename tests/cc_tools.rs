@@ -50,7 +50,20 @@ fn two_flows_with_dcqcn_through_the_queue() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out = root.join("target/tmp/cc_tools");
     let mut child = Command::new(root.join("tools/cc/run.sh"))
-        .args(["-n", "2", "--cc", "on", "--iters", "400", "--out"])
+        // Started 0.05 s apart: a flow of 400 x 64 KiB paced at the 1 Gbit/s line rate
+        // lasts at least 0.21 s, so the two always share the queue. (At the default 0.5 s
+        // a flow that ran at 800 Mbit/s alone was over before the next began: no marks.)
+        .args([
+            "-n",
+            "2",
+            "--cc",
+            "on",
+            "--iters",
+            "400",
+            "--stagger",
+            "0.05",
+            "--out",
+        ])
         .arg(&out)
         .env("ROCE_EMU", BIN)
         .stdout(Stdio::piped())

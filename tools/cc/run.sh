@@ -17,6 +17,8 @@
 #   --incast     FLOWS short flows started at once (default 8 of 200 x 64 KB) into a
 #                small buffer (default 512KB)
 #   --iters N    messages per flow (default 4000, incast 200), --size BYTES (65536)
+#   --stagger S  seconds between the long flows' starts (default 0.5; an incast's start
+#                together). A flow shorter than that never overlaps the next one
 #   --queue S    the queue's settings (default rate=1gbit buffer=1MB kmin=40KB
 #                kmax=200KB pmax=0.2 seed=1; incast buffer=512KB)
 #   --every SECS the record's interval (default 0.1)
@@ -33,7 +35,7 @@ if [ -z "${ROCE_CC_NETNS:-}" ]; then
 fi
 ip link set lo up
 
-flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1 extra=
+flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1 extra= stagger=0.5
 while [ $# -gt 0 ]; do
     case $1 in
     -n) flows=$2; shift 2 ;;
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --queue) queue=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --every) every=$2; shift 2 ;;
+    --stagger) stagger=$2; shift 2 ;;
     --knobs) extra=$2; shift 2 ;;
     *) echo "run.sh: unknown option $1 (see the head of $0)" >&2; exit 2 ;;
     esac
@@ -111,7 +114,7 @@ while [ $i -le "$flows" ]; do
     clients="$clients $!"
     # Long flows start a little apart, so the plot shows each one's arrival; an incast's
     # start together.
-    [ $incast = 1 ] || sleep 0.5
+    [ $incast = 1 ] || sleep "$stagger"
     i=$((i + 1))
 done
 failed=0
