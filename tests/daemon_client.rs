@@ -589,3 +589,35 @@ fn a_daemon_that_falls_behind_loses_nothing() {
     );
     assert_eq!(a.ctx.port_stats().tx_stalled, 0);
 }
+
+/// A full ring makes the driver wait for room (`send_room`), but a port that went down
+/// has no room to wait for: `send_room` is then unbounded, so the next send is made and
+/// fails, naming why, instead of the NIC waiting for ever.
+#[test]
+fn a_port_that_went_down_is_not_waited_on_for_room() {
+    let fake = Fake::start("downroom", Mode::Stalled);
+    let (mut a, _) = DaemonBackend::connect(&fake.path).unwrap();
+    const SLOT: usize = 4096;
+    let mut tx = vec![0u8; SLOT];
+    let ip: IpAddr = PORT_IP.parse().unwrap();
+    let o = Outgoing {
+        src: SocketAddr::new(ip, SRC_PORT),
+        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
+        len: 2000,
+        ecn: roce_emu::wire::Ecn::NotEct,
+    };
+    // The 4 KiB ring that nobody drains, with one packet in it: no room for another.
+    a.send_batch(&mut tx, SLOT, &[o]).unwrap();
+    assert_eq!(a.send_room(2000), 0);
+    fake.port_down(1, "daemon stopping (SIGTERM)");
+    let deadline = Instant::now() + WAIT;
+    while a.send_room(2000) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "still waiting for room on a port that is down"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let e = a.send_batch(&mut tx, SLOT, &[o]).unwrap_err();
+    assert!(e.to_string().contains("daemon stopping"), "{e}");
+}

@@ -521,6 +521,11 @@ impl Backend for DaemonBackend {
     }
 
     fn send_room(&mut self, largest: usize) -> usize {
+        // A port that went down or a broken ring: no waiting for room that never comes,
+        // the next send says why.
+        if self.down.flag.load(Ordering::Acquire) || self.tx.broken().is_some() {
+            return usize::MAX;
+        }
         // The daemon drains the ring; while it is full, the engine keeps what it has.
         self.tx.room(largest)
     }

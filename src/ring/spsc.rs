@@ -231,6 +231,11 @@ impl Producer {
         PushError::Broken(broke(&mut self.broken, c))
     }
 
+    /// The ring's breakage, if it broke.
+    pub fn broken(&self) -> Option<Corrupt> {
+        self.broken
+    }
+
     /// How many more packets of up to `largest` bytes `try_push` surely takes now: the
     /// free space (the consumer's head loaded afresh) less one pad at the wrap, in
     /// records of the largest size. 0 for a broken ring (its `try_push` says why).
