@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::nic::{pattern, Ep, Nic, IOVA, SEND_SRC, WAIT, WRITE_DST, WRITE_SRC};
+use common::nic::{connect, pattern, Ep, Nic, IOVA, SEND_SRC, WAIT, WRITE_DST, WRITE_SRC};
 use roce_emu::backend::{Backend, Outgoing, Received};
 use roce_emu::daemon::client::{self, AttachError, DaemonBackend};
 use roce_emu::daemon::control::{self, PortInfo, ToDaemon, ToProcess};
@@ -276,6 +276,18 @@ fn exchange(a: Ep<'_>, b: Ep<'_>) {
     common::nic::exchange(a, b, 1);
 }
 
+/// A packet of `len` bytes from the port's address and source port to its own 4791, as
+/// a process hands it to the daemon.
+fn outgoing(len: usize) -> Outgoing {
+    let ip: IpAddr = PORT_IP.parse().unwrap();
+    Outgoing {
+        src: SocketAddr::new(ip, SRC_PORT),
+        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
+        len,
+        ecn: roce_emu::wire::Ecn::NotEct,
+    }
+}
+
 fn port_error(ctx: &Context) -> String {
     let deadline = Instant::now() + WAIT;
     loop {
@@ -302,13 +314,11 @@ fn two_contexts_attached_to_a_daemon_exchange_every_operation() {
     let (lo2, hi2) = lease::range(2);
     assert!((lo1..=hi1).contains(&qa.qpn), "{:#x}", qa.qpn);
     assert!((lo2..=hi2).contains(&qb.qpn), "{:#x}", qb.qpn);
-    qa.connect(qb.info());
-    qb.connect(qa.info());
+    connect(qa, qb);
     exchange(qa, qb);
     // A second QP pair, sharing the same rings.
     let (qa2, qb2) = (a.qp(), b.qp());
-    qa2.connect(qb2.info());
-    qb2.connect(qa2.info());
+    connect(qa2, qb2);
     exchange(qb2, qa2);
 
     assert_eq!(fake.seen.bad_meta.load(Ordering::Relaxed), 0);
@@ -332,8 +342,7 @@ fn port_down_fails_later_calls_and_raises_the_port_error() {
     let a = nic(&fake.path);
     let b = nic(&fake.path);
     let (qa, qb) = (a.qp(), b.qp());
-    qa.connect(qb.info());
-    qb.connect(qa.info());
+    connect(qa, qb);
     exchange(qa, qb);
 
     // The daemon stops: A's progress thread, asleep on the port, wakes and reports it.
@@ -523,13 +532,7 @@ fn a_full_ring_drops_and_counts() {
     let (mut a, _) = DaemonBackend::connect(&fake.path).unwrap();
     const SLOT: usize = 4096;
     let mut tx = vec![0u8; 4 * SLOT];
-    let ip: IpAddr = PORT_IP.parse().unwrap();
-    let o = Outgoing {
-        src: SocketAddr::new(ip, SRC_PORT),
-        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
-        len: 2000,
-        ecn: roce_emu::wire::Ecn::NotEct,
-    };
+    let o = outgoing(2000);
     // A 4 KiB ring holds one 2000-byte packet (each takes 2056 bytes with its header).
     let t = Instant::now();
     a.send_batch(&mut tx, SLOT, &[o; 4]).unwrap();
@@ -551,8 +554,7 @@ fn a_daemon_that_falls_behind_loses_nothing() {
     let a = nic(&fake.path);
     let b = nic(&fake.path);
     let (qa, qb) = (a.qp(), b.qp());
-    qa.connect(qb.info());
-    qb.connect(qa.info());
+    connect(qa, qb);
     let len = 4 * SMALL_RING as u32;
     let data = pattern(7, len);
     a.mr.write(IOVA + WRITE_SRC, &data).unwrap();
@@ -599,13 +601,7 @@ fn a_port_that_went_down_is_not_waited_on_for_room() {
     let (mut a, _) = DaemonBackend::connect(&fake.path).unwrap();
     const SLOT: usize = 4096;
     let mut tx = vec![0u8; SLOT];
-    let ip: IpAddr = PORT_IP.parse().unwrap();
-    let o = Outgoing {
-        src: SocketAddr::new(ip, SRC_PORT),
-        dst: SocketAddr::new(ip, roce_emu::wire::ROCE_UDP_PORT),
-        len: 2000,
-        ecn: roce_emu::wire::Ecn::NotEct,
-    };
+    let o = outgoing(2000);
     // The 4 KiB ring that nobody drains, with one packet in it: no room for another.
     a.send_batch(&mut tx, SLOT, &[o]).unwrap();
     assert_eq!(a.send_room(2000), 0);
