@@ -30,10 +30,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ -z "${ROCE_CC_NETNS:-}" ]; then
-    ROCE_CC_NETNS=1 exec unshare -n sh "$0" "$@"
-fi
-ip link set lo up
+. "$here/netns.sh"
 
 flows=2 cc=off incast=0 iters= size=65536 queue= out= every=0.1 extra= stagger=0.5
 while [ $# -gt 0 ]; do

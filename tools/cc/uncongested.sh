@@ -9,10 +9,7 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-if [ -z "${ROCE_CC_NETNS:-}" ]; then
-    ROCE_CC_NETNS=1 exec unshare -n sh "$0" "$@"
-fi
-ip link set lo up
+. "$here/netns.sh"
 rounds=${1:-5}
 bin=${ROCE_EMU:-$root/target/release/roce-emu}
 [ -x "$bin" ] || { echo "uncongested.sh: no $bin (cargo build --release, or set ROCE_EMU)" >&2; exit 2; }
